@@ -1,0 +1,28 @@
+package main
+
+import (
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+func newRootCmd(out, errOut io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kgenctl",
+		Short: "kgen keeps templated child resources in step with parent objects of any kind",
+		Long: `kgen is a generic Kubernetes controller. Declarative rules name a parent kind
+and templated children; kgen watches parents and children through dynamic
+informers and keeps the children equal to the templates with server-side apply.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	kube := &kubeFlags{}
+	kube.addFlags(cmd.PersistentFlags())
+	cmd.AddCommand(
+		newGVKToGVRCmd(out, kube),
+		newVersionCmd(out),
+	)
+	return cmd
+}

@@ -1,0 +1,388 @@
+package mapper
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// Mapping describes one API resource as discovery reports it.
+type Mapping struct {
+	Group        string   `json:"group"`
+	Version      string   `json:"version"`
+	Kind         string   `json:"kind"`
+	Resource     string   `json:"resource"`
+	Namespaced   bool     `json:"namespaced"`
+	SingularName string   `json:"singularName,omitempty"`
+	ShortNames   []string `json:"shortNames,omitempty"`
+	Categories   []string `json:"categories,omitempty"`
+	Subresources []string `json:"subresources,omitempty"`
+	Verbs        []string `json:"verbs,omitempty"`
+}
+
+// GroupVersionKind returns the mapping's kind with its group and version.
+func (m Mapping) GroupVersionKind() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: m.Group, Version: m.Version, Kind: m.Kind}
+}
+
+// GroupVersionResource returns the mapping's resource with its group and version.
+func (m Mapping) GroupVersionResource() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: m.Group, Version: m.Version, Resource: m.Resource}
+}
+
+// HasSubresource reports whether discovery lists the named subresource
+// (such as "status" or "scale") for the mapping's resource.
+func (m Mapping) HasSubresource(name string) bool {
+	return slices.Contains(m.Subresources, name)
+}
+
+// ErrNotFound is matched, through errors.Is, by every error that means the
+// API server does not serve what was asked for.
+var ErrNotFound = errors.New("not served by the API server")
+
+// NotFoundError says that a reference or kind matched nothing the API server
+// serves, and what was searched.
+type NotFoundError struct {
+	// Ref is the input as given.
+	Ref string
+	// Searched says what the input was compared with.
+	Searched string
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("%q is not served by the API server (searched %s)", e.Ref, e.Searched)
+}
+
+// Is makes errors.Is(err, ErrNotFound) true for a *NotFoundError.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// Mapper answers GVK and name questions from live, cached discovery.
+// It is safe for concurrent use.
+type Mapper struct {
+	discovery  discovery.CachedDiscoveryInterface
+	rest       *restmapper.DeferredDiscoveryRESTMapper
+	categories restmapper.CategoryExpander
+}
+
+// New returns a Mapper over the given discovery client, cached in memory.
+func New(client discovery.DiscoveryInterface) *Mapper {
+	cached := memory.NewMemCacheClient(client)
+	return &Mapper{
+		discovery:  cached,
+		rest:       restmapper.NewDeferredDiscoveryRESTMapper(cached),
+		categories: restmapper.NewDiscoveryCategoryExpander(cached),
+	}
+}
+
+// NewForConfig returns a Mapper that discovers through the given REST config.
+func NewForConfig(config *rest.Config) (*Mapper, error) {
+	client, err := discovery.NewDiscoveryClientForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	return New(client), nil
+}
+
+// RESTMapper returns the underlying RESTMapper, for code that wants the
+// meta.RESTMapper interface. It shares the Mapper's cache.
+func (m *Mapper) RESTMapper() meta.ResettableRESTMapper { return m.rest }
+
+// Reset drops everything cached, so the next question asks the API server.
+func (m *Mapper) Reset() { m.rest.Reset() }
+
+// ResourceFor returns the mapping of an exact group, version and kind.
+// A miss resets the cache and asks once more before it reports an error that
+// matches ErrNotFound.
+func (m *Mapper) ResourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
+	mapping, err := m.resourceFor(gvk)
+	if errors.Is(err, ErrNotFound) {
+		m.Reset()
+		mapping, err = m.resourceFor(gvk)
+	}
+	return mapping, err
+}
+
+func (m *Mapper) resourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
+	rm, err := m.rest.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return Mapping{}, &NotFoundError{Ref: gvkString(gvk), Searched: "the kinds of " + gvk.GroupVersion().String()}
+	}
+	if err != nil {
+		return Mapping{}, fmt.Errorf("map %s: %w", gvkString(gvk), err)
+	}
+	groups, err := m.groups()
+	if err != nil {
+		return Mapping{}, err
+	}
+	for _, e := range groups.entries {
+		if e.gvk == rm.GroupVersionKind && e.resource.Name == rm.Resource.Resource {
+			return e.mapping(), nil
+		}
+	}
+	// The RESTMapper and the discovery documents come from the same cache,
+	// so this only happens when they were refreshed between the two reads.
+	return Mapping{
+		Group: gvk.Group, Version: gvk.Version, Kind: rm.GroupVersionKind.Kind,
+		Resource:   rm.Resource.Resource,
+		Namespaced: rm.Scope.Name() == meta.RESTScopeNameNamespace,
+	}, nil
+}
+
+// Resolve returns every resource the reference may mean, the preferred first.
+// A reference is any of: group/version/Kind, version/Kind (core group),
+// group/name, Kind.version.group, resource.version.group, name.group, a kind,
+// a plural or singular resource name, a short name, or a category. Kinds and
+// names compare without regard to case. More than one result means the
+// reference is ambiguous; a category yields all its resources. Nothing found
+// resets the cache and tries once more, then returns an error that matches
+// ErrNotFound.
+func (m *Mapper) Resolve(ref string) ([]Mapping, error) {
+	if strings.TrimSpace(ref) == "" {
+		return nil, errors.New("empty resource reference")
+	}
+	found, err := m.resolve(ref)
+	if errors.Is(err, ErrNotFound) {
+		m.Reset()
+		found, err = m.resolve(ref)
+	}
+	return found, err
+}
+
+// versionPattern matches Kubernetes API version names such as v1, v2beta1.
+var versionPattern = regexp.MustCompile(`^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`)
+
+// query is one reading of a reference: a name to match, maybe within a
+// group and a version. A nil group means any group.
+type query struct {
+	group   *string
+	version string
+	name    string
+}
+
+// readings lists the ways a reference can be read, most specific first, as
+// kubectl's resource builder tries them.
+func readings(ref string) []query {
+	str := func(s string) *string { return &s }
+	parts := strings.Split(ref, "/")
+	switch len(parts) {
+	case 3: // group/version/Kind
+		return []query{{group: str(parts[0]), version: parts[1], name: parts[2]}}
+	case 2:
+		if versionPattern.MatchString(parts[0]) { // version/Kind in the core group
+			return []query{{group: str(""), version: parts[0], name: parts[1]}}
+		}
+		return []query{{group: str(parts[0]), name: parts[1]}} // group/name
+	case 1:
+	default:
+		return nil
+	}
+	var qs []query
+	if name, rest, ok := strings.Cut(ref, "."); ok {
+		// name.version.group, as in Deployment.v1.apps or deployments.v1.apps.
+		if version, group, ok := strings.Cut(rest, "."); ok && versionPattern.MatchString(version) {
+			qs = append(qs, query{group: str(group), version: version, name: name})
+		}
+		// name.group, as in deployments.apps or octopodes.example.com.
+		qs = append(qs, query{group: str(rest), name: name})
+	}
+	return append(qs, query{name: ref})
+}
+
+func (m *Mapper) resolve(ref string) ([]Mapping, error) {
+	groups, err := m.groups()
+	if err != nil {
+		return nil, err
+	}
+	if !strings.ContainsAny(ref, "./") {
+		if grs, ok := m.categories.Expand(ref); ok && len(grs) > 0 {
+			var out []Mapping
+			for _, gr := range grs {
+				if e := groups.preferred(gr); e != nil {
+					out = append(out, e.mapping())
+				}
+			}
+			if len(out) > 0 {
+				return out, nil
+			}
+		}
+	}
+	for _, q := range readings(ref) {
+		if found := groups.match(q, matchName); len(found) > 0 {
+			return found, nil
+		}
+		// Short names only count when no full name matches, as in kubectl.
+		if found := groups.match(q, matchShortName); len(found) > 0 {
+			return found, nil
+		}
+	}
+	return nil, &NotFoundError{
+		Ref:      ref,
+		Searched: fmt.Sprintf("kinds, resource names, singular names, short names and categories of %d API group versions", groups.groupVersions),
+	}
+}
+
+func gvkString(gvk schema.GroupVersionKind) string {
+	if gvk.Group == "" {
+		return gvk.Version + "/" + gvk.Kind
+	}
+	return gvk.Group + "/" + gvk.Version + "/" + gvk.Kind
+}
+
+// entry is one top-level resource at one version.
+type entry struct {
+	gvk          schema.GroupVersionKind
+	resource     metav1.APIResource
+	subresources []string
+	preferred    bool // the group's preferred version
+}
+
+func (e *entry) mapping() Mapping {
+	return Mapping{
+		Group:        e.gvk.Group,
+		Version:      e.gvk.Version,
+		Kind:         e.gvk.Kind,
+		Resource:     e.resource.Name,
+		Namespaced:   e.resource.Namespaced,
+		SingularName: e.resource.SingularName,
+		ShortNames:   slices.Clone(e.resource.ShortNames),
+		Categories:   slices.Clone(e.resource.Categories),
+		Subresources: slices.Clone(e.subresources),
+		Verbs:        slices.Clone([]string(e.resource.Verbs)),
+	}
+}
+
+// discovered is a flat view of the discovery documents, in the server's
+// priority order: groups as discovery lists them, and within a group the
+// preferred version first.
+type discovered struct {
+	entries       []*entry
+	groupVersions int
+}
+
+// groups reads the (cached) discovery documents. A partial failure, such as
+// an aggregated API that is down, still returns what the other groups serve.
+func (m *Mapper) groups() (*discovered, error) {
+	groupResources, err := restmapper.GetAPIGroupResources(m.discovery)
+	if err != nil && len(groupResources) == 0 {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	d := &discovered{}
+	for _, g := range groupResources {
+		versions := make([]string, 0, len(g.Group.Versions))
+		if pv := g.Group.PreferredVersion.Version; pv != "" {
+			versions = append(versions, pv)
+		}
+		for _, v := range g.Group.Versions {
+			if !slices.Contains(versions, v.Version) {
+				versions = append(versions, v.Version)
+			}
+		}
+		for _, version := range versions {
+			resources, ok := g.VersionedResources[version]
+			if !ok {
+				continue
+			}
+			d.groupVersions++
+			byName := map[string]*entry{}
+			var ordered []*entry
+			for _, r := range resources {
+				if name, _, isSub := strings.Cut(r.Name, "/"); isSub {
+					continue
+				} else if r.Kind == "" || name == "" {
+					continue // odd server data; never panic on it
+				}
+				e := &entry{
+					gvk:       schema.GroupVersionKind{Group: g.Group.Name, Version: version, Kind: r.Kind},
+					resource:  r,
+					preferred: version == g.Group.PreferredVersion.Version,
+				}
+				// Discovery may leave these empty for the group and version of
+				// the list; they are the list's own.
+				e.resource.Group, e.resource.Version = g.Group.Name, version
+				byName[r.Name] = e
+				ordered = append(ordered, e)
+			}
+			for _, r := range resources {
+				if name, sub, isSub := strings.Cut(r.Name, "/"); isSub {
+					if e, ok := byName[name]; ok && !slices.Contains(e.subresources, sub) {
+						e.subresources = append(e.subresources, sub)
+					}
+				}
+			}
+			d.entries = append(d.entries, ordered...)
+		}
+	}
+	return d, nil
+}
+
+// preferred returns the entry of a group and resource at its preferred
+// version, or at the first version that serves it.
+func (d *discovered) preferred(gr schema.GroupResource) *entry {
+	var first *entry
+	for _, e := range d.entries {
+		if e.gvk.Group != gr.Group || e.resource.Name != gr.Resource {
+			continue
+		}
+		if e.preferred {
+			return e
+		}
+		if first == nil {
+			first = e
+		}
+	}
+	return first
+}
+
+type matcher func(e *entry, name string) bool
+
+func matchName(e *entry, name string) bool {
+	return strings.EqualFold(e.gvk.Kind, name) ||
+		strings.EqualFold(e.resource.Name, name) ||
+		strings.EqualFold(e.resource.SingularName, name)
+}
+
+func matchShortName(e *entry, name string) bool {
+	return slices.ContainsFunc(e.resource.ShortNames, func(s string) bool { return strings.EqualFold(s, name) })
+}
+
+// match returns one mapping per group and resource that the query matches:
+// at the query's version if it names one, else at the preferred version.
+func (d *discovered) match(q query, matches matcher) []Mapping {
+	type key struct{ group, resource string }
+	best := map[key]*entry{}
+	var order []key
+	for _, e := range d.entries {
+		if q.group != nil && *q.group != e.gvk.Group {
+			continue
+		}
+		if q.version != "" && q.version != e.gvk.Version {
+			continue
+		}
+		if !matches(e, q.name) {
+			continue
+		}
+		k := key{e.gvk.Group, e.resource.Name}
+		prev, seen := best[k]
+		if !seen {
+			order = append(order, k)
+		}
+		if !seen || (!prev.preferred && e.preferred) {
+			best[k] = e
+		}
+	}
+	out := make([]Mapping, 0, len(order))
+	for _, k := range order {
+		out = append(out, best[k].mapping())
+	}
+	return out
+}
