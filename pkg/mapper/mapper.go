@@ -206,7 +206,12 @@ func (m *Mapper) resolve(ref string) ([]Mapping, error) {
 	if !strings.ContainsAny(ref, "./") {
 		if grs, ok := m.categories.Expand(ref); ok && len(grs) > 0 {
 			var out []Mapping
+			seen := map[schema.GroupResource]bool{}
 			for _, gr := range grs {
+				if seen[gr] {
+					continue // the expander lists a resource once per version
+				}
+				seen[gr] = true
 				if e := groups.preferred(gr); e != nil {
 					out = append(out, e.mapping())
 				}

@@ -1,0 +1,228 @@
+package mapper
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+func res(name, singular, kind string, namespaced bool, shortNames ...string) metav1.APIResource {
+	return metav1.APIResource{Name: name, SingularName: singular, Kind: kind, Namespaced: namespaced, ShortNames: shortNames,
+		Verbs: metav1.Verbs{"get", "list", "watch"}}
+}
+
+func sub(name string) metav1.APIResource { return metav1.APIResource{Name: name} }
+
+// cluster is a small discovery document: built-ins with short names and
+// subresources, a kind served by two groups, a CRD with an irregular plural
+// at two versions, and a category.
+func cluster() []*metav1.APIResourceList {
+	crd := res("octopodes", "octopus", "Octopus", true, "oct")
+	crd.Categories = []string{"sea"}
+	return []*metav1.APIResourceList{
+		{GroupVersion: "v1", APIResources: []metav1.APIResource{
+			res("configmaps", "configmap", "ConfigMap", true, "cm"),
+			res("events", "event", "Event", true, "ev"),
+			res("namespaces", "namespace", "Namespace", false, "ns"),
+			res("endpoints", "endpoints", "Endpoints", true, "ep"),
+		}},
+		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{
+			res("deployments", "deployment", "Deployment", true, "deploy"),
+			sub("deployments/status"), sub("deployments/scale"),
+		}},
+		{GroupVersion: "events.k8s.io/v1", APIResources: []metav1.APIResource{
+			res("events", "event", "Event", true, "ev"),
+		}},
+		{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{crd, sub("octopodes/status")}},
+		{GroupVersion: "example.com/v1alpha1", APIResources: []metav1.APIResource{crd}},
+	}
+}
+
+func newFake(lists []*metav1.APIResourceList) *fake.FakeDiscovery {
+	return &fake.FakeDiscovery{Fake: &clienttesting.Fake{Resources: lists}}
+}
+
+func gvrs(ms []Mapping) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.GroupVersionResource().String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestResolve(t *testing.T) {
+	deploy := []string{"apps/v1, Resource=deployments"}
+	octo := []string{"example.com/v1, Resource=octopodes"}
+	events := []string{"/v1, Resource=events", "events.k8s.io/v1, Resource=events"}
+	tests := []struct {
+		ref  string
+		want []string
+	}{
+		{"apps/v1/Deployment", deploy},
+		{"apps/v1/deployments", deploy},
+		{"Deployment.v1.apps", deploy},
+		{"deployments.v1.apps", deploy},
+		{"deployments.apps", deploy},
+		{"apps/deploy", deploy},
+		{"Deployment", deploy},
+		{"deployment", deploy},
+		{"DEPLOYMENTS", deploy},
+		{"deployments", deploy},
+		{"deploy", deploy},
+		{"v1/ConfigMap", []string{"/v1, Resource=configmaps"}},
+		{"cm", []string{"/v1, Resource=configmaps"}},
+		{"endpoints", []string{"/v1, Resource=endpoints"}},
+		{"Octopus", octo},
+		{"octopus", octo},
+		{"octopodes", octo},
+		{"oct", octo},
+		{"octopodes.example.com", octo},
+		{"Octopus.v1alpha1.example.com", []string{"example.com/v1alpha1, Resource=octopodes"}},
+		{"example.com/v1alpha1/Octopus", []string{"example.com/v1alpha1, Resource=octopodes"}},
+		{"sea", octo},
+		{"Event", events},
+		{"ev", events},
+		{"events.events.k8s.io", []string{"events.k8s.io/v1, Resource=events"}},
+		{"v1/Event", []string{"/v1, Resource=events"}},
+	}
+	m := New(newFake(cluster()))
+	for _, tt := range tests {
+		t.Run(tt.ref, func(t *testing.T) {
+			got, err := m.Resolve(tt.ref)
+			if err != nil {
+				t.Fatalf("Resolve(%q) error: %v", tt.ref, err)
+			}
+			if g := gvrs(got); !slices.Equal(g, tt.want) {
+				t.Errorf("Resolve(%q) = %v, want %v", tt.ref, g, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolveDetails(t *testing.T) {
+	m := New(newFake(cluster()))
+	got, err := m.Resolve("deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Mapping{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments", Namespaced: true,
+		SingularName: "deployment", ShortNames: []string{"deploy"}, Subresources: []string{"status", "scale"},
+		Verbs: []string{"get", "list", "watch"}}
+	if len(got) != 1 || !equalMapping(got[0], want) {
+		t.Errorf("Resolve(deploy) = %+v, want %+v", got, want)
+	}
+	ns, err := m.Resolve("ns")
+	if err != nil || len(ns) != 1 || ns[0].Namespaced {
+		t.Errorf("Resolve(ns) = %+v, %v; want one cluster-scoped namespaces", ns, err)
+	}
+}
+
+func equalMapping(a, b Mapping) bool {
+	return a.Group == b.Group && a.Version == b.Version && a.Kind == b.Kind && a.Resource == b.Resource &&
+		a.Namespaced == b.Namespaced && a.SingularName == b.SingularName && slices.Equal(a.ShortNames, b.ShortNames) &&
+		slices.Equal(a.Subresources, b.Subresources) && slices.Equal(a.Verbs, b.Verbs)
+}
+
+func TestResolveNotFound(t *testing.T) {
+	m := New(newFake(cluster()))
+	for _, ref := range []string{"widgets", "apps/v2/Deployment", "v1/Deployment", "Deployment.v1.nowhere", "a/b/c/d", "..", "/"} {
+		t.Run(ref, func(t *testing.T) {
+			got, err := m.Resolve(ref)
+			if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Resolve(%q) = %v, %v; want ErrNotFound", ref, got, err)
+			}
+			if !strings.Contains(err.Error(), ref) || !strings.Contains(err.Error(), "searched") {
+				t.Errorf("error %q should name the reference and what was searched", err)
+			}
+		})
+	}
+	if _, err := m.Resolve("  "); err == nil {
+		t.Error("Resolve of a blank reference should fail")
+	}
+}
+
+func TestResourceFor(t *testing.T) {
+	m := New(newFake(cluster()))
+	tests := []struct {
+		gvk        schema.GroupVersionKind
+		resource   string
+		namespaced bool
+	}{
+		{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "deployments", true},
+		{schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, "namespaces", false},
+		{schema.GroupVersionKind{Group: "example.com", Version: "v1alpha1", Kind: "Octopus"}, "octopodes", true},
+	}
+	for _, tt := range tests {
+		got, err := m.ResourceFor(tt.gvk)
+		if err != nil {
+			t.Fatalf("ResourceFor(%v): %v", tt.gvk, err)
+		}
+		if got.Resource != tt.resource || got.Namespaced != tt.namespaced || got.GroupVersionKind() != tt.gvk {
+			t.Errorf("ResourceFor(%v) = %+v, want resource %s namespaced %t", tt.gvk, got, tt.resource, tt.namespaced)
+		}
+	}
+	_, err := m.ResourceFor(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Widget"})
+	if !errors.Is(err, ErrNotFound) {
+		t.Errorf("ResourceFor(Widget) error = %v, want ErrNotFound", err)
+	}
+}
+
+// A kind served after the Mapper cached discovery is found: the miss resets
+// the cache and asks again.
+func TestServedLater(t *testing.T) {
+	lists := cluster()
+	fd := newFake(lists)
+	m := New(fd)
+	gvk := schema.GroupVersionKind{Group: "later.example.com", Version: "v1", Kind: "Squid"}
+	if _, err := m.ResourceFor(gvk); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("before the CRD: err = %v, want ErrNotFound", err)
+	}
+	if _, err := m.Resolve("squid"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("before the CRD: err = %v, want ErrNotFound", err)
+	}
+	fd.Resources = append(fd.Resources, &metav1.APIResourceList{GroupVersion: "later.example.com/v1",
+		APIResources: []metav1.APIResource{res("squids", "squid", "Squid", false, "sq")}})
+	got, err := m.ResourceFor(gvk)
+	if err != nil || got.Resource != "squids" || got.Namespaced {
+		t.Fatalf("after the CRD: ResourceFor = %+v, %v; want cluster-scoped squids", got, err)
+	}
+	fd.Resources = append(fd.Resources, &metav1.APIResourceList{GroupVersion: "later.example.com/v2",
+		APIResources: []metav1.APIResource{res("clams", "clam", "Clam", true)}})
+	if found, err := m.Resolve("clam"); err != nil || len(found) != 1 || found[0].Resource != "clams" {
+		t.Fatalf("after the second CRD: Resolve(clam) = %+v, %v", found, err)
+	}
+}
+
+// Odd discovery data is skipped, never a panic.
+func TestOddDiscovery(t *testing.T) {
+	lists := append(cluster(),
+		&metav1.APIResourceList{GroupVersion: "odd.example.com/v1", APIResources: []metav1.APIResource{
+			{Name: "nokind"}, {Name: "", Kind: "NoName"}, {Name: "orphan/status"},
+		}})
+	m := New(newFake(lists))
+	if _, err := m.Resolve("nokind"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a resource without a kind should not match: %v", err)
+	}
+	if _, err := m.Resolve("deploy"); err != nil {
+		t.Errorf("good groups should still resolve: %v", err)
+	}
+}
+
+func TestDiscoveryError(t *testing.T) {
+	fd := newFake(cluster())
+	fd.PrependReactor("*", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	_, err := New(fd).Resolve("deploy")
+	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("Resolve with discovery down = %v, want the discovery error", err)
+	}
+}
