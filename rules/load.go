@@ -1,0 +1,705 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Load reads rules from files and directories. A directory contributes its
+// *.yaml and *.yml files, in name order, not its subdirectories; a file is
+// read whatever its name. Every document must be a Rule.
+//
+// On any problem Load returns no rules and an ErrorList of every problem it
+// found, each with its file, line and column.
+func Load(paths []string, opts Options) ([]*Rule, error) {
+	c, err := newCompiler(opts.withDefaults())
+	if err != nil {
+		return nil, err
+	}
+	var errs ErrorList
+	var files []string
+	for _, p := range paths {
+		found, err := expand(p)
+		if err != nil {
+			errs = append(errs, &Error{Pos: Position{File: p}, Err: err})
+			continue
+		}
+		files = append(files, found...)
+	}
+	var all []*Rule
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, &Error{Pos: Position{File: f}, Err: err})
+			continue
+		}
+		rules, fileErrs := c.parse(f, data)
+		all = append(all, rules...)
+		errs = append(errs, fileErrs...)
+	}
+	errs = append(errs, uniqueNames(all)...)
+	if len(errs) > 0 {
+		sortErrors(errs)
+		return nil, errs
+	}
+	return all, nil
+}
+
+// Parse reads the rules in one file's contents; file names it in errors.
+// Errors are as for Load.
+func Parse(file string, data []byte, opts Options) ([]*Rule, error) {
+	c, err := newCompiler(opts.withDefaults())
+	if err != nil {
+		return nil, err
+	}
+	rules, errs := c.parse(file, data)
+	errs = append(errs, uniqueNames(rules)...)
+	if len(errs) > 0 {
+		sortErrors(errs)
+		return nil, errs
+	}
+	return rules, nil
+}
+
+// expand lists the rules files a path names.
+func expand(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		ext := filepath.Ext(e.Name())
+		if e.Type().IsRegular() && (ext == ".yaml" || ext == ".yml") {
+			files = append(files, filepath.Join(path, e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		return nil, errors.New("the directory has no *.yaml or *.yml files")
+	}
+	return files, nil
+}
+
+// uniqueNames reports rules that reuse an earlier rule's name.
+func uniqueNames(rules []*Rule) ErrorList {
+	var errs ErrorList
+	first := map[string]*Rule{}
+	for _, r := range rules {
+		if f, dup := first[r.Name]; dup {
+			errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "metadata.name",
+				Err: fmt.Errorf("duplicate rule name: also defined at %s", f.Pos)})
+			continue
+		}
+		first[r.Name] = r
+	}
+	return errs
+}
+
+func sortErrors(errs ErrorList) {
+	sort.SliceStable(errs, func(i, j int) bool {
+		a, b := errs[i].Pos, errs[j].Pos
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Column < b.Column
+	})
+}
+
+// loader decodes the documents of one file.
+type loader struct {
+	c      *compiler
+	file   string
+	errs   ErrorList
+	budget int
+}
+
+// parse decodes every document of a file into rules. Rules with errors are
+// left out; the errors say why.
+func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
+	l := &loader{c: c, file: file}
+	var rules []*Rule
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			l.errs = append(l.errs, l.syntaxError(err))
+			break
+		}
+		before := len(l.errs)
+		l.budget = maxDocumentNodes
+		r := l.rule(&doc)
+		if r != nil && len(l.errs) == before {
+			rules = append(rules, r)
+		}
+	}
+	return rules, l.errs
+}
+
+var childIDPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// rule decodes one document; nil for an empty document.
+func (l *loader) rule(doc *yaml.Node) *Rule {
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return nil
+	}
+	root := l.resolve(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		l.errorf(root, where{}, "a rule must be a mapping with apiVersion, kind, metadata and spec")
+		return nil
+	}
+	r := &Rule{Pos: l.pos(root), byID: map[string]*Child{}}
+	top := l.fields(root, where{}, "apiVersion", "kind", "metadata", "spec")
+	w := where{}
+	// The name comes first so that every other error can name the rule.
+	if md, ok := top["metadata"]; ok {
+		r.Name = l.metadata(md.valNode, w.key("metadata"))
+		w.rule = r.Name
+	} else {
+		l.errorf(root, w, "metadata.name is required")
+	}
+	l.literal(root, top, "apiVersion", APIVersion, w)
+	l.literal(root, top, "kind", Kind, w)
+	spec, ok := top["spec"]
+	if !ok {
+		l.errorf(root, w, "spec is required")
+		return r
+	}
+	l.spec(r, spec.valNode, w.key("spec"))
+	return r
+}
+
+// literal checks that a field holds exactly the given string.
+func (l *loader) literal(parent *yaml.Node, fields map[string]entry, key, want string, w where) {
+	e, ok := fields[key]
+	if !ok {
+		l.errorf(parent, w, "%s is required: %s", key, want)
+		return
+	}
+	if s, ok := l.str(e.valNode, w.key(key)); ok && s != want {
+		l.errorf(e.valNode, w.key(key), "must be %q, not %q", want, s)
+	}
+}
+
+// metadata decodes the rule's metadata and returns its name.
+func (l *loader) metadata(n *yaml.Node, w where) string {
+	f := l.fields(n, w, "name", "labels", "annotations")
+	if f == nil {
+		return ""
+	}
+	for _, k := range []string{"labels", "annotations"} {
+		if e, ok := f[k]; ok {
+			m := l.resolve(e.valNode)
+			if m.Kind != yaml.MappingNode {
+				l.errorf(m, w.key(k), "must be a mapping of strings")
+				continue
+			}
+			for _, kv := range l.entries(m, w.key(k)) {
+				l.str(kv.valNode, w.key(k).key(kv.key))
+			}
+		}
+	}
+	e, ok := f["name"]
+	if !ok {
+		l.errorf(l.resolve(n), w, "name is required")
+		return ""
+	}
+	name, ok := l.str(e.valNode, w.key("name"))
+	if !ok {
+		return ""
+	}
+	if name == "" {
+		l.errorf(e.valNode, w.key("name"), "must not be empty")
+		return ""
+	}
+	if msgs := validation.IsValidLabelValue(name); len(msgs) > 0 {
+		l.errorf(e.valNode, w.key("name"), "%q must be a valid label value, since children carry it in a label: %s", name, strings.Join(msgs, "; "))
+		return ""
+	}
+	return name
+}
+
+func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
+	f := l.fields(n, w, "parent", "allowCrossNamespace", "children", "status")
+	if f == nil {
+		return
+	}
+	if e, ok := f["allowCrossNamespace"]; ok {
+		v := l.resolve(e.valNode)
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" {
+			l.errorf(v, w.key("allowCrossNamespace"), "must be true or false")
+		} else {
+			r.AllowCrossNamespace = v.Value == "true"
+		}
+	}
+	if e, ok := f["parent"]; ok {
+		l.parent(r, e.valNode, w.key("parent"))
+	} else {
+		l.errorf(l.resolve(n), w, "parent is required")
+	}
+	if e, ok := f["children"]; ok {
+		l.children(r, e.valNode, w.key("children"))
+	} else {
+		l.errorf(l.resolve(n), w, "children is required")
+	}
+	if e, ok := f["status"]; ok {
+		l.status(r, e.valNode, w.key("status"))
+	}
+	l.graph(r)
+}
+
+// gvk reads the apiVersion and kind of a parent or a template. Both must be
+// literal strings: kgen watches by kind, so kinds are known at load time.
+func (l *loader) gvk(n *yaml.Node, f map[string]entry, w where) (schema.GroupVersionKind, bool) {
+	var gv schema.GroupVersion
+	var kind string
+	ok := true
+	for _, key := range []string{"apiVersion", "kind"} {
+		e, found := f[key]
+		if !found {
+			l.errorf(n, w, "%s is required", key)
+			ok = false
+			continue
+		}
+		s, isStr := l.str(e.valNode, w.key(key))
+		switch {
+		case !isStr:
+			ok = false
+		case s == "":
+			l.errorf(e.valNode, w.key(key), "must not be empty")
+			ok = false
+		case strings.Contains(s, "${"):
+			l.errorf(e.valNode, w.key(key), "must be a literal, not an expression: kgen watches children by kind, so kinds must be known when the rules load")
+			ok = false
+		case key == "apiVersion":
+			parsed, err := schema.ParseGroupVersion(s)
+			if err != nil {
+				l.errorf(e.valNode, w.key(key), "%v", err)
+				ok = false
+			}
+			gv = parsed
+		default:
+			kind = s
+		}
+	}
+	return gv.WithKind(kind), ok
+}
+
+func (l *loader) parent(r *Rule, n *yaml.Node, w where) {
+	f := l.fields(n, w, "apiVersion", "kind", "selector", "namespaces")
+	if f == nil {
+		return
+	}
+	r.Parent.GroupVersionKind, _ = l.gvk(l.resolve(n), f, w)
+	r.Parent.Selector = labels.Everything()
+	if e, ok := f["selector"]; ok {
+		l.selector(&r.Parent, e.valNode, w.key("selector"))
+	}
+	if e, ok := f["namespaces"]; ok {
+		names, nodes := l.strings(e.valNode, w.key("namespaces"))
+		for i, ns := range names {
+			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+				l.errorf(nodes[i], w.key("namespaces").index(i), "%q is not a valid namespace name: %s", ns, strings.Join(msgs, "; "))
+			}
+		}
+		r.Parent.Namespaces = names
+	}
+}
+
+// selector decodes a metav1.LabelSelector, checking each label and
+// requirement where it is written.
+func (l *loader) selector(p *Parent, n *yaml.Node, w where) {
+	f := l.fields(n, w, "matchLabels", "matchExpressions")
+	if f == nil {
+		return
+	}
+	sel := &metav1.LabelSelector{}
+	valid := true
+	if e, ok := f["matchLabels"]; ok {
+		m := l.resolve(e.valNode)
+		lw := w.key("matchLabels")
+		if m.Kind != yaml.MappingNode {
+			l.errorf(m, lw, "must be a mapping of label keys to values")
+			valid = false
+		} else {
+			sel.MatchLabels = map[string]string{}
+			for _, kv := range l.entries(m, lw) {
+				if msgs := validation.IsQualifiedName(kv.key); len(msgs) > 0 {
+					l.errorf(kv.keyNode, lw, "invalid label key %q: %s", kv.key, strings.Join(msgs, "; "))
+					valid = false
+				}
+				v, ok := l.str(kv.valNode, lw.key(kv.key))
+				if !ok {
+					valid = false
+					continue
+				}
+				if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+					l.errorf(kv.valNode, lw.key(kv.key), "invalid label value %q: %s", v, strings.Join(msgs, "; "))
+					valid = false
+				}
+				sel.MatchLabels[kv.key] = v
+			}
+		}
+	}
+	if e, ok := f["matchExpressions"]; ok {
+		s := l.resolve(e.valNode)
+		ew := w.key("matchExpressions")
+		if s.Kind != yaml.SequenceNode {
+			l.errorf(s, ew, "must be a list of label selector requirements")
+			valid = false
+		} else {
+			for i, item := range s.Content {
+				iw := ew.index(i)
+				rf := l.fields(item, iw, "key", "operator", "values")
+				if rf == nil {
+					valid = false
+					continue
+				}
+				var req metav1.LabelSelectorRequirement
+				if kv, ok := rf["key"]; ok {
+					req.Key, _ = l.str(kv.valNode, iw.key("key"))
+				}
+				if kv, ok := rf["operator"]; ok {
+					op, _ := l.str(kv.valNode, iw.key("operator"))
+					req.Operator = metav1.LabelSelectorOperator(op)
+				}
+				if kv, ok := rf["values"]; ok {
+					req.Values, _ = l.strings(kv.valNode, iw.key("values"))
+				}
+				one := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{req}}
+				if _, err := metav1.LabelSelectorAsSelector(one); err != nil {
+					l.errorf(l.resolve(item), iw, "%v", err)
+					valid = false
+				}
+				sel.MatchExpressions = append(sel.MatchExpressions, req)
+			}
+		}
+	}
+	if !valid {
+		return
+	}
+	compiled, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		l.errorf(l.resolve(n), w, "%v", err)
+		return
+	}
+	p.LabelSelector = sel
+	p.Selector = compiled
+}
+
+func (l *loader) children(r *Rule, n *yaml.Node, w where) {
+	n = l.resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		l.errorf(n, w, "must be a list of children")
+		return
+	}
+	if len(n.Content) == 0 {
+		l.errorf(n, w, "must have at least one child")
+		return
+	}
+	firstAt := map[string]*yaml.Node{}
+	for i, item := range n.Content {
+		item = l.resolve(item)
+		iw := w.index(i)
+		f := l.fields(item, iw, "id", "template", "includeWhen", "readyWhen")
+		if f == nil {
+			continue
+		}
+		c := &Child{Pos: l.pos(item)}
+		if e, ok := f["id"]; ok {
+			if id, ok := l.str(e.valNode, iw.key("id")); ok {
+				switch {
+				case !childIDPattern.MatchString(id):
+					l.errorf(e.valNode, iw.key("id"), "child id %q must match [a-z][a-z0-9_]*", id)
+				case len(id) > validation.LabelValueMaxLength || strings.HasSuffix(id, "_"):
+					l.errorf(e.valNode, iw.key("id"), "child id %q must be a valid label value (at most 63 characters, not ending in _), since children carry it in a label", id)
+				case firstAt[id] != nil:
+					l.errorf(e.valNode, iw.key("id"), "duplicate child id %q (first at line %d)", id, firstAt[id].Line)
+				default:
+					c.ID = id
+					firstAt[id] = e.valNode
+				}
+			}
+		} else {
+			l.errorf(item, iw, "id is required")
+		}
+		cw := where{rule: r.Name, child: c.ID}
+		if c.ID == "" {
+			cw = iw
+		}
+		if e, ok := f["template"]; ok {
+			l.template(r, c, e.valNode, cw.key("template"))
+		} else {
+			l.errorf(item, cw, "template is required")
+		}
+		if e, ok := f["includeWhen"]; ok {
+			c.IncludeWhen = l.conditions(e.valNode, cw.key("includeWhen"), conditionExpr)
+		}
+		if e, ok := f["readyWhen"]; ok {
+			c.ReadyWhen = l.conditions(e.valNode, cw.key("readyWhen"), readyExpr)
+		}
+		r.Children = append(r.Children, c)
+		if c.ID != "" {
+			r.byID[c.ID] = c
+		}
+	}
+}
+
+// conditions compiles a list of ${...} conditions.
+func (l *loader) conditions(n *yaml.Node, w where, kind exprKind) []*Expression {
+	n = l.resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		l.errorf(n, w, `must be a list of "${...}" expressions`)
+		return nil
+	}
+	var out []*Expression
+	for i, item := range n.Content {
+		iw := w.index(i)
+		item = l.resolve(item)
+		if item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" {
+			l.errorf(item, iw, `must be a string holding one "${...}" expression`)
+			continue
+		}
+		segs, err := splitTemplate(item.Value)
+		if err != nil {
+			l.splitError(item, iw, err)
+			continue
+		}
+		if len(segs) != 1 || !segs[0].expr {
+			l.errorf(item, iw, `must be exactly one "${...}" expression, with no text around it`)
+			continue
+		}
+		pos, exact := l.exprPos(item, segs[0].offset)
+		if e := l.c.compile(segs[0].text, pos, exact, iw, kind, &l.errs); e != nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// template checks and compiles a child's template.
+func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
+	n = l.resolve(n)
+	if n.Kind != yaml.MappingNode {
+		l.errorf(n, w, "must be a mapping: a full Kubernetes object")
+		return
+	}
+	top := map[string]entry{}
+	for _, e := range l.entries(n, w) {
+		top[e.key] = e
+	}
+	c.GroupVersionKind, _ = l.gvk(n, top, w)
+	mw := w.key("metadata")
+	md, ok := top["metadata"]
+	if !ok {
+		l.errorf(n, w, "metadata.name is required")
+	} else if m := l.resolve(md.valNode); m.Kind != yaml.MappingNode {
+		l.errorf(m, mw, "must be a mapping")
+	} else {
+		meta := map[string]entry{}
+		for _, e := range l.entries(m, mw) {
+			meta[e.key] = e
+		}
+		if e, ok := meta["name"]; !ok {
+			l.errorf(m, mw, "name is required")
+		} else if s, ok := l.str(e.valNode, mw.key("name")); ok && s == "" {
+			l.errorf(e.valNode, mw.key("name"), "must not be empty")
+		}
+		if e, ok := meta["namespace"]; ok && !r.AllowCrossNamespace && !isParentNamespace(l.resolve(e.valNode)) {
+			l.errorf(e.valNode, mw.key("namespace"), "must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true")
+		}
+		for _, k := range []string{"generateName", "ownerReferences", "uid", "resourceVersion", "managedFields"} {
+			if e, ok := meta[k]; ok {
+				l.errorf(e.keyNode, mw.key(k), "must not be set: kgen manages it")
+			}
+		}
+	}
+	t := l.compileTemplate(n, w)
+	if t != nil {
+		t.child = c.ID
+		c.Template = t
+	}
+}
+
+// isParentNamespace tells whether a node is exactly ${parent.metadata.namespace}.
+func isParentNamespace(n *yaml.Node) bool {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return false
+	}
+	segs, err := splitTemplate(n.Value)
+	return err == nil && len(segs) == 1 && segs[0].expr && strings.TrimSpace(segs[0].text) == "parent.metadata.namespace"
+}
+
+var reservedStatus = []string{"conditions", "observedGeneration"}
+
+func (l *loader) status(r *Rule, n *yaml.Node, w where) {
+	n = l.resolve(n)
+	if n.Kind != yaml.MappingNode {
+		l.errorf(n, w, "must be a mapping of status fields")
+		return
+	}
+	for _, e := range l.entries(n, w) {
+		if slices.Contains(reservedStatus, e.key) {
+			l.errorf(e.keyNode, w, "status field %q is written by kgen itself", e.key)
+			continue
+		}
+		fw := w.key(e.key)
+		fw.rule = r.Name
+		if t := l.compileTemplate(e.valNode, fw); t != nil {
+			r.Status = append(r.Status, &StatusField{Name: e.key, Value: t})
+		}
+	}
+}
+
+// compileTemplate compiles a YAML value whose strings may hold expressions.
+func (l *loader) compileTemplate(n *yaml.Node, w where) *Template {
+	before := len(l.errs)
+	root := l.node(n, w)
+	if root == nil || len(l.errs) > before {
+		return nil
+	}
+	t := &Template{root: root, rule: w.rule, child: w.child, field: w.field, maxBytes: l.c.opts.MaxOutputBytes}
+	t.collect()
+	return t
+}
+
+// node compiles one YAML node of a template.
+func (l *loader) node(n *yaml.Node, w where) *node {
+	if !l.spend(n, w) {
+		return nil
+	}
+	n = l.resolve(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		out := &node{kind: mapNode}
+		for _, e := range l.entries(n, w) {
+			segs, err := splitTemplate(e.key)
+			if err != nil || len(segs) > 1 || (len(segs) == 1 && segs[0].expr) {
+				l.errorf(e.keyNode, w, `key %q: keys cannot hold expressions (write $${ for a literal "${")`, e.key)
+				continue
+			}
+			key := ""
+			if len(segs) == 1 {
+				key = segs[0].text
+			}
+			v := l.node(e.valNode, w.key(key))
+			if v == nil {
+				continue
+			}
+			out.keys = append(out.keys, key)
+			out.elems = append(out.elems, v)
+		}
+		return out
+	case yaml.SequenceNode:
+		out := &node{kind: listNode}
+		for i, item := range n.Content {
+			if v := l.node(item, w.index(i)); v != nil {
+				out.elems = append(out.elems, v)
+			}
+		}
+		return out
+	case yaml.ScalarNode:
+		if n.ShortTag() == "!!str" {
+			return l.stringNode(n, w)
+		}
+		v, err := scalarValue(n)
+		if err != nil {
+			l.errorf(n, w, "%v", err)
+			return nil
+		}
+		return &node{kind: literalNode, lit: v}
+	}
+	l.errorf(n, w, "unsupported YAML node")
+	return nil
+}
+
+// stringNode compiles a string scalar of a template.
+func (l *loader) stringNode(n *yaml.Node, w where) *node {
+	segs, err := splitTemplate(n.Value)
+	if err != nil {
+		l.splitError(n, w, err)
+		return nil
+	}
+	switch {
+	case len(segs) == 0:
+		return &node{kind: literalNode, lit: ""}
+	case len(segs) == 1 && !segs[0].expr:
+		return &node{kind: literalNode, lit: segs[0].text}
+	}
+	var parts []part
+	for _, s := range segs {
+		if !s.expr {
+			parts = append(parts, part{text: s.text})
+			continue
+		}
+		pos, exact := l.exprPos(n, s.offset)
+		e := l.c.compile(s.text, pos, exact, w, valueExpr, &l.errs)
+		if e == nil {
+			return nil
+		}
+		parts = append(parts, part{expr: e})
+	}
+	if len(parts) == 1 {
+		return &node{kind: exprNode, expr: parts[0].expr}
+	}
+	return &node{kind: textNode, parts: parts}
+}
+
+// exprPos is the position of the "${" at a character offset of a string
+// scalar. It is exact (true) for a one-line plain or quoted scalar; for
+// other scalars it is where the scalar starts.
+func (l *loader) exprPos(n *yaml.Node, offset int) (Position, bool) {
+	p := l.pos(n)
+	if strings.Contains(n.Value, "\n") {
+		return p, false
+	}
+	switch n.Style {
+	case 0:
+		p.Column += offset
+		return p, true
+	case yaml.DoubleQuotedStyle, yaml.SingleQuotedStyle:
+		p.Column += 1 + offset
+		return p, true
+	}
+	return p, false
+}
+
+func (l *loader) splitError(n *yaml.Node, w where, err error) {
+	var se *splitError
+	if errors.As(err, &se) {
+		p, _ := l.exprPos(n, se.offset)
+		l.errs = append(l.errs, &Error{Pos: p, Rule: w.rule, Child: w.child, Field: w.field, Err: err})
+		return
+	}
+	l.errorf(n, w, "%v", err)
+}

@@ -1,0 +1,478 @@
+package rules
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// header is the start of a rule document whose children follow from line 7.
+const header = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App}
+  children:
+`
+
+// cm is a valid child template body at the indentation of a child's fields.
+func cm(name string) string {
+	return "    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"" + name + "\"}\n"
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{
+			name: "unknown top-level field",
+			yaml: "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspecs: {}\n",
+			want: []string{
+				`rules.yaml:1:1: rule "r": spec is required`,
+				`rules.yaml:4:1: unknown field "specs"`,
+			},
+		},
+		{
+			name: "wrong apiVersion and kind",
+			yaml: "apiVersion: kgen.dev/v1\nkind: Rules\nmetadata: {name: r}\nspec: {parent: {apiVersion: v1, kind: ConfigMap}, children: [{id: a, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}}]}\n",
+			want: []string{
+				`rules.yaml:1:13: rule "r": apiVersion: must be "kgen.dev/v1alpha1", not "kgen.dev/v1"`,
+				`rules.yaml:2:7: rule "r": kind: must be "Rule", not "Rules"`,
+			},
+		},
+		{
+			name: "missing name",
+			yaml: "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {}\nspec: {parent: {apiVersion: v1, kind: ConfigMap}, children: [{id: a, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}}]}\n",
+			want: []string{`rules.yaml:3:11: metadata: name is required`},
+		},
+		{
+			name: "name not a label value",
+			yaml: "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: my rule}\nspec: {parent: {apiVersion: v1, kind: ConfigMap}, children: [{id: a, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}}]}\n",
+			want: []string{`rules.yaml:3:18: metadata.name: "my rule" must be a valid label value, since children carry it in a label: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`},
+		},
+		{
+			name: "duplicate rule names",
+			yaml: header + "  - id: a\n" + cm("a") + "---\n" + header + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:13:1: rule "r": metadata.name: duplicate rule name: also defined at rules.yaml:1:1`},
+		},
+		{
+			name: "unknown field in parent",
+			yaml: strings.Replace(header, "kind: App}", "kind: App, namespace: x}", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:51: rule "r": spec.parent: unknown field "namespace"`},
+		},
+		{
+			name: "parent without kind",
+			yaml: strings.Replace(header, ", kind: App", "", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:11: rule "r": spec.parent: kind is required`},
+		},
+		{
+			name: "bad parent apiVersion",
+			yaml: strings.Replace(header, "example.com/v1", "a/b/c", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:24: rule "r": spec.parent.apiVersion: unexpected GroupVersion string: a/b/c`},
+		},
+		{
+			name: "invalid selector label",
+			yaml: strings.Replace(header, "kind: App}", "kind: App, selector: {matchLabels: {tier: \"a b\"}}}", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:82: rule "r": spec.parent.selector.matchLabels.tier: invalid label value "a b": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`},
+		},
+		{
+			name: "invalid selector operator",
+			yaml: strings.Replace(header, "kind: App}", "kind: App, selector: {matchExpressions: [{key: tier, operator: Is}]}}", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:81: rule "r": spec.parent.selector.matchExpressions[0]: "Is" is not a valid label selector operator`},
+		},
+		{
+			name: "invalid namespace",
+			yaml: strings.Replace(header, "kind: App}", "kind: App, namespaces: [Team_A]}", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:64: rule "r": spec.parent.namespaces[0]: "Team_A" is not a valid namespace name: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`},
+		},
+		{
+			name: "no children",
+			yaml: header[:len(header)-1] + " []\n",
+			want: []string{`rules.yaml:6:13: rule "r": spec.children: must have at least one child`},
+		},
+		{
+			name: "unknown field in child",
+			yaml: header + "  - id: a\n    readywhen: []\n" + cm("a"),
+			want: []string{`rules.yaml:8:5: rule "r": spec.children[0]: unknown field "readywhen"`},
+		},
+		{
+			name: "bad child id",
+			yaml: header + "  - id: Web-1\n" + cm("a"),
+			want: []string{`rules.yaml:7:9: rule "r": spec.children[0].id: child id "Web-1" must match [a-z][a-z0-9_]*`},
+		},
+		{
+			name: "child id ending in underscore",
+			yaml: header + "  - id: web_\n" + cm("a"),
+			want: []string{`rules.yaml:7:9: rule "r": spec.children[0].id: child id "web_" must be a valid label value (at most 63 characters, not ending in _), since children carry it in a label`},
+		},
+		{
+			name: "duplicate child id",
+			yaml: header + "  - id: a\n" + cm("a") + "  - id: a\n" + cm("b"),
+			want: []string{`rules.yaml:12:9: rule "r": spec.children[1].id: duplicate child id "a" (first at line 7)`},
+		},
+		{
+			name: "template without apiVersion",
+			yaml: header + "  - id: a\n    template: {kind: ConfigMap, metadata: {name: a}}\n",
+			want: []string{`rules.yaml:8:15: rule "r": child "a": template: apiVersion is required`},
+		},
+		{
+			name: "template kind is an expression",
+			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: \"${parent.spec.kind}\", metadata: {name: a}}\n",
+			want: []string{`rules.yaml:8:38: rule "r": child "a": template.kind: must be a literal, not an expression: kgen watches children by kind, so kinds must be known when the rules load`},
+		},
+		{
+			name: "template without name",
+			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {labels: {a: b}}}\n",
+			want: []string{`rules.yaml:8:59: rule "r": child "a": template.metadata: name is required`},
+		},
+		{
+			name: "template sets ownerReferences",
+			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, ownerReferences: []}}\n",
+			want: []string{`rules.yaml:8:69: rule "r": child "a": template.metadata.ownerReferences: must not be set: kgen manages it`},
+		},
+		{
+			name: "namespace allowed by allowCrossNamespace",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: true\n", 1) + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: kube-system}}\n",
+			want: nil,
+		},
+		{
+			name: "the parent's namespace",
+			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: \"${ parent.metadata.namespace }\"}}\n",
+			want: nil,
+		},
+		{
+			name: "namespace other than the parent's",
+			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: kube-system}}\n",
+			want: []string{`rules.yaml:8:80: rule "r": child "a": template.metadata.namespace: must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true`},
+		},
+		{
+			name: "namespace expression other than the parent's",
+			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: \"${parent.spec.ns}\"}}\n",
+			want: []string{`rules.yaml:8:80: rule "r": child "a": template.metadata.namespace: must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true`},
+		},
+		{
+			name: "syntax error",
+			yaml: header + "  - id: a\n" + cm("${parent.metadata.name +}"),
+			want: []string{`rules.yaml:11:49: rule "r": child "a": template.metadata.name: ${parent.metadata.name +}: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}`},
+		},
+		{
+			name: "unknown variable",
+			yaml: header + "  - id: a\n" + cm("${parnt.metadata.name}"),
+			want: []string{`rules.yaml:11:27: rule "r": child "a": template.metadata.name: ${parnt.metadata.name}: undeclared reference to 'parnt' (in container '')`},
+		},
+		{
+			name: "type error",
+			yaml: header + "  - id: a\n" + cm("x-${1 + 'a'}"),
+			want: []string{`rules.yaml:11:31: rule "r": child "a": template.metadata.name: ${1 + 'a'}: found no matching overload for '_+_' applied to '(int, string)'`},
+		},
+		{
+			name: "self outside readyWhen",
+			yaml: header + "  - id: a\n" + cm("${self.metadata.name}"),
+			want: []string{`rules.yaml:11:27: rule "r": child "a": template.metadata.name: ${self.metadata.name}: undeclared reference to 'self' (in container '')`},
+		},
+		{
+			name: "includeWhen not a bool",
+			yaml: header + "  - id: a\n    includeWhen: [\"${parent.metadata.name + 'x'}\"]\n" + cm("a"),
+			want: []string{`rules.yaml:8:20: rule "r": child "a": includeWhen[0]: ${parent.metadata.name + 'x'}: must be a bool expression, but its type is string`},
+		},
+		{
+			name: "includeWhen with text",
+			yaml: header + "  - id: a\n    includeWhen: [\"is ${true}\"]\n" + cm("a"),
+			want: []string{`rules.yaml:8:19: rule "r": child "a": includeWhen[0]: must be exactly one "${...}" expression, with no text around it`},
+		},
+		{
+			name: "readyWhen not a string",
+			yaml: header + "  - id: a\n    readyWhen: [true]\n" + cm("a"),
+			want: []string{`rules.yaml:8:17: rule "r": child "a": readyWhen[0]: must be a string holding one "${...}" expression`},
+		},
+		{
+			name: "children without id",
+			yaml: header + "  - id: a\n" + cm("${string(size(children))}"),
+			want: []string{`rules.yaml:11:25: rule "r": child "a": template.metadata.name: ${string(size(children))}: children must be followed by a child id, as in children.config or children["config"]`},
+		},
+		{
+			name: "unknown child id",
+			yaml: header + "  - id: a\n" + cm("${children.b.metadata.name}"),
+			want: []string{`rules.yaml:11:25: rule "r": child "a": template.metadata.name: ${children.b.metadata.name}: unknown child id "b" in children.b (the rule's children are: a)`},
+		},
+		{
+			name: "unknown child id in readyWhen",
+			yaml: header + "  - id: a\n    readyWhen: [\"${has(children.zz.status)}\"]\n" + cm("a"),
+			want: []string{`rules.yaml:8:18: rule "r": child "a": readyWhen[0]: ${has(children.zz.status)}: unknown child id "zz" in children.zz (the rule's children are: a)`},
+		},
+		{
+			name: "unknown child id in status",
+			yaml: header + "  - id: a\n" + cm("a") + "  status:\n    x: ${children['b'].metadata.name}\n",
+			want: []string{`rules.yaml:13:8: rule "r": spec.status.x: ${children['b'].metadata.name}: unknown child id "b" in children.b (the rule's children are: a)`},
+		},
+		{
+			name: "cycle",
+			yaml: header + "  - id: a\n" + cm("${children.b.metadata.name}") + "  - id: b\n" + cm("${children.a.metadata.name}"),
+			want: []string{`rules.yaml:7:5: rule "r": child "a": dependency cycle: a -> b -> a`},
+		},
+		{
+			name: "cycle through includeWhen",
+			yaml: header + "  - id: a\n" + cm("a") + "  - id: b\n    includeWhen: [\"${has(children.c.data)}\"]\n" + cm("b") + "  - id: c\n" + cm("${children.b.metadata.name}"),
+			want: []string{`rules.yaml:12:5: rule "r": child "b": dependency cycle: b -> c -> b`},
+		},
+		{
+			name: "child reads itself",
+			yaml: header + "  - id: a\n" + cm("${children.a.metadata.name}"),
+			want: []string{`rules.yaml:7:5: rule "r": child "a": dependency cycle: a -> a`},
+		},
+		{
+			name: "unterminated expression",
+			yaml: header + "  - id: a\n" + cm("x-${parent.metadata.name"),
+			want: []string{`rules.yaml:11:27: rule "r": child "a": template.metadata.name: unterminated ${: no closing "}"`},
+		},
+		{
+			name: "empty expression",
+			yaml: header + "  - id: a\n" + cm("${ }"),
+			want: []string{`rules.yaml:11:25: rule "r": child "a": template.metadata.name: empty expression ${}`},
+		},
+		{
+			name: "expression in a key",
+			yaml: header + "  - id: a\n" + cm("a") + "      data: {\"${parent.metadata.name}\": x}\n",
+			want: []string{`rules.yaml:12:14: rule "r": child "a": template.data: key "${parent.metadata.name}": keys cannot hold expressions (write $${ for a literal "${")`},
+		},
+		{
+			name: "duplicate key",
+			yaml: header + "  - id: a\n" + cm("a") + "      data: {x: a, x: b}\n",
+			want: []string{`rules.yaml:12:20: rule "r": child "a": template.data: duplicate key "x" (first at line 12)`},
+		},
+		{
+			name: "reserved status field",
+			yaml: header + "  - id: a\n" + cm("a") + "  status:\n    conditions: []\n",
+			want: []string{`rules.yaml:13:5: rule "r": spec.status: status field "conditions" is written by kgen itself`},
+		},
+		{
+			name: "allowCrossNamespace not a bool",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: \"yes\"\n", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:24: rule "r": spec.allowCrossNamespace: must be true or false`},
+		},
+		{
+			name: "YAML syntax error",
+			yaml: "apiVersion: kgen.dev/v1alpha1\nkind: Rule\n  metadata: {}\n",
+			want: []string{`rules.yaml:3: yaml: mapping values are not allowed in this context`},
+		},
+		{
+			name: "not a mapping",
+			yaml: "- a\n- b\n",
+			want: []string{`rules.yaml:1:1: a rule must be a mapping with apiVersion, kind, metadata and spec`},
+		},
+		{
+			name: "several errors at once",
+			yaml: header + "  - id: a\n" + cm("${parnt}") + "  - id: A\n" + cm("${1 + 'a'}"),
+			want: []string{
+				`rules.yaml:11:27: rule "r": child "a": template.metadata.name: ${parnt}: undeclared reference to 'parnt' (in container '')`,
+				`rules.yaml:12:9: rule "r": spec.children[1].id: child id "A" must match [a-z][a-z0-9_]*`,
+				`rules.yaml:16:29: rule "r": spec.children[1].template.metadata.name: ${1 + 'a'}: found no matching overload for '_+_' applied to '(int, string)'`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("rules.yaml", []byte(tt.yaml), Options{})
+			var got []string
+			var list ErrorList
+			if err != nil && !errors.As(err, &list) {
+				t.Fatalf("Parse() error is a %T, not an ErrorList: %v", err, err)
+			}
+			for _, e := range list {
+				got = append(got, e.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("Parse() errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	tests := []struct {
+		name    string
+		paths   []string
+		want    []string
+		wantErr string
+	}{
+		{
+			name:  "file",
+			paths: []string{"testdata/webapp.yaml"},
+			want:  []string{"webapp"},
+		},
+		{
+			name:  "directory: *.yaml and *.yml in name order, other files ignored",
+			paths: []string{"testdata/dir"},
+			want:  []string{"webapp", "first", "second"},
+		},
+		{
+			name:    "the same rule twice",
+			paths:   []string{"testdata/webapp.yaml", "testdata/dir"},
+			wantErr: `testdata/dir/a-webapp.yaml:1:1: rule "webapp": metadata.name: duplicate rule name: also defined at testdata/webapp.yaml:1:1`,
+		},
+		{
+			name:    "missing file",
+			paths:   []string{"testdata/nope.yaml"},
+			wantErr: "testdata/nope.yaml: stat testdata/nope.yaml: no such file or directory",
+		},
+		{
+			name:    "directory without rules",
+			paths:   []string{"testdata/empty"},
+			wantErr: "testdata/empty: the directory has no *.yaml or *.yml files",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Load(tt.paths, Options{})
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("Load(%v) error:\n%v\nwant:\n%s", tt.paths, err, tt.wantErr)
+				}
+				if got != nil {
+					t.Errorf("Load(%v) returned rules with an error", tt.paths)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load(%v) error: %v", tt.paths, err)
+			}
+			var names []string
+			for _, r := range got {
+				names = append(names, r.Name)
+			}
+			if strings.Join(names, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("Load(%v) = %v, want %v", tt.paths, names, tt.want)
+			}
+		})
+	}
+}
+
+func TestParsedRule(t *testing.T) {
+	doc := `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  parent:
+    apiVersion: example.com/v1
+    kind: App
+    selector:
+      matchLabels: {tier: web}
+      matchExpressions: [{key: env, operator: In, values: [prod, staging]}]
+    namespaces: [team-a, team-b]
+  children:
+  - id: deployment
+    includeWhen: ["${has(children.config.data)}"]
+    readyWhen: ["${self.status.ready && has(children.service.spec)}"]
+    template:
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: "${children.config.metadata.name}"}
+  - id: service
+    template: {apiVersion: v1, kind: Service, metadata: {name: x}}
+  - id: config
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${children.service.metadata.name}"}}
+  status:
+    a: ${children.deployment.metadata.name}
+    b: {c: "${children['config'].metadata.name}"}
+`
+	rules, err := Parse("rules.yaml", []byte(doc), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rules[0]
+	if want := (schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "App"}); r.Parent.GroupVersionKind != want {
+		t.Errorf("parent GVK = %v, want %v", r.Parent.GroupVersionKind, want)
+	}
+	if got, want := r.Parent.Selector.String(), "env in (prod,staging),tier=web"; got != want {
+		t.Errorf("selector = %q, want %q", got, want)
+	}
+	if got, want := r.Parent.Namespaces, []string{"team-a", "team-b"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("namespaces = %v, want %v", got, want)
+	}
+	var order []string
+	for _, c := range r.Order() {
+		order = append(order, c.ID)
+	}
+	if got, want := order, []string{"service", "config", "deployment"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Order() = %v, want %v", got, want)
+	}
+	deps := map[string][]string{}
+	for _, c := range r.Children {
+		deps[c.ID] = c.DependsOn
+	}
+	// readyWhen's reference to service is checked but is no dependency.
+	if want := map[string][]string{"deployment": {"config"}, "service": nil, "config": {"service"}}; !reflect.DeepEqual(deps, want) {
+		t.Errorf("DependsOn = %v, want %v", deps, want)
+	}
+	if got, want := r.Child("deployment").GroupVersionKind, (schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}); got != want {
+		t.Errorf("child GVK = %v, want %v", got, want)
+	}
+	if got := r.Child("nope"); got != nil {
+		t.Errorf("Child(nope) = %v, want nil", got)
+	}
+	var status []string
+	for _, f := range r.Status {
+		status = append(status, f.Name+":"+strings.Join(f.Value.References(), ","))
+	}
+	if got, want := status, []string{"a:deployment", "b:config"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("status fields = %v, want %v", got, want)
+	}
+}
+
+func TestSelects(t *testing.T) {
+	rules, err := Load([]string{"testdata/webapp.yaml"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rules[0]
+	obj := func(apiVersion, kind, ns string, labels map[string]string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(apiVersion)
+		u.SetKind(kind)
+		u.SetNamespace(ns)
+		u.SetName("x")
+		u.SetLabels(labels)
+		return u
+	}
+	tests := []struct {
+		name string
+		obj  *unstructured.Unstructured
+		want bool
+	}{
+		{name: "match", obj: obj("example.com/v1alpha1", "WebApp", "team-a", map[string]string{"tier": "web"}), want: true},
+		{name: "other version", obj: obj("example.com/v1", "WebApp", "team-a", map[string]string{"tier": "web"})},
+		{name: "other kind", obj: obj("example.com/v1alpha1", "App", "team-a", map[string]string{"tier": "web"})},
+		{name: "other namespace", obj: obj("example.com/v1alpha1", "WebApp", "team-b", map[string]string{"tier": "web"})},
+		{name: "labels do not match", obj: obj("example.com/v1alpha1", "WebApp", "team-a", map[string]string{"tier": "db"})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := r.Selects(tt.obj); got != tt.want {
+				t.Errorf("Selects() = %t, want %t", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAliasBomb(t *testing.T) {
+	doc := header + "  - id: a\n" + cm("a") + `      data:
+        a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]
+        b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
+        c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
+        d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]
+        e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
+        f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]
+        g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
+        h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]
+`
+	_, err := Parse("rules.yaml", []byte(doc), Options{})
+	if err == nil || !strings.Contains(err.Error(), "the document expands to more than 100000 YAML nodes") {
+		t.Fatalf("Parse() error = %v, want one about the document's size", err)
+	}
+}
