@@ -1,0 +1,22 @@
+package reconcile
+
+// The labels and annotation every rendered child carries. The watcher and the
+// controller select children with them; a child's identity is the triple
+// (LabelRule, LabelParentUID, LabelChild).
+const (
+	// LabelManagedBy marks every object kgen manages, with value ManagedBy.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedBy is the value of LabelManagedBy on kgen's children.
+	ManagedBy = "kgen"
+	// LabelRule holds the name of the rule that renders the child.
+	LabelRule = "kgen.dev/rule"
+	// LabelParentUID holds the UID of the child's parent.
+	LabelParentUID = "kgen.dev/parent-uid"
+	// LabelChild holds the child's id within its rule.
+	LabelChild = "kgen.dev/child"
+	// AnnotationParent holds the parent's "namespace/name", or "name" for a
+	// cluster-scoped parent, so a child without an ownerReference (another
+	// namespace, or a cluster-scoped child of a namespaced parent) still
+	// leads back to its parent.
+	AnnotationParent = "kgen.dev/parent"
+)
