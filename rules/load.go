@@ -179,7 +179,16 @@ func (l *loader) rule(doc *yaml.Node) *Rule {
 		return nil
 	}
 	r := &Rule{Pos: l.pos(root), byID: map[string]*Child{}}
-	top := l.fields(root, where{}, "apiVersion", "kind", "metadata", "spec")
+	top := map[string]entry{}
+	for _, e := range l.entries(root, where{}) {
+		top[e.key] = e
+	}
+	// A document of another kind (a CRD, a parent) is one error, not one
+	// for each of its fields.
+	if !l.isRule(root, top) {
+		return nil
+	}
+	top = l.fields(root, where{}, "apiVersion", "kind", "metadata", "spec")
 	w := where{}
 	// The name comes first so that every other error can name the rule.
 	if md, ok := top["metadata"]; ok {
@@ -188,8 +197,6 @@ func (l *loader) rule(doc *yaml.Node) *Rule {
 	} else {
 		l.errorf(root, w, "metadata.name is required")
 	}
-	l.literal(root, top, "apiVersion", APIVersion, w)
-	l.literal(root, top, "kind", Kind, w)
 	spec, ok := top["spec"]
 	if !ok {
 		l.errorf(root, w, "spec is required")
@@ -199,16 +206,30 @@ func (l *loader) rule(doc *yaml.Node) *Rule {
 	return r
 }
 
-// literal checks that a field holds exactly the given string.
-func (l *loader) literal(parent *yaml.Node, fields map[string]entry, key, want string, w where) {
-	e, ok := fields[key]
-	if !ok {
-		l.errorf(parent, w, "%s is required: %s", key, want)
-		return
+// isRule checks that a document declares kgen's apiVersion and kind.
+func (l *loader) isRule(root *yaml.Node, top map[string]entry) bool {
+	var got [2]string
+	var at *yaml.Node
+	for i, key := range []string{"apiVersion", "kind"} {
+		e, ok := top[key]
+		if !ok {
+			l.errorf(root, where{}, "%s is required: every document must be a %s %s", key, APIVersion, Kind)
+			return false
+		}
+		v := l.resolve(e.valNode)
+		if at == nil {
+			at = v
+		}
+		got[i] = v.Value
+		if v.Kind != yaml.ScalarNode {
+			got[i] = "a " + map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[v.Kind]
+		}
 	}
-	if s, ok := l.str(e.valNode, w.key(key)); ok && s != want {
-		l.errorf(e.valNode, w.key(key), "must be %q, not %q", want, s)
+	if got[0] != APIVersion || got[1] != Kind {
+		l.errorf(at, where{}, "not a rule: apiVersion %s, kind %s; every document must be a %s %s", got[0], got[1], APIVersion, Kind)
+		return false
 	}
+	return true
 }
 
 // metadata decodes the rule's metadata and returns its name.

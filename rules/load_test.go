@@ -41,10 +41,17 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "wrong apiVersion and kind",
 			yaml: "apiVersion: kgen.dev/v1\nkind: Rules\nmetadata: {name: r}\nspec: {parent: {apiVersion: v1, kind: ConfigMap}, children: [{id: a, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}}]}\n",
-			want: []string{
-				`rules.yaml:1:13: rule "r": apiVersion: must be "kgen.dev/v1alpha1", not "kgen.dev/v1"`,
-				`rules.yaml:2:7: rule "r": kind: must be "Rule", not "Rules"`,
-			},
+			want: []string{`rules.yaml:1:13: not a rule: apiVersion kgen.dev/v1, kind Rules; every document must be a kgen.dev/v1alpha1 Rule`},
+		},
+		{
+			name: "another kind of object",
+			yaml: "apiVersion: example.com/v1\nkind: App\nmetadata: {name: web}\nspec: {image: nginx}\n",
+			want: []string{`rules.yaml:1:13: not a rule: apiVersion example.com/v1, kind App; every document must be a kgen.dev/v1alpha1 Rule`},
+		},
+		{
+			name: "no kind",
+			yaml: "apiVersion: kgen.dev/v1alpha1\nmetadata: {name: r}\n",
+			want: []string{`rules.yaml:1:1: kind is required: every document must be a kgen.dev/v1alpha1 Rule`},
 		},
 		{
 			name: "missing name",
