@@ -22,6 +22,8 @@ informers and keeps the children equal to the templates with server-side apply.`
 	kube.addFlags(cmd.PersistentFlags())
 	cmd.AddCommand(
 		newGVKToGVRCmd(out, kube),
+		newRenderCmd(out),
+		newValidateCmd(out),
 		newVersionCmd(out),
 	)
 	return cmd

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/rules"
+)
+
+// placeholderUID stands in for the UID of a parent read from a file that has
+// none, so that labels and ownerReferences can be shown.
+const placeholderUID = types.UID("00000000-0000-0000-0000-000000000000")
+
+type renderOptions struct {
+	rules    []string
+	parent   string
+	observed string
+	crds     []string
+	output   string
+}
+
+func newRenderCmd(out io.Writer) *cobra.Command {
+	o := &renderOptions{}
+	cmd := &cobra.Command{
+		Use:   "render --rules PATH --parent FILE",
+		Short: "Render the children of one parent offline, as run would apply them",
+		Long: `Render the children that the rules selecting a parent want, exactly as
+"kgenctl run" would apply them, without a cluster: no kubeconfig is read.
+
+The children are printed as a YAML stream (or, with -o json, a v1 List), in
+the order they are applied. Notes go to stderr: children excluded by their
+includeWhen, children waiting for a child they read, and the status fields
+that would be written to the parent.
+
+Every kind involved must be a built-in kind or have its
+CustomResourceDefinition given with --crd, so that its scope is known. A
+parent without metadata.namespace, of a namespaced kind, is taken to be in
+"default", as kubectl does; one without metadata.uid gets a placeholder UID.
+--observed gives the children as they exist in the cluster (labelled
+kgen.dev/child, as kgen labels them, or of a kind only one child has), for
+rules whose children read other children.`,
+		Example: `  kgenctl render --rules examples/webapp/rules.yaml --parent examples/webapp/parent.yaml \
+      --crd examples/webapp/crd.yaml
+  kgenctl render --rules rules/ --parent foo.yaml --crd crds/foo.yaml -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(out, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
+	f.StringVar(&o.parent, "parent", "", "a file holding the parent object")
+	f.StringVar(&o.observed, "observed", "", "a file holding observed children (a YAML stream or a List)")
+	f.StringArrayVar(&o.crds, "crd", nil, "a file of CustomResourceDefinitions of kinds involved (repeatable)")
+	f.StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
+	_ = cmd.MarkFlagRequired("rules")
+	_ = cmd.MarkFlagRequired("parent")
+	return cmd
+}
+
+func (o *renderOptions) run(out, notes io.Writer) error {
+	err := o.render(out, notes)
+	if errors.Is(err, reconcile.ErrUnknownKind) {
+		return fmt.Errorf("%w (pass its CustomResourceDefinition with --crd)", err)
+	}
+	return err
+}
+
+func (o *renderOptions) render(out, notes io.Writer) error {
+	if o.output != "yaml" && o.output != "json" {
+		return fmt.Errorf("unknown output format %q: use yaml or json", o.output)
+	}
+	loaded, err := rules.Load(o.rules, rules.Options{})
+	if err != nil {
+		return err
+	}
+	scope := reconcile.NewStaticScoper()
+	for _, path := range o.crds {
+		objs, err := readObjects(path)
+		if err != nil {
+			return err
+		}
+		for _, crd := range objs {
+			if err := scope.AddCRD(crd); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+		}
+	}
+	parent, err := o.readParent(scope, notes)
+	if err != nil {
+		return err
+	}
+	var selected []*rules.Rule
+	for _, r := range loaded {
+		if r.Selects(parent) {
+			selected = append(selected, r)
+		}
+	}
+	if len(selected) == 0 {
+		return fmt.Errorf("no rule selects %s %s (check the rules' parent kind, selector and namespaces)", parent.GetKind(), describeObject(parent))
+	}
+	observed, err := o.readObserved(selected)
+	if err != nil {
+		return err
+	}
+	var children []any
+	for _, r := range selected {
+		rendered, err := reconcile.Render(r, parent, observed[r.Name], scope)
+		if err != nil {
+			return err
+		}
+		for _, c := range rendered.Children {
+			children = append(children, c.Object.Object)
+		}
+		if err := writeNotes(notes, r.Name, rendered); err != nil {
+			return err
+		}
+	}
+	return printChildren(out, o.output, children)
+}
+
+// readParent reads the one parent object and completes it as the API server
+// would have: a namespace for a namespaced kind, a UID.
+func (o *renderOptions) readParent(scope reconcile.Scoper, notes io.Writer) (*unstructured.Unstructured, error) {
+	objs, err := readObjects(o.parent)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) != 1 {
+		return nil, fmt.Errorf("%s: holds %d objects, want exactly one parent", o.parent, len(objs))
+	}
+	parent := objs[0]
+	if parent.GetNamespace() == "" {
+		namespaced, err := scope.Namespaced(parent.GroupVersionKind())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.parent, err)
+		}
+		if namespaced {
+			parent.SetNamespace("default")
+		}
+	}
+	if parent.GetUID() == "" {
+		parent.SetUID(placeholderUID)
+		if _, err := fmt.Fprintf(notes, "# the parent has no metadata.uid: using %s\n", placeholderUID); err != nil {
+			return nil, err
+		}
+	}
+	return parent, nil
+}
+
+// readObserved reads the observed children and sorts them by rule and child
+// id: by their kgen.dev/rule and kgen.dev/child labels, or else by their kind
+// when only one child of the selected rules has it.
+func (o *renderOptions) readObserved(selected []*rules.Rule) (map[string]map[string]*unstructured.Unstructured, error) {
+	out := map[string]map[string]*unstructured.Unstructured{}
+	for _, r := range selected {
+		out[r.Name] = map[string]*unstructured.Unstructured{}
+	}
+	if o.observed == "" {
+		return out, nil
+	}
+	objs, err := readObjects(o.observed)
+	if err != nil {
+		return nil, err
+	}
+	for _, obj := range objs {
+		rule, id, err := childOf(obj, selected)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.observed, err)
+		}
+		out[rule][id] = obj
+	}
+	return out, nil
+}
+
+func childOf(obj *unstructured.Unstructured, selected []*rules.Rule) (rule, id string, err error) {
+	labels := obj.GetLabels()
+	if id := labels[reconcile.LabelChild]; id != "" {
+		for _, r := range selected {
+			if want := labels[reconcile.LabelRule]; (want == "" || want == r.Name) && r.Child(id) != nil {
+				return r.Name, id, nil
+			}
+		}
+		return "", "", fmt.Errorf("%s %s: no selected rule has child %q", obj.GetKind(), describeObject(obj), id)
+	}
+	var matches []string
+	for _, r := range selected {
+		for _, c := range r.Children {
+			if c.GroupVersionKind == obj.GroupVersionKind() {
+				rule, id = r.Name, c.ID
+				matches = append(matches, r.Name+"/"+c.ID)
+			}
+		}
+	}
+	switch len(matches) {
+	case 1:
+		return rule, id, nil
+	case 0:
+		return "", "", fmt.Errorf("%s %s: no child of the selected rules has this kind", obj.GetKind(), describeObject(obj))
+	}
+	return "", "", fmt.Errorf("%s %s: several children have this kind (%s): label it %s=<child id>",
+		obj.GetKind(), describeObject(obj), strings.Join(matches, ", "), reconcile.LabelChild)
+}
+
+func describeObject(obj *unstructured.Unstructured) string {
+	if ns := obj.GetNamespace(); ns != "" {
+		return ns + "/" + obj.GetName()
+	}
+	return obj.GetName()
+}
+
+// writeNotes tells on stderr what the output does not show.
+func writeNotes(w io.Writer, rule string, r *reconcile.Rendered) error {
+	var b strings.Builder
+	for _, id := range r.Excluded {
+		fmt.Fprintf(&b, "# rule %s: child %s is excluded\n", rule, id)
+	}
+	for _, id := range sortedKeys(r.Waiting) {
+		fmt.Fprintf(&b, "# rule %s: child %s is not rendered: %s\n", rule, id, r.Waiting[id])
+	}
+	if len(r.Status) > 0 {
+		status, err := json.Marshal(r.Status)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "# rule %s: status: %s\n", rule, status)
+	}
+	for _, f := range sortedKeys(r.StatusOmitted) {
+		fmt.Fprintf(&b, "# rule %s: status field %s is left out: %s\n", rule, f, r.StatusOmitted[f])
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// printChildren writes the children as a YAML stream or a JSON v1 List.
+func printChildren(out io.Writer, format string, children []any) error {
+	if format == "json" {
+		if children == nil {
+			children = []any{}
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"apiVersion": "v1", "kind": "List", "items": children})
+	}
+	var b bytes.Buffer
+	for i, c := range children {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		y, err := yaml.Marshal(c)
+		if err != nil {
+			return err
+		}
+		b.Write(y)
+	}
+	_, err := out.Write(b.Bytes())
+	return err
+}
+
+// readObjects reads the objects of a YAML stream or JSON file, decoded as
+// the API server's objects are (integers as int64); the items of a List
+// count as objects, and empty documents are skipped.
+func readObjects(path string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var objs []*unstructured.Unstructured
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		j, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if t := bytes.TrimSpace(j); len(t) == 0 || string(t) == "null" {
+			continue
+		}
+		obj, _, err := unstructured.UnstructuredJSONScheme.Decode(j, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		switch obj := obj.(type) {
+		case *unstructured.Unstructured:
+			if obj.GetAPIVersion() == "" || obj.GetKind() == "" {
+				return nil, fmt.Errorf("%s: an object without apiVersion or kind", path)
+			}
+			objs = append(objs, obj)
+		case *unstructured.UnstructuredList:
+			for i := range obj.Items {
+				objs = append(objs, &obj.Items[i])
+			}
+		}
+	}
+	return objs, nil
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	noCluster(t)
+	tests := []struct {
+		name   string
+		args   []string
+		golden string // under testdata/validate: stdout, or the error and a newline
+	}{
+		{name: "valid", args: []string{"--rules", "../../examples/webapp/rules.yaml", "--rules", "testdata/render/rules"}, golden: "valid.txt"},
+		{name: "every error listed", args: []string{"--rules", "testdata/validate/bad.yaml"}, golden: "bad.txt"},
+		{name: "missing file", args: []string{"--rules", "testdata/validate/missing.yaml"}, golden: "missing.txt"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runKgenctl(t, append([]string{"validate"}, tt.args...)...)
+			if err != nil {
+				out += "Error: " + err.Error() + "\n"
+			}
+			golden(t, filepath.Join("testdata", "validate", tt.golden), out)
+		})
+	}
+}
