@@ -1,0 +1,16 @@
+// Package watch runs dynamic informers over unstructured objects, one per
+// resource, namespace and label selector, started when first needed and
+// stopped when the last user releases it (reference counting).
+//
+// Every informer shares the Manager's indexers and transform: by default the
+// transform drops metadata.managedFields and the last-applied annotation
+// before objects enter the cache, since kgen never reads them and they are
+// often most of an object's size. Events are normalised to one callback that
+// receives the object (for a delete, its last known state), and each
+// registration reports whether its informer has synced, which feeds readiness.
+//
+// The package knows nothing of rules or parents: which keys to watch, with
+// which selectors, and what an event means are the caller's business. A
+// watch that fails because the resource is no longer served (its CRD was
+// deleted) is reported to Config.OnWatchError, so the caller can release it.
+package watch

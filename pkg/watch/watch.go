@@ -1,0 +1,266 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Key identifies one informer.
+type Key struct {
+	// GVR is the watched resource.
+	GVR schema.GroupVersionResource
+	// Namespace limits the watch to one namespace; empty means all.
+	Namespace string
+	// Selector is a label selector in its string form; empty means all.
+	Selector string
+}
+
+func (k Key) String() string {
+	s := k.GVR.String()
+	if k.Namespace != "" {
+		s += " in " + k.Namespace
+	}
+	if k.Selector != "" {
+		s += " where " + k.Selector
+	}
+	return s
+}
+
+// Handler receives an object that was added, updated or deleted.
+type Handler func(obj *unstructured.Unstructured)
+
+// Config configures a Manager. Only Client is required.
+type Config struct {
+	// Client lists and watches.
+	Client dynamic.Interface
+	// Indexers are added to every informer.
+	Indexers cache.Indexers
+	// Transform is applied to objects before they are cached;
+	// StripForCache when nil.
+	Transform cache.TransformFunc
+	// ResyncPeriod, when set, replays the cache to handlers periodically.
+	ResyncPeriod time.Duration
+	// OnWatchError is told of every list or watch error of an informer.
+	OnWatchError func(key Key, err error)
+}
+
+// Manager owns the running informers. It is safe for concurrent use.
+type Manager struct {
+	cfg Config
+
+	mu        sync.Mutex
+	informers map[Key]*Informer
+}
+
+// New returns a Manager that starts no informer until asked.
+func New(cfg Config) *Manager {
+	if cfg.Transform == nil {
+		cfg.Transform = StripForCache
+	}
+	return &Manager{cfg: cfg, informers: map[Key]*Informer{}}
+}
+
+// Informer is one running informer and its cache.
+type Informer struct {
+	key      Key
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+	done     chan struct{}
+	refs     int
+}
+
+// Key returns what the informer watches.
+func (i *Informer) Key() Key { return i.key }
+
+// Indexer returns the informer's cache. Objects in it are shared: never
+// modify them.
+func (i *Informer) Indexer() cache.Indexer { return i.informer.GetIndexer() }
+
+// HasSynced reports whether the informer has listed everything once.
+func (i *Informer) HasSynced() bool { return i.informer.HasSynced() }
+
+// Get returns the cached object with the given namespace and name.
+func (i *Informer) Get(namespace, name string) (*unstructured.Unstructured, bool) {
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	obj, ok, err := i.informer.GetIndexer().GetByKey(key)
+	if err != nil || !ok {
+		return nil, false
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	return u, ok
+}
+
+// Registration is one user's hold on an informer.
+type Registration struct {
+	m        *Manager
+	informer *Informer
+	handle   cache.ResourceEventHandlerRegistration
+	once     sync.Once
+}
+
+// Informer returns the informer the registration holds.
+func (r *Registration) Informer() *Informer { return r.informer }
+
+// HasSynced reports whether the handler has seen every object of the
+// informer's first list.
+func (r *Registration) HasSynced() bool { return r.handle.HasSynced() }
+
+// Release removes the handler and stops the informer if no one else uses it.
+// It is safe to call more than once.
+func (r *Registration) Release() {
+	r.once.Do(func() { r.m.release(r) })
+}
+
+// Acquire registers handler on the informer for key, starting the informer
+// if it is not running yet.
+func (m *Manager) Acquire(key Key, handler Handler) (*Registration, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inf, ok := m.informers[key]
+	if !ok {
+		var err error
+		if inf, err = m.startLocked(key); err != nil {
+			return nil, err
+		}
+	}
+	handle, err := inf.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { deliver(handler, obj) },
+		UpdateFunc: func(_, obj any) { deliver(handler, obj) },
+		DeleteFunc: func(obj any) { deliver(handler, obj) },
+	})
+	if err != nil {
+		if inf.refs == 0 {
+			m.stopLocked(inf)
+		}
+		return nil, fmt.Errorf("watch %s: %w", key, err)
+	}
+	inf.refs++
+	return &Registration{m: m, informer: inf, handle: handle}, nil
+}
+
+func deliver(handler Handler, obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		handler(u)
+	}
+}
+
+func (m *Manager) startLocked(key Key) (*Informer, error) {
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = key.Selector }
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(m.cfg.Client, m.cfg.ResyncPeriod, key.Namespace, tweak)
+	informer := factory.ForResource(key.GVR).Informer()
+	if err := informer.SetTransform(m.cfg.Transform); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", key, err)
+	}
+	if len(m.cfg.Indexers) > 0 {
+		if err := informer.AddIndexers(m.cfg.Indexers); err != nil {
+			return nil, fmt.Errorf("watch %s: %w", key, err)
+		}
+	}
+	if m.cfg.OnWatchError != nil {
+		onError := m.cfg.OnWatchError
+		if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+			onError(key, err)
+		}); err != nil {
+			return nil, fmt.Errorf("watch %s: %w", key, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inf := &Informer{key: key, informer: informer, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(inf.done)
+		informer.RunWithContext(ctx)
+	}()
+	m.informers[key] = inf
+	return inf, nil
+}
+
+func (m *Manager) release(r *Registration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inf := r.informer
+	_ = inf.informer.RemoveEventHandler(r.handle)
+	inf.refs--
+	if inf.refs <= 0 {
+		m.stopLocked(inf)
+	}
+}
+
+// stopLocked stops an informer without waiting for it: its goroutine ends
+// on its own once the context is cancelled.
+func (m *Manager) stopLocked(inf *Informer) {
+	inf.cancel()
+	if m.informers[inf.key] == inf {
+		delete(m.informers, inf.key)
+	}
+}
+
+// Shutdown stops every informer and waits until they have stopped.
+func (m *Manager) Shutdown() {
+	m.mu.Lock()
+	infs := make([]*Informer, 0, len(m.informers))
+	for _, inf := range m.informers {
+		infs = append(infs, inf)
+		m.stopLocked(inf)
+	}
+	m.mu.Unlock()
+	for _, inf := range infs {
+		<-inf.done
+	}
+}
+
+// Stats describes one running informer, for metrics and readiness.
+type Stats struct {
+	Key     Key
+	Objects int
+	Synced  bool
+	Users   int
+}
+
+// Stats returns every running informer's key, object count and sync state,
+// sorted by key.
+func (m *Manager) Stats() []Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Stats, 0, len(m.informers))
+	for key, inf := range m.informers {
+		out = append(out, Stats{Key: key, Objects: len(inf.informer.GetIndexer().ListKeys()), Synced: inf.informer.HasSynced(), Users: inf.refs})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
+	return out
+}
+
+// StripForCache drops what kgen never reads from an object before it is
+// cached: its managed fields and the client-side apply annotation.
+func StripForCache(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	u.SetManagedFields(nil)
+	if ann := u.GetAnnotations(); ann != nil {
+		if _, ok := ann[lastApplied]; ok {
+			delete(ann, lastApplied)
+			u.SetAnnotations(ann)
+		}
+	}
+	return u, nil
+}
+
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
