@@ -23,6 +23,7 @@ informers and keeps the children equal to the templates with server-side apply.`
 	cmd.AddCommand(
 		newGVKToGVRCmd(out, kube),
 		newRenderCmd(out),
+		newRunCmd(errOut, kube),
 		newValidateCmd(out),
 		newVersionCmd(out),
 	)
