@@ -1,0 +1,227 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"kgen.dev/kgen/pkg/controller"
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/rules"
+)
+
+var (
+	webappGVR  = schema.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "webapps"}
+	octopusGVR = schema.GroupVersionResource{Group: "zoo.example.com", Version: "v1", Resource: "octopodes"}
+	cmGVR      = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	deployGVR  = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	svcGVR     = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	crGVR      = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
+	laterGVR   = schema.GroupVersionResource{Group: "later.example.com", Version: "v1", Resource: "cuttlefish"}
+)
+
+// running is a controller started in-process by startController.
+type running struct {
+	ctrl *controller.Controller
+}
+
+// startController runs kgen in-process with the rules files (relative to the
+// repository root) as the given client configuration, until the test ends.
+func startController(t *testing.T, config *rest.Config, files ...string) *running {
+	t.Helper()
+	var paths []string
+	for _, f := range files {
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(env.root, f)
+		}
+		paths = append(paths, f)
+	}
+	loaded, err := rules.Load(paths, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if config == nil {
+		config = rest.CopyConfig(env.config)
+		config.UserAgent = "kgen-e2e"
+	}
+	// As kgenctl run's defaults.
+	config.QPS, config.Burst = 200, 400
+	kube := kubernetes.NewForConfigOrDie(config)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
+	ctx, cancel := context.WithCancel(context.Background())
+	ctx = klog.NewContext(ctx, logger)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	ctrl := controller.New(controller.Config{
+		Rules:    loaded,
+		Client:   dynamic.NewForConfigOrDie(config),
+		Mapper:   mapper.New(kube.Discovery()),
+		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"}),
+		Workers:  4,
+		// Tests install CRDs while kgen runs; notice them quickly.
+		RetryInterval: 500 * time.Millisecond,
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = ctrl.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		broadcaster.Shutdown()
+	})
+	return &running{ctrl: ctrl}
+}
+
+// webappRulesIn returns a copy of the WebApp test rules limited to one
+// namespace, so a test's controller ignores other tests' parents.
+func webappRulesIn(t *testing.T, ns string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(env.root, "e2e/testdata/webapp-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(data), "    kind: WebApp\n", "    kind: WebApp\n    namespaces: ["+ns+"]\n", 1)
+	return writeRules(t, text)
+}
+
+// waitReady waits until the controller runs every rule with synced caches.
+func (r *running) waitReady(t *testing.T) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() (bool, error) {
+		err := r.ctrl.Ready()
+		return err == nil, err
+	}, "the controller to be ready")
+}
+
+// create creates an object from a map and returns it.
+func create(t *testing.T, gvr schema.GroupVersionResource, obj map[string]any) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: obj}
+	var ri dynamic.ResourceInterface = env.dynamic.Resource(gvr)
+	if ns := u.GetNamespace(); ns != "" {
+		ri = env.dynamic.Resource(gvr).Namespace(ns)
+	}
+	out, err := ri.Create(t.Context(), u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create %s %s: %v", gvr.Resource, u.GetName(), err)
+	}
+	return out
+}
+
+// get returns an object, or nil if it does not exist.
+func get(t *testing.T, gvr schema.GroupVersionResource, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	var ri dynamic.ResourceInterface = env.dynamic.Resource(gvr)
+	if ns != "" {
+		ri = env.dynamic.Resource(gvr).Namespace(ns)
+	}
+	out, err := ri.Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// waitFor polls until the object exists and check accepts it.
+func waitFor(t *testing.T, gvr schema.GroupVersionResource, ns, name string, check func(*unstructured.Unstructured) error) *unstructured.Unstructured {
+	t.Helper()
+	var got *unstructured.Unstructured
+	eventually(t, 30*time.Second, func() (bool, error) {
+		got = get(t, gvr, ns, name)
+		if got == nil {
+			return false, errNotYet
+		}
+		if check != nil {
+			if err := check(got); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}, "%s %s/%s", gvr.Resource, ns, name)
+	return got
+}
+
+// waitGone polls until the object does not exist.
+func waitGone(t *testing.T, gvr schema.GroupVersionResource, ns, name string) {
+	t.Helper()
+	eventually(t, 60*time.Second, func() (bool, error) {
+		return get(t, gvr, ns, name) == nil, nil
+	}, "%s %s/%s to be deleted", gvr.Resource, ns, name)
+}
+
+type notYet struct{}
+
+func (notYet) Error() string { return "does not exist yet" }
+
+var errNotYet error = notYet{}
+
+// readyCondition returns the parent's Ready condition, or nil.
+func readyCondition(obj *unstructured.Unstructured) map[string]any {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			return m
+		}
+	}
+	return nil
+}
+
+// auditEvent is the part of an audit.k8s.io Event the tests read.
+type auditEvent struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	User      struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	StageTimestamp time.Time `json:"stageTimestamp"`
+}
+
+// auditOf returns the completed requests of a user since a time.
+func auditOf(t *testing.T, user string, since time.Time) []auditEvent {
+	t.Helper()
+	f, err := os.Open(env.cp.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		if e.Stage == "ResponseComplete" && e.User.Username == user && !e.StageTimestamp.Before(since) {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,390 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// kgenProcess is a 'kgenctl run' started by a test.
+type kgenProcess struct {
+	cmd    *exec.Cmd
+	output *syncBuffer
+	done   chan struct{}
+	err    error
+	health string // base URL of /healthz and /readyz
+	metric string // base URL of /metrics
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// userKubeconfig writes a kubeconfig for a user in system:masters, so each
+// process's requests can be told apart in the audit log.
+func userKubeconfig(t *testing.T, user string) string {
+	t.Helper()
+	path, err := env.cp.WriteKubeconfig(user+".kubeconfig", user, "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startKgen runs 'kgenctl run' as the given user with extra arguments; the
+// test's end stops it with SIGTERM.
+func startKgen(t *testing.T, user string, args ...string) *kgenProcess {
+	t.Helper()
+	health, metrics := freePort(t), freePort(t)
+	p := &kgenProcess{output: &syncBuffer{}, done: make(chan struct{}), health: "http://" + health, metric: "http://" + metrics}
+	all := append([]string{"run", "--kubeconfig", userKubeconfig(t, user),
+		"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "-v", "2"}, args...)
+	p.cmd = exec.Command(env.kgenctl, all...)
+	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("kgenctl run as %s:\n%s", user, tailOf(p.output.String(), 6000))
+		}
+	})
+	return p
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (p *kgenProcess) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func httpGet(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// newCRD creates a namespaced CRD with a status subresource for a test.
+func newCRD(t *testing.T, group, kind, plural string) schema.GroupVersionResource {
+	t.Helper()
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group, Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: kind, ListKind: kind + "List", Plural: plural, Singular: strings.ToLower(kind)},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: new(true)}},
+			}},
+		},
+	}
+	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
+	})
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err == nil, err
+	}, "%s to be served", gvr)
+	return gvr
+}
+
+func writeRules(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const probeRules = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: probe
+spec:
+  parent:
+    apiVersion: probe.example.com/v1
+    kind: Probe
+  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-probe
+      data:
+        value: ${parent.spec.value}
+`
+
+// /readyz says 503 until the rules run with synced caches, then 200;
+// /metrics serves kgen's and client-go's metric families.
+func TestRunReadyzAndMetrics(t *testing.T) {
+	ns := newNamespace(t)
+	p := startKgen(t, "kgen-probe", "--rules", writeRules(t, probeRules))
+	eventually(t, 30*time.Second, func() (bool, error) {
+		code, body, err := httpGet(p.health + "/readyz")
+		if err != nil {
+			return false, err
+		}
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting") {
+			return false, fmt.Errorf("readyz = %d %q, want 503 saying the rule waits", code, body)
+		}
+		return true, nil
+	}, "/readyz to report the waiting rule")
+	if code, _, err := httpGet(p.health + "/healthz"); err != nil || code != http.StatusOK {
+		t.Errorf("healthz = %d, %v; want 200", code, err)
+	}
+	gvr := newCRD(t, "probe.example.com", "Probe", "probes")
+	eventually(t, 30*time.Second, func() (bool, error) {
+		code, body, err := httpGet(p.health + "/readyz")
+		return err == nil && code == http.StatusOK, fmt.Errorf("readyz = %d %q %v", code, body, err)
+	}, "/readyz to turn 200 once the CRD is served and caches synced")
+	create(t, gvr, map[string]any{"apiVersion": "probe.example.com/v1", "kind": "Probe",
+		"metadata": map[string]any{"name": "p", "namespace": ns}, "spec": map[string]any{"value": "v"}})
+	waitFor(t, cmGVR, ns, "p-probe", nil)
+	eventually(t, 10*time.Second, func() (bool, error) {
+		_, body, err := httpGet(p.metric + "/metrics")
+		if err != nil {
+			return false, err
+		}
+		for _, family := range []string{"kgen_reconcile_total", "kgen_reconcile_duration_seconds", "kgen_rule_waiting",
+			"kgen_informer_objects", "kgen_api_requests_total", "workqueue_depth", "workqueue_adds_total",
+			"workqueue_work_duration_seconds", "rest_client_requests_total", "go_goroutines"} {
+			if !strings.Contains(body, "\n"+family) {
+				return false, fmt.Errorf("/metrics has no %s", family)
+			}
+		}
+		return true, nil
+	}, "/metrics to have kgen's and the work queue's families")
+}
+
+// Invalid rules make run exit non-zero, saying where, before any request.
+func TestRunInvalidRules(t *testing.T) {
+	start := time.Now()
+	bad := writeRules(t, strings.Replace(probeRules, "${parent.spec.value}", "${parent.spec.value +}", 1))
+	var out bytes.Buffer
+	cmd := exec.Command(env.kgenctl, "run", "--kubeconfig", userKubeconfig(t, "kgen-invalid"), "--rules", bad,
+		"--health-probe-bind-address", "0", "--metrics-bind-address", "0")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("run with invalid rules: %v, want a non-zero exit\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), bad+":17:") || !strings.Contains(out.String(), `"cm"`) {
+		t.Errorf("the error should name the file, line and child:\n%s", out.String())
+	}
+	if reqs := auditOf(t, "kgen-invalid", start); len(reqs) > 0 {
+		t.Errorf("run with invalid rules sent %d requests, first %+v", len(reqs), reqs[0])
+	}
+}
+
+// Leader election: of two replicas only the leader writes; when it is
+// killed the other takes over.
+func TestRunLeaderElection(t *testing.T) {
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	start := time.Now()
+	args := []string{"--rules", filepath.Join(env.root, "e2e/testdata/webapp-rules.yaml"), "--leader-elect",
+		"--leader-elect-namespace", ns, "--leader-elect-lease-duration", "4s"}
+	procs := map[string]*kgenProcess{"kgen-a": startKgen(t, "kgen-a", args...)}
+	procs["kgen-b"] = startKgen(t, "kgen-b", args...)
+	create(t, webappGVR, webapp(ns, "first", 1))
+	waitFor(t, cmGVR, ns, "first-config", nil)
+
+	// Either replica may win the lease; exactly one may write.
+	before := writers(t, ns, start)
+	if len(before) != 1 {
+		t.Fatalf("want exactly one replica writing children, got %v", before)
+	}
+	var leaderUser, followerUser string
+	for u := range procs {
+		if before[u] {
+			leaderUser = u
+		} else {
+			followerUser = u
+		}
+	}
+	procs[leaderUser].kill()
+	killed := time.Now()
+	create(t, webappGVR, webapp(ns, "second", 1))
+	waitFor(t, cmGVR, ns, "second-config", nil)
+	t.Logf("%s took over %s after the leader was killed", followerUser, time.Since(killed).Round(time.Millisecond))
+	after := writers(t, ns, killed)
+	if !after[followerUser] || len(after) != 1 {
+		t.Errorf("after the leader died, writers = %v, want only %s", after, followerUser)
+	}
+}
+
+// writers returns which of the two replicas' users wrote objects in ns
+// (other than leases and events) since a time.
+func writers(t *testing.T, ns string, since time.Time) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, user := range []string{"kgen-a", "kgen-b"} {
+		for _, e := range auditOf(t, user, since) {
+			if e.ObjectRef.Namespace == ns && isWrite(e.Verb) && e.ObjectRef.Resource != "leases" && e.ObjectRef.Resource != "events" {
+				out[user] = true
+			}
+		}
+	}
+	return out
+}
+
+func isWrite(verb string) bool {
+	switch verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
+}
+
+// SIGKILL during a bulk create of 100 parents, then a restart: kgen
+// converges to exactly the desired children, nothing duplicated or orphaned.
+func TestRunKilledDuringBulkCreate(t *testing.T) {
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	args := []string{"--rules", filepath.Join(env.root, "e2e/testdata/webapp-rules.yaml")}
+	first := startKgen(t, "kgen-kill", args...)
+	const parents = 100
+	var wg sync.WaitGroup
+	names := make(chan int, parents)
+	for i := range parents {
+		names <- i
+	}
+	close(names)
+	for range 16 {
+		wg.Go(func() {
+			for i := range names {
+				create(t, webappGVR, webapp(ns, fmt.Sprintf("bulk-%03d", i), 1))
+			}
+		})
+	}
+	// Kill kgen in the middle of its work: once some children exist.
+	eventually(t, 60*time.Second, func() (bool, error) {
+		list, err := env.kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "kgen.dev/rule=webapp"})
+		if err != nil {
+			return false, err
+		}
+		return len(list.Items) >= 20, fmt.Errorf("%d children so far", len(list.Items))
+	}, "kgen to make some children")
+	first.kill()
+	wg.Wait()
+	startKgen(t, "kgen-kill", args...)
+
+	eventually(t, 120*time.Second, func() (bool, error) {
+		return converged(t, ns, parents)
+	}, "every parent to have exactly its three children")
+}
+
+// converged checks that ns holds exactly the children of its WebApps: one
+// ConfigMap, Deployment and Service each, owned by a live parent.
+func converged(t *testing.T, ns string, parents int) (bool, error) {
+	list, err := env.dynamic.Resource(webappGVR).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	if len(list.Items) != parents {
+		return false, fmt.Errorf("%d parents", len(list.Items))
+	}
+	uids := map[string]string{}
+	for _, p := range list.Items {
+		uids[string(p.GetUID())] = p.GetName()
+		if g, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration"); g != p.GetGeneration() {
+			return false, fmt.Errorf("parent %s: observedGeneration %d", p.GetName(), g)
+		}
+		// No pods run here, so a converged WebApp waits for its Deployment.
+		if c := readyCondition(&p); c == nil || c["reason"] != "ChildNotReady" {
+			return false, fmt.Errorf("parent %s: Ready = %v", p.GetName(), c)
+		}
+	}
+	for _, gvr := range []schema.GroupVersionResource{cmGVR, deployGVR, svcGVR} {
+		children, err := env.dynamic.Resource(gvr).Namespace(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=kgen"})
+		if err != nil {
+			return false, err
+		}
+		perParent := map[string]int{}
+		for _, c := range children.Items {
+			uid := c.GetLabels()["kgen.dev/parent-uid"]
+			if _, ok := uids[uid]; !ok {
+				return false, fmt.Errorf("%s %s is an orphan (parent uid %s)", gvr.Resource, c.GetName(), uid)
+			}
+			perParent[uid]++
+		}
+		for uid, name := range uids {
+			if perParent[uid] != 1 {
+				return false, fmt.Errorf("parent %s has %d %s", name, perParent[uid], gvr.Resource)
+			}
+		}
+	}
+	return true, nil
+}
