@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -35,7 +36,7 @@ func Load(paths []string, opts Options) ([]*Rule, error) {
 	for _, p := range paths {
 		found, err := expand(p)
 		if err != nil {
-			errs = append(errs, &Error{Pos: Position{File: p}, Err: err})
+			errs = append(errs, &Error{Pos: Position{File: p}, Err: withoutPath(err)})
 			continue
 		}
 		files = append(files, found...)
@@ -44,7 +45,7 @@ func Load(paths []string, opts Options) ([]*Rule, error) {
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			errs = append(errs, &Error{Pos: Position{File: f}, Err: err})
+			errs = append(errs, &Error{Pos: Position{File: f}, Err: withoutPath(err)})
 			continue
 		}
 		rules, fileErrs := c.parse(f, data)
@@ -99,6 +100,16 @@ func expand(path string) ([]string, error) {
 		return nil, errors.New("the directory has no *.yaml or *.yml files")
 	}
 	return files, nil
+}
+
+// withoutPath drops the path from a file system error, which Error already
+// starts with.
+func withoutPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // uniqueNames reports rules that reuse an earlier rule's name.

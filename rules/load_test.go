@@ -326,7 +326,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "missing file",
 			paths:   []string{"testdata/nope.yaml"},
-			wantErr: "testdata/nope.yaml: stat testdata/nope.yaml: no such file or directory",
+			wantErr: "testdata/nope.yaml: no such file or directory",
 		},
 		{
 			name:    "directory without rules",
