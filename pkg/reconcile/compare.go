@@ -19,6 +19,9 @@ func withHash(desired *unstructured.Unstructured) *unstructured.Unstructured {
 	out := desired.DeepCopy()
 	ann := out.GetAnnotations()
 	delete(ann, AnnotationTemplateHash)
+	if len(ann) == 0 {
+		ann = nil // hash the object as if it never had the annotation
+	}
 	out.SetAnnotations(ann)
 	// encoding/json sorts map keys, so equal objects hash equally.
 	b, err := json.Marshal(out.Object)

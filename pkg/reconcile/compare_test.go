@@ -1,0 +1,98 @@
+package reconcile
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func obj(m map[string]any) *unstructured.Unstructured { return &unstructured.Unstructured{Object: m} }
+
+func TestUpToDate(t *testing.T) {
+	desired := withHash(obj(map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c", "labels": map[string]any{"a": "b"},
+			"ownerReferences": []any{map[string]any{"uid": "u1", "kind": "WebApp"}}},
+		"data": map[string]any{"k": "v", "n": int64(3)},
+		"spec": map[string]any{"list": []any{map[string]any{"name": "x"}}, "empty": map[string]any{}},
+	}))
+	hash := desired.GetAnnotations()[AnnotationTemplateHash]
+	live := func(mutate func(m map[string]any)) *unstructured.Unstructured {
+		m := desired.DeepCopy().Object
+		mutate(m)
+		return obj(m)
+	}
+	tests := []struct {
+		name string
+		live *unstructured.Unstructured
+		want bool
+	}{
+		{"identical", live(func(map[string]any) {}), true},
+		{"extra fields of other managers", live(func(m map[string]any) {
+			m["status"] = map[string]any{"x": int64(1)}
+			m["data"].(map[string]any)["other"] = "o"
+			m["metadata"].(map[string]any)["labels"].(map[string]any)["team"] = "blue"
+		}), true},
+		{"defaults inside list elements", live(func(m map[string]any) {
+			m["spec"].(map[string]any)["list"] = []any{map[string]any{"name": "x", "policy": "Always"}}
+		}), true},
+		{"number decoded as float", live(func(m map[string]any) { m["data"].(map[string]any)["n"] = float64(3) }), true},
+		{"empty map dropped by the server", live(func(m map[string]any) { delete(m["spec"].(map[string]any), "empty") }), true},
+		{"extra owner reference", live(func(m map[string]any) {
+			md := m["metadata"].(map[string]any)
+			md["ownerReferences"] = append(md["ownerReferences"].([]any), map[string]any{"uid": "u2"})
+		}), true},
+		{"changed value", live(func(m map[string]any) { m["data"].(map[string]any)["k"] = "w" }), false},
+		{"missing field", live(func(m map[string]any) { delete(m["data"].(map[string]any), "k") }), false},
+		{"list element added", live(func(m map[string]any) {
+			m["spec"].(map[string]any)["list"] = []any{map[string]any{"name": "x"}, map[string]any{"name": "y"}}
+		}), false},
+		{"other template hash", live(func(m map[string]any) {
+			m["metadata"].(map[string]any)["annotations"] = map[string]any{AnnotationTemplateHash: "old"}
+		}), false},
+		{"no owner reference", live(func(m map[string]any) { delete(m["metadata"].(map[string]any), "ownerReferences") }), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := UpToDate(desired, tt.live); got != tt.want {
+				t.Errorf("UpToDate = %t, want %t", got, tt.want)
+			}
+		})
+	}
+	if UpToDate(desired, nil) {
+		t.Error("UpToDate(nil live) = true")
+	}
+	if hash == "" || withHash(desired).GetAnnotations()[AnnotationTemplateHash] != hash {
+		t.Error("the template hash must not depend on a previous hash annotation")
+	}
+}
+
+func TestRecentWrites(t *testing.T) {
+	mk := func(uid, rv string) *unstructured.Unstructured {
+		u := obj(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{
+			"name": "c", "namespace": "n", "uid": uid, "resourceVersion": rv}})
+		return u
+	}
+	r := newRecentWrites()
+	if got := r.freshest(nil, mk("", "")); got != nil {
+		t.Fatalf("nothing written yet: got %v", got)
+	}
+	r.remember(mk("u1", "10"))
+	if got := r.freshest(nil, mk("", "")); got == nil || got.GetResourceVersion() != "10" {
+		t.Fatalf("a created object the cache has not seen: got %v", got)
+	}
+	if got := r.freshest(mk("u1", "9"), nil); got.GetResourceVersion() != "10" {
+		t.Errorf("stale cache: got rv %s, want 10", got.GetResourceVersion())
+	}
+	if got := r.freshest(mk("u1", "10"), nil); got.GetResourceVersion() != "10" {
+		t.Errorf("caught-up cache: got rv %s", got.GetResourceVersion())
+	}
+	if got := r.freshest(nil, mk("", "")); got != nil {
+		t.Errorf("once the cache caught up nothing is remembered, got %v", got)
+	}
+	r.remember(mk("u2", "20"))
+	r.forget(mk("u2", "20"))
+	if got := r.freshest(nil, mk("", "")); got != nil {
+		t.Errorf("forgotten object returned: %v", got)
+	}
+}
