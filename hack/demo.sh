@@ -30,14 +30,50 @@ export KUBECONFIG="$dir/kubeconfig"
 kubectl version 2>/dev/null | sed 's/^/  /' || true
 
 say "kgenctl gvk-to-gvr resolves any kind through live discovery"
-kubectl apply -f e2e/testdata/octopus-crd.yaml >/dev/null
-kubectl wait --for=condition=Established crd/octopodes.zoo.example.com --timeout=60s >/dev/null
-for ref in deploy v1/ConfigMap Deployment.v1.apps octopodes oct; do
+kubectl apply -f examples/webapp/crd.yaml >/dev/null
+kubectl wait --for=condition=Established crd/webapps.example.com --timeout=60s >/dev/null
+for ref in deploy webapps.example.com; do
 	echo "\$ kgenctl gvk-to-gvr $ref"
 	"$kgenctl" gvk-to-gvr "$ref"
 done
-echo "\$ kgenctl gvk-to-gvr Octopus -o json"
-"$kgenctl" gvk-to-gvr Octopus -o json
+
+say "kgenctl run --rules examples/webapp/rules.yaml"
+kubectl create namespace team-a >/dev/null
+"$kgenctl" run --rules examples/webapp/rules.yaml --metrics-bind-address 127.0.0.1:0 \
+	--health-probe-bind-address 127.0.0.1:18081 >"$root/.cache/demo-kgen.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+	curl -fs http://127.0.0.1:18081/readyz >/dev/null 2>&1 && break
+	sleep 0.1
+done
+echo "/readyz: $(curl -s http://127.0.0.1:18081/readyz)"
+
+say "A WebApp appears; kgen makes its ConfigMap, Deployment and Service"
+cat examples/webapp/parent.yaml
+kubectl apply -f examples/webapp/parent.yaml
+kubectl wait -n team-a --for=create deployment/shop service/shop configmap/shop-config --timeout=30s >/dev/null
+kubectl get configmaps,deployments,services -n team-a -l app.kubernetes.io/managed-by=kgen
+kubectl wait -n team-a webapp/shop --for=jsonpath='{.status.configName}'=shop-config --timeout=30s >/dev/null
+echo
+echo "The WebApp's status (no kubelet runs here, so its Deployment is not available):"
+kubectl get webapp shop -n team-a -o jsonpath='{.status}' | python3 -m json.tool 2>/dev/null || kubectl get webapp shop -n team-a -o jsonpath='{.status}'
+
+say "Drift is repaired: delete the ConfigMap and change the Deployment's replicas"
+kubectl delete configmap shop-config -n team-a
+kubectl scale deployment shop -n team-a --replicas=5 >/dev/null
+kubectl wait -n team-a --for=create configmap/shop-config --timeout=30s >/dev/null
+kubectl wait -n team-a deployment/shop --for=jsonpath='{.spec.replicas}'=2 --timeout=30s >/dev/null
+kubectl get configmap shop-config -n team-a
+echo "deployment/shop replicas: $(kubectl get deployment shop -n team-a -o jsonpath='{.spec.replicas}') (set back from 5)"
+
+say "The Deployment reports its replicas available (by hand, standing in for a kubelet): Ready turns True"
+kubectl patch deployment shop -n team-a --subresource=status --type=merge \
+	-p '{"status":{"replicas":2,"readyReplicas":2,"availableReplicas":2}}' >/dev/null
+kubectl wait -n team-a webapp/shop --for=condition=Ready --timeout=30s
+kubectl get webapp shop -n team-a
+
+say "Events kgen recorded on the WebApp"
+kubectl get events -n team-a --field-selector involvedObject.kind=WebApp
 
 say "Done; the control plane is stopped and its folder removed"
 cleanup
