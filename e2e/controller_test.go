@@ -270,4 +270,3 @@ func TestControllerCRDInstalledLater(t *testing.T) {
 	})
 	waitFor(t, cmGVR, ns, "sepia", func(o *unstructured.Unstructured) error { return expect(o, "blue", "data", "colour") })
 }
-
