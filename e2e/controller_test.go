@@ -270,3 +270,47 @@ func TestControllerCRDInstalledLater(t *testing.T) {
 	})
 	waitFor(t, cmGVR, ns, "sepia", func(o *unstructured.Unstructured) error { return expect(o, "blue", "data", "colour") })
 }
+
+// A CRD deleted under a running rule stops the rule's informers cleanly: the
+// rule waits again, and starts once the CRD is back.
+func TestControllerCRDDeleted(t *testing.T) {
+	ns := newNamespace(t)
+	gvr := newCRD(t, "gone.example.com", "Nautilus", "nautili")
+	rulesFile := writeRules(t, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: nautilus
+spec:
+  parent:
+    apiVersion: gone.example.com/v1
+    kind: Nautilus
+  children:
+  - id: shell
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-shell
+      data:
+        chambers: ${string(parent.spec.chambers)}
+`)
+	r := startController(t, nil, rulesFile)
+	r.waitReady(t)
+	crd := "nautili.gone.example.com"
+	if err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(t.Context(), crd, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() (bool, error) {
+		err := r.ctrl.Ready()
+		if err == nil || !strings.Contains(err.Error(), "is waiting") {
+			return false, fmt.Errorf("Ready() = %v, want the rule waiting", err)
+		}
+		return true, nil
+	}, "the rule to stop and wait once its CRD is gone")
+	waitGone(t, crdGVR, "", crd)
+	newCRD(t, "gone.example.com", "Nautilus", "nautili")
+	r.waitReady(t)
+	create(t, gvr, map[string]any{"apiVersion": "gone.example.com/v1", "kind": "Nautilus",
+		"metadata": map[string]any{"name": "pompilius", "namespace": ns}, "spec": map[string]any{"chambers": int64(30)}})
+	waitFor(t, cmGVR, ns, "pompilius-shell", func(o *unstructured.Unstructured) error { return expect(o, "30", "data", "chambers") })
+}

@@ -39,6 +39,7 @@ var (
 	svcGVR     = schema.GroupVersionResource{Version: "v1", Resource: "services"}
 	crGVR      = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
 	laterGVR   = schema.GroupVersionResource{Group: "later.example.com", Version: "v1", Resource: "cuttlefish"}
+	crdGVR     = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
 // running is a controller started in-process by startController.
