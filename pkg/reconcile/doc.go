@@ -14,6 +14,14 @@
 // namespaced. StaticScoper answers without a cluster, for built-in kinds and
 // the CustomResourceDefinitions it is given, as kgenctl render needs.
 //
-// The Reconciler applies what Render computes with server-side apply,
-// prunes what is no longer wanted, and writes the parent's status.
+// The Reconciler is the other half. It reads a parent's children only from
+// the informer cache (a ChildLister), and writes only what differs from the
+// desired state (UpToDate): a new child is created with POST, which fails
+// rather than take over an object kgen did not make; a changed one is
+// server-side applied with field manager kgen, pinned to the live object's
+// UID; one no longer wanted is deleted with a UID precondition. It then
+// writes the parent's status (observedGeneration, the Ready condition, the
+// rule's fields) through the status subresource when it changed, and keeps
+// the kgen.dev/cleanup finalizer on parents whose children Kubernetes cannot
+// garbage-collect. Errors that retrying will not fix match ErrTerminal.
 package reconcile
