@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync"
@@ -45,19 +46,19 @@ const (
 )
 
 type runOptions struct {
-	rules               []string
-	workers             int
-	qps                 float32
-	burst               int
-	metricsAddr         string
-	healthAddr          string
-	leaderElect         bool
-	leaderElectNS       string
-	leaderElectID       string
-	leaseDuration       time.Duration
-	logFormat           string
-	verbosity           int
-	shutdownGracePeriod time.Duration
+	rules         []string
+	workers       int
+	qps           float32
+	burst         int
+	metricsAddr   string
+	healthAddr    string
+	leaderElect   bool
+	leaderElectNS string
+	leaderElectID string
+	leaseDuration time.Duration
+	logFormat     string
+	verbosity     int
+	profiling     bool
 }
 
 func newRunCmd(errOut io.Writer, kube *kubeFlags) *cobra.Command {
@@ -89,7 +90,7 @@ kgen contacts the cluster. Rules whose kinds are not served yet wait (see
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (2 logs every child write)")
-	f.DurationVar(&o.shutdownGracePeriod, "shutdown-grace-period", 30*time.Second, "how long to let work in flight finish after SIGTERM")
+	f.BoolVar(&o.profiling, "profiling", false, "serve Go's /debug/pprof endpoints on the metrics address")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
@@ -156,7 +157,7 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 		stopServing()
 		servers.Wait()
 	}()
-	if err := serve(serveCtx, &servers, o.metricsAddr, metricsMux(reg)); err != nil {
+	if err := serve(serveCtx, &servers, o.metricsAddr, metricsMux(reg, o.profiling)); err != nil {
 		return err
 	}
 	if err := serve(serveCtx, &servers, o.healthAddr, healthMux(ready)); err != nil {
@@ -226,9 +227,16 @@ func (o *runOptions) runWithLeaderElection(ctx context.Context, client kubernete
 	return nil
 }
 
-func metricsMux(reg *prometheus.Registry) http.Handler {
+func metricsMux(reg *prometheus.Registry, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

@@ -44,8 +44,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kgen_rule_waiting", Help: "1 while a rule waits for its kinds to be served, else 0.",
 		}, []string{"rule"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kgen_api_requests_total", Help: "Requests kgen sent to the API server, by Kubernetes verb (get, list, watch, create, patch, delete, ...).",
-		}, []string{"verb"}),
+			Name: "kgen_api_requests_total", Help: "Requests kgen sent to the API server, by Kubernetes verb (get, list, watch, create, patch, delete, ...) and resource (with its subresource, as in webapps/status).",
+		}, []string{"verb", "resource"}),
 	}
 	reg.MustRegister(m.reconciles, m.duration, m.panics, m.waiting, m.requests, informerCollector{m})
 	return m
@@ -141,10 +141,10 @@ type latencyAdapter struct {
 }
 
 func (a latencyAdapter) Observe(_ context.Context, method string, u url.URL, latency time.Duration) {
-	verb := RequestVerb(method, u)
+	verb, resource := RequestVerb(method, u)
 	a.h.WithLabelValues(verb).Observe(latency.Seconds())
 	if a.m != nil {
-		a.m.requests.WithLabelValues(verb).Inc()
+		a.m.requests.WithLabelValues(verb, resource).Inc()
 	}
 }
 
@@ -154,45 +154,52 @@ func (a resultAdapter) Increment(_ context.Context, code, method, _ string) {
 	a.c.WithLabelValues(code, method).Inc()
 }
 
-// RequestVerb turns an HTTP method and URL into the Kubernetes verb: get,
-// list, watch, create, update, patch, delete or deletecollection.
-func RequestVerb(method string, u url.URL) string {
+// RequestVerb turns an HTTP method and URL into the Kubernetes verb (get,
+// list, watch, create, update, patch, delete or deletecollection) and the
+// resource, with its subresource if any ("webapps/status"). Requests outside
+// the resource API (discovery) have the lower-cased method and an empty
+// resource.
+func RequestVerb(method string, u url.URL) (verb, resource string) {
 	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
 	// /api/v1/... or /apis/group/version/...
 	switch {
-	case len(parts) >= 2 && parts[0] == "api":
+	case len(parts) >= 3 && parts[0] == "api":
 		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
+	case len(parts) >= 4 && parts[0] == "apis":
 		parts = parts[3:]
 	default:
-		return strings.ToLower(method)
+		return strings.ToLower(method), ""
 	}
 	if len(parts) >= 3 && parts[0] == "namespaces" {
 		parts = parts[2:] // namespaces/NS/resource/...
 	}
-	collection := len(parts) <= 1
+	resource = parts[0]
+	if len(parts) >= 3 {
+		resource += "/" + parts[2]
+	}
+	collection := len(parts) == 1
 	switch method {
 	case "GET":
-		if u.Query().Get("watch") == "true" || u.Query().Get("watch") == "1" {
-			return "watch"
+		if w := u.Query().Get("watch"); w == "true" || w == "1" {
+			return "watch", resource
 		}
 		if collection {
-			return "list"
+			return "list", resource
 		}
-		return "get"
+		return "get", resource
 	case "POST":
-		return "create"
+		return "create", resource
 	case "PUT":
-		return "update"
+		return "update", resource
 	case "PATCH":
-		return "patch"
+		return "patch", resource
 	case "DELETE":
 		if collection {
-			return "deletecollection"
+			return "deletecollection", resource
 		}
-		return "delete"
+		return "delete", resource
 	}
-	return strings.ToLower(method)
+	return strings.ToLower(method), resource
 }
 
 // queueMetrics is a workqueue.MetricsProvider backed by Prometheus.
