@@ -21,8 +21,8 @@ import (
 )
 
 // Load reads rules from files and directories. A directory contributes its
-// *.yaml and *.yml files, in name order, not its subdirectories; a file is
-// read whatever its name. Every document must be a Rule.
+// *.yaml and *.yml files (or symlinks to files), in name order, not its
+// subdirectories; a file is read whatever its name. Every document must be a Rule.
 //
 // On any problem Load returns no rules and an ErrorList of every problem it
 // found, each with its file, line and column.
@@ -92,8 +92,22 @@ func expand(path string) ([]string, error) {
 	var files []string
 	for _, e := range entries {
 		ext := filepath.Ext(e.Name())
-		if e.Type().IsRegular() && (ext == ".yaml" || ext == ".yml") {
-			files = append(files, filepath.Join(path, e.Name()))
+		if ext != ".yaml" && ext != ".yml" {
+			continue
+		}
+		file := filepath.Join(path, e.Name())
+		mode := e.Type()
+		if mode&fs.ModeSymlink != 0 {
+			// A ConfigMap mounted as a volume, as the Helm chart mounts the
+			// rules, holds symlinks to its files.
+			info, err := os.Stat(file)
+			if err != nil {
+				return nil, err
+			}
+			mode = info.Mode()
+		}
+		if mode.IsRegular() {
+			files = append(files, file)
 		}
 	}
 	if len(files) == 0 {

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -357,6 +359,35 @@ func TestLoad(t *testing.T) {
 				t.Errorf("Load(%v) = %v, want %v", tt.paths, names, tt.want)
 			}
 		})
+	}
+}
+
+// A ConfigMap mounted as a volume is a directory of symlinks into a hidden
+// "..data" directory, itself a symlink; its files are rules files.
+func TestLoadConfigMapVolume(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile("testdata/webapp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := filepath.Join(dir, "..2026_01_01_00_00_00.000000000")
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ts, "webapp.yaml"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, link := range [][2]string{{filepath.Base(ts), "..data"}, {"..data/webapp.yaml", "webapp.yaml"}} {
+		if err := os.Symlink(link[0], filepath.Join(dir, link[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Load([]string{dir}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Name != "webapp" {
+		t.Errorf("Load(volume) = %d rules, want the webapp rule", len(got))
 	}
 }
 
