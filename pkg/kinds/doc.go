@@ -1,0 +1,14 @@
+// Package kinds knows the API resources of Kubernetes' built-in kinds
+// without asking a cluster: each kind's resource name (the plural used in
+// URLs and RBAC rules), whether it is namespaced, and whether it has a status
+// subresource.
+//
+// It is what offline commands (kgenctl render, kgenctl rbac) use where the
+// controller asks discovery. It never guesses a plural: a kind it does not
+// know, such as any custom resource, is reported as unknown, and the caller
+// must learn it elsewhere (a CustomResourceDefinition, the user, discovery).
+//
+// The table is checked against a live kube-apiserver serving every API
+// version (alpha and beta included) by the e2e test TestBuiltinKindsMatchDiscovery,
+// so it cannot silently drift from the Kubernetes release kgen is built for.
+package kinds
