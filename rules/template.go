@@ -43,6 +43,27 @@ func (t *Template) References() []string { return t.refs }
 // Expressions are the template's expressions, in the order of the file.
 func (t *Template) Expressions() []*Expression { return t.exprs }
 
+// Literal returns the constant scalar the template holds at a path of map
+// keys, such as ("roleRef", "name"). ok is false when there is nothing at
+// the path or the value there holds an expression, or is a map or list.
+func (t *Template) Literal(path ...string) (v any, ok bool) {
+	n := t.root
+	for _, key := range path {
+		if n == nil || n.kind != mapNode {
+			return nil, false
+		}
+		i := slices.Index(n.keys, key)
+		if i < 0 {
+			return nil, false
+		}
+		n = n.elems[i]
+	}
+	if n == nil || n.kind != literalNode {
+		return nil, false
+	}
+	return n.lit, true
+}
+
 // Evaluate renders the template with the given variables into a value made
 // of map[string]any, []any, string, int64, float64, bool and nil, sharing no
 // memory with the variables. ok is false when the value is absent: the

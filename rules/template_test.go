@@ -251,3 +251,42 @@ func TestEvalBool(t *testing.T) {
 		t.Errorf("EvalBool(%s) error = %v, want %s", conds[1], err, want)
 	}
 }
+
+func TestLiteral(t *testing.T) {
+	doc := header + `  - id: a
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: RoleBinding
+      metadata: {name: "${parent.metadata.name}"}
+      roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}
+      subjects: [{kind: User, name: "$${x}"}]
+      spec: {replicas: 3}
+`
+	rules, err := Parse("rules.yaml", []byte(doc), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := rules[0].Children[0].Template
+	tests := []struct {
+		path   []string
+		want   any
+		wantOK bool
+	}{
+		{path: []string{"roleRef", "name"}, want: "admin", wantOK: true},
+		{path: []string{"kind"}, want: "RoleBinding", wantOK: true},
+		{path: []string{"spec", "replicas"}, want: int64(3), wantOK: true},
+		{path: []string{"metadata", "name"}},         // an expression
+		{path: []string{"roleRef"}},                  // a map
+		{path: []string{"subjects"}},                 // a list
+		{path: []string{"roleRef", "name", "extra"}}, // below a scalar
+		{path: []string{"missing"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.path, "."), func(t *testing.T) {
+			got, ok := tmpl.Literal(tt.path...)
+			if ok != tt.wantOK || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Literal(%q) = %#v, %t; want %#v, %t", tt.path, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
