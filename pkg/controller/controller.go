@@ -313,17 +313,33 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		return c.setWaiting(rs, fmt.Errorf("parent kind %s: %w", rule.Parent.GroupVersionKind, err))
 	}
 	gvrs := []schema.GroupVersionResource{parent.GroupVersionResource()}
-	var childGVRs []schema.GroupVersionResource
+	// Namespaced children of a parent limited to namespaces are watched
+	// only there, unless they may live elsewhere: such a rule then needs no
+	// cluster-wide access (pkg/rbac grants exactly this).
+	childNamespaces := []string{""}
+	if parent.Namespaced && len(rule.Parent.Namespaces) > 0 && !rule.AllowCrossNamespace {
+		childNamespaces = rule.Parent.Namespaces
+	}
+	var childKeys []watch.Key
 	for _, child := range rule.Children {
 		m, err := c.cfg.Mapper.ResourceFor(child.GroupVersionKind)
 		if err != nil {
 			return c.setWaiting(rs, fmt.Errorf("child %s kind %s: %w", child.ID, child.GroupVersionKind, err))
 		}
-		if !slices.Contains(childGVRs, m.GroupVersionResource()) {
-			childGVRs = append(childGVRs, m.GroupVersionResource())
+		if !slices.Contains(gvrs, m.GroupVersionResource()) {
+			gvrs = append(gvrs, m.GroupVersionResource())
+		}
+		namespaces := []string{""}
+		if m.Namespaced {
+			namespaces = childNamespaces
+		}
+		for _, ns := range namespaces {
+			key := watch.Key{GVR: m.GroupVersionResource(), Namespace: ns, Selector: childSelector}
+			if !slices.Contains(childKeys, key) {
+				childKeys = append(childKeys, key)
+			}
 		}
 	}
-	gvrs = append(gvrs, childGVRs...)
 
 	// Children first, so a parent's first reconcile sees them.
 	var childRegs []*watch.Registration
@@ -332,8 +348,8 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 			r.Release()
 		}
 	}
-	for _, gvr := range childGVRs {
-		reg, err := c.watches.Acquire(watch.Key{GVR: gvr, Selector: childSelector}, c.childHandler(rule.Name))
+	for _, key := range childKeys {
+		reg, err := c.watches.Acquire(key, c.childHandler(rule.Name))
 		if err != nil {
 			release()
 			return c.setWaiting(rs, err)
