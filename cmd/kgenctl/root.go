@@ -22,6 +22,7 @@ informers and keeps the children equal to the templates with server-side apply.`
 	kube.addFlags(cmd.PersistentFlags())
 	cmd.AddCommand(
 		newGVKToGVRCmd(out, kube),
+		newRBACCmd(out, kube),
 		newRenderCmd(out),
 		newRunCmd(errOut, kube),
 		newValidateCmd(out),

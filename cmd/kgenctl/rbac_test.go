@@ -1,0 +1,130 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRBACExamples prints the RBAC of every example offline, from its CRD,
+// and compares it with testdata/rbac/<example>.yaml; the WebApp example's
+// Helm values are examples/webapp/rbac-values.yaml, which the docs and the
+// chart's tests use.
+func TestRBACExamples(t *testing.T) {
+	noCluster(t)
+	testdata, err := filepath.Abs("testdata/rbac")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From the repository's root, so the paths in the output read as a
+	// user would type them.
+	t.Chdir("../..")
+	dirs, err := filepath.Glob("examples/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			args := []string{"rbac", "--rules", filepath.Join(dir, "rules.yaml"), "--crd", filepath.Join(dir, "crd.yaml")}
+			out, notes, err := runKgenctl(t, args...)
+			if err != nil {
+				t.Fatalf("kgenctl %s: %v", strings.Join(args, " "), err)
+			}
+			golden(t, filepath.Join(testdata, filepath.Base(dir)+".yaml"), out+notes)
+		})
+	}
+	out, _, err := runKgenctl(t, "rbac", "--rules", "examples/webapp/rules.yaml", "--crd", "examples/webapp/crd.yaml", "-o", "helm-values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "examples/webapp/rbac-values.yaml", out)
+}
+
+func TestRBAC(t *testing.T) {
+	noCluster(t)
+	const rules = "../../examples/webapp/rules.yaml"
+	tests := []struct {
+		name    string
+		args    []string
+		want    string // in stdout
+		wantErr string
+	}{
+		{
+			name: "a resource named by the user",
+			args: []string{"--resource", "WebApp.example.com=webapps:Namespaced", "--name", "ops", "--namespace", "ops-system", "--service-account", "runner", "--leader-elect=false"},
+			want: `apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  labels:
+    app.kubernetes.io/component: rbac
+    app.kubernetes.io/name: kgen
+  name: ops
+  namespace: team-a
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: ops
+subjects:
+- kind: ServiceAccount
+  name: runner
+  namespace: ops-system
+`,
+		},
+		{
+			name: "a CRD kind offline without its CRD",
+			wantErr: `rule webapp: parent: unknown kind: WebApp (apiVersion example.com/v1alpha1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given
+(give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)`,
+		},
+		{
+			name:    "an unknown output format",
+			args:    []string{"-o", "json"},
+			wantErr: `unknown output format "json": use yaml or helm-values`,
+		},
+		{
+			name:    "--crd asks for offline",
+			args:    []string{"--offline=false", "--crd", "../../examples/webapp/crd.yaml"},
+			wantErr: "--crd and --resource are for --offline; with --offline=false the cluster's discovery resolves every kind",
+		},
+		{
+			name:    "a bad resource",
+			args:    []string{"--resource", "WebApp"},
+			wantErr: `resource "WebApp": want KIND[.GROUP]=PLURAL[:Namespaced|Cluster]`,
+		},
+		{
+			name:    "not a CRD",
+			args:    []string{"--crd", rules},
+			wantErr: `../../examples/webapp/rules.yaml: Rule "webapp" is not a CustomResourceDefinition`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runKgenctl(t, append([]string{"rbac", "--rules", rules}, tt.args...)...)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("error:\n%v\nwant:\n%s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("output:\n%s\ndoes not contain:\n%s", out, tt.want)
+			}
+		})
+	}
+}
+
+// With --offline=false the cluster is asked, so a missing kubeconfig is an
+// error rather than a silent fallback to the offline table.
+func TestRBACOnlineNeedsACluster(t *testing.T) {
+	noCluster(t)
+	_, _, err := runKgenctl(t, "rbac", "--rules", "../../examples/webapp/rules.yaml", "--offline=false")
+	if err == nil || !strings.Contains(err.Error(), "load kubeconfig") {
+		t.Fatalf("error = %v, want a kubeconfig error", err)
+	}
+	if _, err := os.Stat(filepath.Join(os.Getenv("HOME"), ".kube")); err == nil {
+		t.Error("kgenctl rbac wrote to ~/.kube")
+	}
+}

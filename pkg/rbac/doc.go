@@ -1,0 +1,28 @@
+// Package rbac works out the least-privileged Kubernetes RBAC rules that kgen
+// needs to run a set of rules, from what the reconciler really calls:
+//
+//   - parents: get, list, watch (informers); patch when kgen may put its
+//     cleanup finalizer on them (server-side apply of the parent itself, for
+//     a namespaced parent with a cluster-scoped or cross-namespace child);
+//     patch on the status subresource (server-side apply), when the kind has
+//     one; update on the finalizers subresource, which is never called but is
+//     what the OwnerReferencesPermissionEnforcement admission plugin checks
+//     before it lets kgen set blockOwnerDeletion on a child's ownerReference.
+//   - children: get (only after an AlreadyExists conflict), list, watch,
+//     create, patch (server-side apply) and delete (pruning). Never update.
+//     A RoleBinding or ClusterRoleBinding child also needs bind on the role it
+//     references, since RBAC forbids granting what one does not hold.
+//   - events: create and patch, where the parents are (Events of a
+//     cluster-scoped parent go to the default namespace).
+//
+// A rule whose namespaced parent is limited to namespaces (spec.parent.namespaces)
+// gets Roles in those namespaces instead of ClusterRole rules, for its
+// parent, its namespaced children (kgen watches them only there, unless the
+// rule allows cross-namespace children) and its events. Everything else is
+// in one ClusterRole. The leader-election Lease is not a rule's business:
+// Manifests adds a Role for it in kgen's own namespace.
+//
+// Kinds are resolved to resources by a Resolver: discovery (a live cluster),
+// or offline from the built-in kinds of package kinds, CustomResourceDefinition
+// files and resources the user names. The package never guesses a plural.
+package rbac

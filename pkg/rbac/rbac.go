@@ -1,0 +1,344 @@
+package rbac
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kgen.dev/kgen/rules"
+)
+
+// Scope is whether a kind's objects live in namespaces.
+type Scope int
+
+// The scopes of a kind. ScopeUnknown is for a kind named by the user without
+// its scope: its rules are granted cluster-wide, which works for either.
+const (
+	ScopeUnknown Scope = iota
+	Namespaced
+	Cluster
+)
+
+// Resource is what the rules need to know of a kind's API resource.
+type Resource struct {
+	// Group is the API group; "" for the core group.
+	Group string
+	// Resource is the resource name, the lower-case plural.
+	Resource string
+	// Scope says whether the kind is namespaced.
+	Scope Scope
+	// Status is true when the resource has a status subresource, or when
+	// that is not known.
+	Status bool
+}
+
+// Resolver finds the API resource of a kind.
+type Resolver interface {
+	Resolve(gvk schema.GroupVersionKind) (Resource, error)
+}
+
+// Policy is the RBAC that a set of rules needs.
+type Policy struct {
+	// Cluster are the rules of kgen's ClusterRole.
+	Cluster []rbacv1.PolicyRule
+	// Namespaces maps a namespace to the rules of kgen's Role there.
+	Namespaces map[string][]rbacv1.PolicyRule
+	// Notes say what the rules cannot grant by themselves, or what was
+	// assumed, one sentence each.
+	Notes []string
+}
+
+// Verbs, in the order they are printed.
+var verbOrder = []string{"get", "list", "watch", "create", "update", "patch", "delete", "bind"}
+
+var (
+	parentVerbs = []string{"get", "list", "watch"}
+	childVerbs  = []string{"get", "list", "watch", "create", "patch", "delete"}
+	eventVerbs  = []string{"create", "patch"}
+)
+
+// LeaderElectionRules are what 'kgenctl run --leader-elect' needs in the
+// namespace of its Lease.
+func LeaderElectionRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups: []string{"coordination.k8s.io"},
+		Resources: []string{"leases"},
+		Verbs:     []string{"get", "create", "update"},
+	}}
+}
+
+// grantKey is one resource, or one named object of a resource.
+type grantKey struct {
+	group, resource, name string
+}
+
+// grants are verbs by namespace ("" for cluster-wide) and resource.
+type grants map[string]map[grantKey]map[string]bool
+
+func (g grants) add(namespaces []string, k grantKey, verbs ...string) {
+	for _, ns := range namespaces {
+		if g[ns] == nil {
+			g[ns] = map[grantKey]map[string]bool{}
+		}
+		if g[ns][k] == nil {
+			g[ns][k] = map[string]bool{}
+		}
+		for _, v := range verbs {
+			g[ns][k][v] = true
+		}
+	}
+}
+
+var clusterWide = []string{""}
+
+// For returns the least-privileged policy that lets kgen run the rules.
+// Every kind the rules use is resolved first; all that fail are reported
+// together.
+func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
+	res := &resolver{r: r, done: map[schema.GroupVersionKind]Resource{}, failed: map[schema.GroupVersionKind]bool{}}
+	var notes []string
+	g := grants{}
+	for _, rule := range loaded {
+		parent, ok := res.resolve(rule.Parent.GroupVersionKind, fmt.Sprintf("rule %s: parent", rule.Name))
+		children := make([]Resource, len(rule.Children))
+		for i, c := range rule.Children {
+			m, cok := res.resolve(c.GroupVersionKind, fmt.Sprintf("rule %s: child %s", rule.Name, c.ID))
+			children[i], ok = m, ok && cok
+		}
+		if !ok {
+			continue
+		}
+		notes = append(notes, g.addRule(rule, parent, children)...)
+	}
+	if err := errors.Join(res.errs...); err != nil {
+		return nil, err
+	}
+	if len(res.unknownScope) > 0 {
+		notes = append(notes, fmt.Sprintf("the scope of %s is not known: granted cluster-wide; give the CustomResourceDefinition, or the scope, to narrow it",
+			strings.Join(res.unknownScope, ", ")))
+	}
+	p := &Policy{Cluster: policyRules(g[""]), Namespaces: map[string][]rbacv1.PolicyRule{}, Notes: dedupe(notes)}
+	for ns, perms := range g {
+		if ns == "" {
+			continue
+		}
+		// What the ClusterRole grants need not be repeated in a Role.
+		for k, verbs := range perms {
+			for v := range verbs {
+				if g[""][k][v] {
+					delete(verbs, v)
+				}
+			}
+			if len(verbs) == 0 {
+				delete(perms, k)
+			}
+		}
+		if len(perms) > 0 {
+			p.Namespaces[ns] = policyRules(perms)
+		}
+	}
+	return p, nil
+}
+
+// addRule grants what one rule needs and returns notes on what it cannot.
+func (g grants) addRule(rule *rules.Rule, parent Resource, children []Resource) (notes []string) {
+	// Where kgen watches and writes, as pkg/controller decides it: a
+	// namespaced parent limited to namespaces is watched only there, and so
+	// are its namespaced children unless they may live elsewhere.
+	parentAt := clusterWide
+	limited := parent.Scope == Namespaced && len(rule.Parent.Namespaces) > 0
+	if limited {
+		parentAt = rule.Parent.Namespaces
+	}
+	eventsAt := parentAt
+	if parent.Scope == Cluster {
+		// Events about cluster-scoped objects are recorded in "default".
+		eventsAt = []string{"default"}
+	}
+	parentKey := grantKey{group: parent.Group, resource: parent.Resource}
+	g.add(parentAt, parentKey, parentVerbs...)
+	if parent.Status {
+		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/status"}, "patch")
+	}
+	g.add(eventsAt, grantKey{resource: "events"}, eventVerbs...)
+
+	var owned, finalizer bool
+	for i, c := range rule.Children {
+		child := children[i]
+		childAt := clusterWide
+		if limited && !rule.AllowCrossNamespace && child.Scope == Namespaced {
+			childAt = rule.Parent.Namespaces
+		}
+		g.add(childAt, grantKey{group: child.Group, resource: child.Resource}, childVerbs...)
+		// Kubernetes allows an ownerReference from a cluster-scoped
+		// parent, or within one namespace; kgen's finalizer covers the rest.
+		switch {
+		case parent.Scope == Cluster:
+			owned = true
+		case parent.Scope == Namespaced && child.Scope == Namespaced && !rule.AllowCrossNamespace:
+			owned = true
+		case parent.Scope == Namespaced && child.Scope == Cluster:
+			finalizer = true
+		default: // a cross-namespace child, or a scope not known: either
+			owned, finalizer = true, true
+		}
+		notes = append(notes, g.addRBACChild(rule, c, child, childAt)...)
+	}
+	if owned {
+		// Checked by the OwnerReferencesPermissionEnforcement admission
+		// plugin before it lets a child's ownerReference block the
+		// parent's deletion.
+		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/finalizers"}, "update")
+	}
+	if finalizer {
+		// kgen's cleanup finalizer is set by server-side apply of the parent.
+		g.add(parentAt, parentKey, "patch")
+	}
+	return notes
+}
+
+// addRBACChild grants what RBAC's escalation checks ask of a child that is
+// itself RBAC: binding a role needs bind on it, unless kgen holds every
+// permission it grants.
+func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child Resource, at []string) []string {
+	if c.GroupVersionKind.Group != rbacv1.GroupName {
+		return nil
+	}
+	where := fmt.Sprintf("rule %s: child %s", rule.Name, c.ID)
+	switch c.GroupVersionKind.Kind {
+	case "Role", "ClusterRole":
+		return []string{fmt.Sprintf("%s makes a %s: kgen must hold every permission it grants (add them with rbac.extraRules), or escalate on %s",
+			where, c.GroupVersionKind.Kind, child.Resource)}
+	case "RoleBinding", "ClusterRoleBinding":
+	default:
+		return nil
+	}
+	kind, kindOK := c.Template.Literal("roleRef", "kind")
+	name, nameOK := c.Template.Literal("roleRef", "name")
+	var resources []string
+	switch kind {
+	case "ClusterRole":
+		resources = []string{"clusterroles"}
+	case "Role":
+		resources = []string{"roles"}
+	default:
+		resources = []string{"clusterroles", "roles"}
+	}
+	var notes []string
+	if !kindOK || !nameOK {
+		notes = append(notes, fmt.Sprintf("%s binds a role its template computes: granted bind on every %s", where, strings.Join(resources, " and ")))
+	}
+	for _, r := range resources {
+		k := grantKey{group: rbacv1.GroupName, resource: r}
+		if s, ok := name.(string); nameOK && ok {
+			k.name = s
+		}
+		g.add(at, k, "bind")
+	}
+	return notes
+}
+
+// resolver resolves each kind once and collects the errors.
+type resolver struct {
+	r            Resolver
+	done         map[schema.GroupVersionKind]Resource
+	failed       map[schema.GroupVersionKind]bool
+	errs         []error
+	unknownScope []string
+}
+
+func (res *resolver) resolve(gvk schema.GroupVersionKind, where string) (Resource, bool) {
+	if m, ok := res.done[gvk]; ok {
+		return m, true
+	}
+	if res.failed[gvk] {
+		return Resource{}, false
+	}
+	m, err := res.r.Resolve(gvk)
+	if err != nil {
+		res.failed[gvk] = true
+		res.errs = append(res.errs, fmt.Errorf("%s: %w", where, err))
+		return Resource{}, false
+	}
+	res.done[gvk] = m
+	if m.Scope == ScopeUnknown {
+		res.unknownScope = append(res.unknownScope, gvk.GroupKind().String())
+	}
+	return m, true
+}
+
+// policyRules turns grants into PolicyRules: resources with the same group
+// and verbs share a rule, and so do named objects of the same resource.
+func policyRules(perms map[grantKey]map[string]bool) []rbacv1.PolicyRule {
+	type ruleKey struct {
+		group, verbs, resource string // resource only for named objects
+	}
+	byKey := map[ruleKey]*rbacv1.PolicyRule{}
+	for k, verbs := range perms {
+		vs := orderedVerbs(verbs)
+		rk := ruleKey{group: k.group, verbs: strings.Join(vs, ",")}
+		if k.name != "" {
+			rk.resource = k.resource
+		}
+		pr := byKey[rk]
+		if pr == nil {
+			pr = &rbacv1.PolicyRule{APIGroups: []string{k.group}, Verbs: vs}
+			byKey[rk] = pr
+		}
+		if !slices.Contains(pr.Resources, k.resource) {
+			pr.Resources = append(pr.Resources, k.resource)
+		}
+		if k.name != "" {
+			pr.ResourceNames = append(pr.ResourceNames, k.name)
+		}
+	}
+	out := make([]rbacv1.PolicyRule, 0, len(byKey))
+	for _, pr := range byKey {
+		slices.Sort(pr.Resources)
+		slices.Sort(pr.ResourceNames)
+		out = append(out, *pr)
+	}
+	slices.SortFunc(out, func(a, b rbacv1.PolicyRule) int {
+		if c := strings.Compare(a.APIGroups[0], b.APIGroups[0]); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Resources[0], b.Resources[0]); c != 0 {
+			return c
+		}
+		if c := strings.Compare(strings.Join(a.ResourceNames, ","), strings.Join(b.ResourceNames, ",")); c != 0 {
+			return c
+		}
+		return strings.Compare(strings.Join(a.Verbs, ","), strings.Join(b.Verbs, ","))
+	})
+	return out
+}
+
+func orderedVerbs(set map[string]bool) []string {
+	var out []string
+	for _, v := range verbOrder {
+		if set[v] {
+			out = append(out, v)
+		}
+	}
+	for _, v := range slices.Sorted(maps.Keys(set)) {
+		if !slices.Contains(verbOrder, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func dedupe(s []string) []string {
+	var out []string
+	for _, x := range s {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}

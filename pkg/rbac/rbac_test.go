@@ -1,0 +1,362 @@
+package rbac
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kgen.dev/kgen/rules"
+)
+
+// fakeResolver knows the kinds the tests use, as a cluster would.
+type fakeResolver map[string]Resource
+
+func (f fakeResolver) Resolve(gvk schema.GroupVersionKind) (Resource, error) {
+	if r, ok := f[gvk.Kind]; ok {
+		return r, nil
+	}
+	return Resource{}, fmt.Errorf("%w: %s", ErrUnknownKind, gvk.Kind)
+}
+
+var cluster = fakeResolver{
+	"App":         {Group: "example.com", Resource: "apps", Scope: Namespaced, Status: true},
+	"Plain":       {Group: "example.com", Resource: "plains", Scope: Namespaced},
+	"Tenant":      {Group: "example.com", Resource: "tenants", Scope: Cluster, Status: true},
+	"Guess":       {Group: "example.com", Resource: "guesses", Status: true},
+	"ConfigMap":   {Resource: "configmaps", Scope: Namespaced},
+	"Namespace":   {Resource: "namespaces", Scope: Cluster, Status: true},
+	"RoleBinding": {Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Scope: Namespaced},
+	"Role":        {Group: "rbac.authorization.k8s.io", Resource: "roles", Scope: Namespaced},
+}
+
+// rule writes a rule with a parent of the given kind and extra parent and
+// spec lines, and children given as "kind" or "kind: extra template YAML".
+func rule(name, parentKind, parentExtra, specExtra string, children ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: %s}\nspec:\n%s  parent:\n    apiVersion: example.com/v1\n    kind: %s\n%s  children:\n",
+		name, specExtra, parentKind, parentExtra)
+	for i, c := range children {
+		kind, extra, _ := strings.Cut(c, ":")
+		apiVersion := "v1"
+		if strings.HasPrefix(kind, "Role") {
+			apiVersion = "rbac.authorization.k8s.io/v1"
+		}
+		fmt.Fprintf(&b, "  - id: c%d\n    template:\n      apiVersion: %s\n      kind: %s\n      metadata: {name: \"x%d\"}\n", i, apiVersion, kind, i)
+		if extra != "" {
+			fmt.Fprintf(&b, "      %s\n", strings.TrimSpace(extra))
+		}
+	}
+	return b.String()
+}
+
+// lines describes a policy one PolicyRule a line: where (* for the
+// ClusterRole), group, resources[names], verbs.
+func lines(p *Policy) []string {
+	var out []string
+	add := func(where string, rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			res := strings.Join(r.Resources, ",")
+			if len(r.ResourceNames) > 0 {
+				res += "[" + strings.Join(r.ResourceNames, ",") + "]"
+			}
+			group := r.APIGroups[0]
+			if group == "" {
+				group = "core"
+			}
+			out = append(out, fmt.Sprintf("%s %s %s %s", where, group, res, strings.Join(r.Verbs, ",")))
+		}
+	}
+	add("*", p.Cluster)
+	for _, ns := range slices.Sorted(maps.Keys(p.Namespaces)) {
+		add(ns, p.Namespaces[ns])
+	}
+	return out
+}
+
+const all = "get,list,watch,create,patch,delete"
+
+func TestFor(t *testing.T) {
+	tests := []struct {
+		name      string
+		rules     string
+		want      []string
+		wantNotes []string
+	}{
+		{
+			name:  "namespaced parent in every namespace",
+			rules: rule("r", "App", "", "", "ConfigMap"),
+			want: []string{
+				"* core configmaps " + all,
+				"* core events create,patch",
+				"* example.com apps get,list,watch",
+				"* example.com apps/finalizers update",
+				"* example.com apps/status patch",
+			},
+		},
+		{
+			name:  "a parent without a status subresource gets no status rule",
+			rules: rule("r", "Plain", "", "", "ConfigMap"),
+			want: []string{
+				"* core configmaps " + all,
+				"* core events create,patch",
+				"* example.com plains get,list,watch",
+				"* example.com plains/finalizers update",
+			},
+		},
+		{
+			name:  "limited to namespaces: Roles only",
+			rules: rule("r", "App", "    namespaces: [a, b]\n", "", "ConfigMap"),
+			want: []string{
+				"a core configmaps " + all,
+				"a core events create,patch",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+				"b core configmaps " + all,
+				"b core events create,patch",
+				"b example.com apps get,list,watch",
+				"b example.com apps/finalizers update",
+				"b example.com apps/status patch",
+			},
+		},
+		{
+			name:  "a cluster-scoped child of a limited parent: cluster-wide child, finalizer by patch",
+			rules: rule("r", "App", "    namespaces: [a]\n", "", "Namespace", "ConfigMap"),
+			want: []string{
+				"* core namespaces " + all,
+				"a core configmaps " + all,
+				"a core events create,patch",
+				"a example.com apps get,list,watch,patch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+			},
+		},
+		{
+			name:  "cross-namespace children are watched everywhere",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: true\n", "ConfigMap"),
+			want: []string{
+				"* core configmaps " + all,
+				"a core events create,patch",
+				"a example.com apps get,list,watch,patch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+			},
+		},
+		{
+			name:  "a cluster-scoped parent owns every child; its events go to default",
+			rules: rule("r", "Tenant", "", "  allowCrossNamespace: true\n", "Namespace", "ConfigMap"),
+			want: []string{
+				"* core configmaps,namespaces " + all,
+				"* example.com tenants get,list,watch",
+				"* example.com tenants/finalizers update",
+				"* example.com tenants/status patch",
+				"default core events create,patch",
+			},
+		},
+		{
+			name:  "a RoleBinding needs bind on the role it names",
+			rules: rule("r", "App", "    namespaces: [a]\n", "", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}"),
+			want: []string{
+				"a core events create,patch",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+				"a rbac.authorization.k8s.io clusterroles[edit] bind",
+				"a rbac.authorization.k8s.io rolebindings " + all,
+			},
+		},
+		{
+			name:  "a computed roleRef needs bind on every role",
+			rules: rule("r", "App", "", "", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: \"${parent.spec.role}\"}"),
+			want: []string{
+				"* core events create,patch",
+				"* example.com apps get,list,watch",
+				"* example.com apps/finalizers update",
+				"* example.com apps/status patch",
+				"* rbac.authorization.k8s.io clusterroles bind",
+				"* rbac.authorization.k8s.io rolebindings " + all,
+			},
+			wantNotes: []string{"rule r: child c0 binds a role its template computes: granted bind on every clusterroles"},
+		},
+		{
+			name:  "a Role child is noted",
+			rules: rule("r", "App", "", "", "Role"),
+			want: []string{
+				"* core events create,patch",
+				"* example.com apps get,list,watch",
+				"* example.com apps/finalizers update",
+				"* example.com apps/status patch",
+				"* rbac.authorization.k8s.io roles " + all,
+			},
+			wantNotes: []string{"rule r: child c0 makes a Role: kgen must hold every permission it grants (add them with rbac.extraRules), or escalate on roles"},
+		},
+		{
+			name:  "a parent of unknown scope gets both ways to clean up, cluster-wide",
+			rules: rule("r", "Guess", "    namespaces: [a]\n", "", "ConfigMap"),
+			want: []string{
+				"* core configmaps " + all,
+				"* core events create,patch",
+				"* example.com guesses get,list,watch,patch",
+				"* example.com guesses/finalizers update",
+				"* example.com guesses/status patch",
+			},
+			wantNotes: []string{"the scope of Guess.example.com is not known: granted cluster-wide; give the CustomResourceDefinition, or the scope, to narrow it"},
+		},
+		{
+			name: "rules merge; a Role leaves out what the ClusterRole grants",
+			rules: rule("r1", "App", "    namespaces: [a]\n", "", "ConfigMap") + "---\n" +
+				rule("r2", "Plain", "", "", "ConfigMap"),
+			want: []string{
+				"* core configmaps " + all,
+				"* core events create,patch",
+				"* example.com plains get,list,watch",
+				"* example.com plains/finalizers update",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			loaded, err := rules.Parse("rules.yaml", []byte(tt.rules), rules.Options{})
+			if err != nil {
+				t.Fatalf("%v\n%s", err, tt.rules)
+			}
+			p, err := For(loaded, cluster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := lines(p); !slices.Equal(got, tt.want) {
+				t.Errorf("For() =\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			if !slices.Equal(p.Notes, tt.wantNotes) {
+				t.Errorf("notes = %q, want %q", p.Notes, tt.wantNotes)
+			}
+		})
+	}
+}
+
+// Every kind that cannot be resolved is reported, each once.
+func TestForUnknownKinds(t *testing.T) {
+	text := rule("r1", "Nope", "", "", "Secret", "ConfigMap") + "---\n" + rule("r2", "Nope", "", "", "ConfigMap")
+	loaded, err := rules.Parse("rules.yaml", []byte(text), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = For(loaded, cluster)
+	if !errors.Is(err, ErrUnknownKind) {
+		t.Fatalf("For() error = %v, want ErrUnknownKind", err)
+	}
+	want := "rule r1: parent: unknown kind: Nope\nrule r1: child c0: unknown kind: Secret"
+	if err.Error() != want {
+		t.Errorf("For() error:\n%v\nwant:\n%s", err, want)
+	}
+}
+
+func crd(group, kind, plural, scope string, versions map[string]bool) *unstructured.Unstructured {
+	var vs []any
+	for _, v := range slices.Sorted(maps.Keys(versions)) {
+		m := map[string]any{"name": v, "served": true, "storage": true}
+		if versions[v] {
+			m["subresources"] = map[string]any{"status": map[string]any{}}
+		}
+		vs = append(vs, m)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": plural + "." + group},
+		"spec": map[string]any{
+			"group": group, "scope": scope, "versions": vs,
+			"names": map[string]any{"kind": kind, "plural": plural},
+		},
+	}}
+}
+
+func TestStatic(t *testing.T) {
+	s := NewStatic()
+	if err := s.AddCRD(crd("example.com", "Octopus", "octopodes", "Namespaced", map[string]bool{"v1": true, "v1beta1": false})); err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []string{"Tenant.example.com=tenants:Cluster", "Widget=widgets", "Deployment.apps=overridden:Namespaced"} {
+		if err := s.AddResource(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gvk := func(group, version, kind string) schema.GroupVersionKind {
+		return schema.GroupVersionKind{Group: group, Version: version, Kind: kind}
+	}
+	tests := []struct {
+		gvk     schema.GroupVersionKind
+		want    Resource
+		wantErr string
+	}{
+		{gvk: gvk("", "v1", "ConfigMap"), want: Resource{Resource: "configmaps", Scope: Namespaced}},
+		{gvk: gvk("", "v1", "Namespace"), want: Resource{Resource: "namespaces", Scope: Cluster, Status: true}},
+		{gvk: gvk("networking.k8s.io", "v1", "Ingress"), want: Resource{Group: "networking.k8s.io", Resource: "ingresses", Scope: Namespaced, Status: true}},
+		{gvk: gvk("example.com", "v1", "Octopus"), want: Resource{Group: "example.com", Resource: "octopodes", Scope: Namespaced, Status: true}},
+		{gvk: gvk("example.com", "v1beta1", "Octopus"), want: Resource{Group: "example.com", Resource: "octopodes", Scope: Namespaced}},
+		{gvk: gvk("example.com", "v2", "Octopus"), wantErr: "unknown kind: Octopus.example.com: its CustomResourceDefinition declares versions v1, v1beta1, not v2"},
+		{gvk: gvk("example.com", "v1", "Tenant"), want: Resource{Group: "example.com", Resource: "tenants", Scope: Cluster, Status: true}},
+		{gvk: gvk("other.io", "v1", "Widget"), want: Resource{Group: "other.io", Resource: "widgets", Status: true}},
+		{gvk: gvk("apps", "v1", "Deployment"), want: Resource{Group: "apps", Resource: "overridden", Scope: Namespaced, Status: true}},
+		{gvk: gvk("", "v1", "Deployment"), wantErr: "unknown kind: Deployment (apiVersion v1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.gvk.String(), func(t *testing.T) {
+			got, err := s.Resolve(tt.gvk)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr || !errors.Is(err, ErrUnknownKind) {
+					t.Fatalf("Resolve() error = %v, want %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("Resolve() = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAddResourceErrors(t *testing.T) {
+	for spec, want := range map[string]string{
+		"WebApp":                     `resource "WebApp": want KIND[.GROUP]=PLURAL[:Namespaced|Cluster]`,
+		"WebApp=":                    `resource "WebApp=": want KIND[.GROUP]=PLURAL[:Namespaced|Cluster]`,
+		"WebApp=WebApps":             `resource "WebApp=WebApps": "WebApps" is not a resource name: lower-case, without dots`,
+		"WebApp=webapps.example.com": `resource "WebApp=webapps.example.com": "webapps.example.com" is not a resource name: lower-case, without dots`,
+		"WebApp=webapps:Global":      `resource "WebApp=webapps:Global": the scope must be Namespaced or Cluster, not "Global"`,
+		".example.com=webapps":       `resource ".example.com=webapps": no kind`,
+	} {
+		if err := NewStatic().AddResource(spec); err == nil || err.Error() != want {
+			t.Errorf("AddResource(%q) = %v, want %s", spec, err, want)
+		}
+	}
+}
+
+func TestAddCRDErrors(t *testing.T) {
+	notCRD := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x"}}}
+	noPlural := crd("example.com", "Thing", "", "Namespaced", map[string]bool{"v1": true})
+	badScope := crd("example.com", "Thing", "things", "Galaxy", map[string]bool{"v1": true})
+	noVersions := crd("example.com", "Thing", "things", "Namespaced", nil)
+	for _, tt := range []struct {
+		crd  *unstructured.Unstructured
+		want string
+	}{
+		{notCRD, `ConfigMap "x" is not a CustomResourceDefinition`},
+		{noPlural, `CustomResourceDefinition ".example.com": spec.group, spec.names.kind and spec.names.plural are required`},
+		{badScope, `CustomResourceDefinition "things.example.com": spec.scope must be Namespaced or Cluster, not "Galaxy"`},
+		{noVersions, `CustomResourceDefinition "things.example.com": spec.versions names no version`},
+	} {
+		if err := NewStatic().AddCRD(tt.crd); err == nil || err.Error() != tt.want {
+			t.Errorf("AddCRD() = %v, want %s", err, tt.want)
+		}
+	}
+}
