@@ -1,0 +1,77 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "kgen.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name: fullnameOverride, or the release name when it
+already holds the chart's name, or release-chart. 63 characters at most, as
+names in labels must be.
+*/}}
+{{- define "kgen.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The labels that select the release's pods; they never change. */}}
+{{- define "kgen.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kgen.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The labels of every object. */}}
+{{- define "kgen.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kgen.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kgen
+{{- end }}
+
+{{- define "kgen.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kgen.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kgen.rulesConfigMap" -}}
+{{- default (printf "%s-rules" (include "kgen.fullname" .)) .Values.existingRulesConfigMap }}
+{{- end }}
+
+{{- define "kgen.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+kgen.checkRules fails the release when a PolicyRule holds "*", unless
+rbac.allowWildcards is set: the rules kgenctl rbac writes never need one,
+and a wildcard copied from elsewhere would silently give kgen the cluster.
+Call it with (list "where" $rules $root).
+*/}}
+{{- define "kgen.checkRules" -}}
+{{- $where := index . 0 }}
+{{- $root := index . 2 }}
+{{- if not $root.Values.rbac.allowWildcards }}
+{{- range $i, $r := index . 1 }}
+{{- range $field := list "apiGroups" "resources" "verbs" "nonResourceURLs" }}
+{{- if has "*" (get $r $field | default list) }}
+{{- fail (printf "%s[%d].%s holds \"*\": kgen never needs a wildcard (generate the rules with 'kgenctl rbac -o helm-values'), or set rbac.allowWildcards" $where $i $field) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
