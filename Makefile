@@ -5,8 +5,12 @@
 GO ?= go
 BIN := bin
 PKGS := ./...
+# The image: its tag is the chart's appVersion, so the chart runs it as is.
+VERSION ?= $(shell sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/kgen/Chart.yaml)
+IMAGE ?= kgen/kgenctl:$(VERSION)
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 
-.PHONY: all build test unit e2e tools demo lint bench clean
+.PHONY: all build test unit e2e tools demo lint bench clean image image-test
 
 all: build
 
@@ -14,8 +18,8 @@ all: build
 build:
 	$(GO) build -o $(BIN)/kgenctl ./cmd/kgenctl
 
-## test: unit tests (with fuzz seed corpora), then end-to-end tests on a real control plane
-test: unit e2e
+## test: unit tests (with fuzz seed corpora and the chart's), the image, then end-to-end tests on a real control plane
+test: unit image-test e2e
 
 ## unit: unit tests only; no cluster needed
 unit:
@@ -25,9 +29,21 @@ unit:
 e2e: tools
 	$(GO) test -tags e2e -count=1 -timeout 40m ./e2e/
 
-## tools: build etcd, kube-apiserver and kube-controller-manager (cached)
+## tools: build etcd, kube-apiserver, kube-controller-manager and helm (cached)
 tools:
 	@./hack/tools.sh >/dev/null
+
+## image: build the container image as an OCI tarball, bin/kgen-image.tar, without a container engine
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath \
+		-ldflags '-s -w -X kgen.dev/kgen/internal/version.Version=$(VERSION)' \
+		-o $(BIN)/linux_$(IMAGE_ARCH)/kgenctl ./cmd/kgenctl
+	$(GO) run ./hack/image -binary $(BIN)/linux_$(IMAGE_ARCH)/kgenctl -arch $(IMAGE_ARCH) \
+		-ref $(IMAGE) -version $(VERSION) -o $(BIN)/kgen-image.tar
+
+## image-test: build the image and check it: kgenctl in it, run as non-root
+image-test: image
+	KGEN_IMAGE=$(abspath $(BIN)/kgen-image.tar) $(GO) test -count=1 -run TestBuiltImage ./hack/image
 
 ## demo: run kgen on a local control plane and show what it does
 demo: build tools
