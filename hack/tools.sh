@@ -24,8 +24,16 @@ build() { # build MODULE_DIR PACKAGE OUTPUT [LDFLAGS]
 
 mkdir -p "$bin"
 build etcd go.etcd.io/etcd/server/v3 etcd
-build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver
-build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager
+# As Kubernetes' own build: without its version, the API server reports
+# v0.0.0-master, which charts' kubeVersion constraints reject.
+kube_version=$(sed -n 's|^require k8s.io/kubernetes ||p' "$tools/kube/go.mod")
+kube_ldflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	kube_ldflags+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1"
+	kube_ldflags+=" -X $pkg.gitMinor=$(echo "$kube_version" | cut -d. -f2) -X $pkg.gitTreeState=clean"
+done
+build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
+build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
 # As helm's own Makefile: its version, and the Kubernetes version of its
 # client-go as the default of 'helm template' and 'helm lint'.
 helm_version=$(sed -n 's|^require helm.sh/helm/v3 ||p' "$tools/helm/go.mod")
