@@ -201,6 +201,9 @@ type auditEvent struct {
 		Name        string `json:"name"`
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
 	StageTimestamp time.Time `json:"stageTimestamp"`
 }
 

@@ -78,6 +78,10 @@ func setup(m *testing.M) (int, error) {
 		Dir:               filepath.Join(tmp, "controlplane"),
 		ControllerManager: true,
 		AuditPolicy:       auditPolicy,
+		// As OpenShift and other hardened clusters do: setting
+		// blockOwnerDeletion on a child then needs update on the parent's
+		// finalizers, which kgenctl rbac must grant (TestHelmInstall).
+		APIServerArgs: []string{"--enable-admission-plugins=OwnerReferencesPermissionEnforcement"},
 	})
 	if err != nil {
 		return 0, err

@@ -78,10 +78,20 @@ func freePort(t *testing.T) string {
 func startKgen(t *testing.T, user string, args ...string) *kgenProcess {
 	t.Helper()
 	health, metrics := freePort(t), freePort(t)
-	p := &kgenProcess{output: &syncBuffer{}, done: make(chan struct{}), health: "http://" + health, metric: "http://" + metrics}
 	all := append([]string{"run", "--kubeconfig", userKubeconfig(t, user),
 		"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "-v", "2"}, args...)
-	p.cmd = exec.Command(env.kgenctl, all...)
+	p := startKgenctl(t, user, all...)
+	p.health, p.metric = "http://"+health, "http://"+metrics
+	return p
+}
+
+// startKgenctl runs kgenctl with exactly the given arguments; the test's end
+// stops it with SIGTERM and, if the test failed, logs the end of its output
+// under the given name.
+func startKgenctl(t *testing.T, name string, args ...string) *kgenProcess {
+	t.Helper()
+	p := &kgenProcess{output: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(env.kgenctl, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -99,7 +109,7 @@ func startKgen(t *testing.T, user string, args ...string) *kgenProcess {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("kgenctl run as %s:\n%s", user, tailOf(p.output.String(), 6000))
+			t.Logf("kgenctl run as %s:\n%s", name, tailOf(p.output.String(), 6000))
 		}
 	})
 	return p

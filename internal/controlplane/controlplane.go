@@ -306,6 +306,11 @@ func (cp *ControlPlane) RESTConfig() (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
 }
 
+// CAData returns the PEM certificate of the authority that signed the API
+// server's serving certificate, for clients that authenticate otherwise
+// (such as with a ServiceAccount token).
+func (cp *ControlPlane) CAData() []byte { return cp.ca.certPEM }
+
 // UserConfig returns a client configuration that authenticates as the given
 // user and groups, with a client certificate signed by the control plane's
 // authority. RBAC decides what that user may do.
