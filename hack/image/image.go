@@ -114,6 +114,9 @@ func Write(w io.Writer, img Image) error {
 	if err != nil {
 		return err
 	}
+	if img.Created.IsZero() {
+		img.Created = time.Unix(0, 0)
+	}
 	created := img.Created.UTC().Format(time.RFC3339)
 	layer, diffID, err := rootLayer(img.Binary, img.Created)
 	if err != nil {

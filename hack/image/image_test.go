@@ -180,6 +180,9 @@ func TestWrite(t *testing.T) {
 	if got.platform.Architecture != "arm64" || got.config.Config.Labels["org.opencontainers.image.version"] != "1.2.3" {
 		t.Errorf("platform %+v labels %v", got.platform, got.config.Config.Labels)
 	}
+	if got.config.Created != "1970-01-01T00:00:00Z" || got.files["kgenctl"].hdr.ModTime.Unix() != 0 {
+		t.Errorf("created %s, file time %s; want the Unix epoch", got.config.Created, got.files["kgenctl"].hdr.ModTime)
+	}
 	if err := Write(io.Discard, Image{Ref: "kgen/kgenctl"}); err == nil {
 		t.Error("Write without a binary did not fail")
 	}
