@@ -17,6 +17,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,9 +73,12 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("rules limited to one namespace got cluster-wide RBAC: %v", objs)
 	}
 
-	// kgenctl as the pod would run it.
-	start := time.Now()
+	// kgenctl as the pod would run it, once the API server's authorizer has
+	// seen the new bindings.
 	user := "system:serviceaccount:" + release + ":kgen"
+	waitCan(t, user, true, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "configmaps"})
+	waitCan(t, user, true, authorizationv1.ResourceAttributes{Namespace: release, Verb: "create", Group: "coordination.k8s.io", Resource: "leases"})
+	start := time.Now()
 	p := startLikePod(t, release, ns)
 	eventually(t, 60*time.Second, func() (bool, error) {
 		lease, err := env.kube.CoordinationV1().Leases(release).Get(ctx, "kgen", metav1.GetOptions{})
@@ -131,6 +135,7 @@ func TestHelmInstall(t *testing.T) {
 	if _, err := roles.Update(ctx, role, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	waitCan(t, user, false, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "configmaps"})
 	create(t, webappGVR, webapp(ns, "cart", 1))
 	parent := waitFor(t, webappGVR, ns, "cart", func(u *unstructured.Unstructured) error {
 		c := readyCondition(u)
@@ -358,6 +363,21 @@ func rulesVolume(t *testing.T, namespace string, pod corev1.PodSpec) string {
 		}
 	}
 	return dir
+}
+
+// waitCan waits until the API server's authorizer answers want to whether
+// user may do what attrs say.
+func waitCan(t *testing.T, user string, want bool, attrs authorizationv1.ResourceAttributes) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() (bool, error) {
+		review, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}, ResourceAttributes: &attrs},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return review.Status.Allowed == want, nil
+	}, "%s to be allowed=%t to %s %s in %s", user, want, attrs.Verb, attrs.Resource, attrs.Namespace)
 }
 
 // withoutVerb returns rules with verb no longer granted on the resource.
