@@ -287,8 +287,7 @@ func newLogger(w io.Writer, format string, verbosity int) (logr.Logger, error) {
 		klog.SetLogger(logger)
 		return logger, nil
 	case "text", "":
-		klog.SetOutput(w)
-		klog.LogToStderr(false)
+		// klog writes text to standard error, as w is for kgenctl.
 		return klog.Background(), nil
 	default:
 		return logr.Logger{}, fmt.Errorf("unknown --log-format %q: use text or json", format)

@@ -150,7 +150,7 @@ func (cp *ControlPlane) startEtcd(clientPort, peerPort int) error {
 
 func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdPort, port int) error {
 	serverCert, serverKey, err := cp.ca.issue("kube-apiserver", nil,
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, true)
 	if err != nil {
 		return err
@@ -176,7 +176,8 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdPort, port int) 
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + cp.path("sa.key"),
 		"--service-account-signing-key-file=" + cp.path("sa.key"),
-		"--service-cluster-ip-range=10.0.0.0/24",
+		// kubeadm's default: room for the benchmark's thousands of Services.
+		"--service-cluster-ip-range=10.96.0.0/12",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=true",
 	}
