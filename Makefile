@@ -9,6 +9,7 @@ PKGS := ./...
 VERSION ?= $(shell sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/kgen/Chart.yaml)
 IMAGE ?= kgen/kgenctl:$(VERSION)
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+BENCH_SIZES ?= 500,2000,5000
 
 .PHONY: all build test unit e2e tools demo lint bench clean image image-test
 
@@ -48,6 +49,10 @@ image-test: image
 ## demo: run kgen on a local control plane and show what it does
 demo: build tools
 	./hack/demo.sh
+
+## bench: measure kgen against the API server's own limit on a local control plane (N=500, 2000, 5000)
+bench: tools
+	$(GO) run ./bench -sizes $(BENCH_SIZES) -out bench/results
 
 ## lint: formatting and vet, with and without the e2e build tag
 lint:

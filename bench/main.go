@@ -1,0 +1,355 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"kgen.dev/kgen/internal/controlplane"
+	"kgen.dev/kgen/rules"
+)
+
+var (
+	webappGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "webapps"}
+	cmGVR     = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	deployGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	svcGVR    = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+)
+
+type options struct {
+	sizes       []int
+	out         string
+	steady      time.Duration
+	loaders     int
+	timeout     time.Duration
+	profileSize int
+	kgenArgs    []string
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	o := options{}
+	sizes := flag.String("sizes", "500,2000,5000", "comma-separated numbers of parents")
+	flag.StringVar(&o.out, "out", "bench/results", "folder for the results")
+	flag.DurationVar(&o.steady, "steady", time.Minute, "how long to count steady-state requests")
+	flag.IntVar(&o.loaders, "loaders", 16, "goroutines creating and patching objects")
+	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit for one phase")
+	flag.IntVar(&o.profileSize, "profile", 2000, "N whose convergence is CPU-profiled (0: none)")
+	kgenArgs := flag.String("kgen-args", "", "extra flags for kgenctl run, space-separated (for tuning; the results are meant for the defaults)")
+	flag.Parse()
+	o.kgenArgs = strings.Fields(*kgenArgs)
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("bad -sizes %q", *sizes)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	ctx := context.Background()
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	bin, err := controlplane.BinDir(root)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "kgen-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	kgenctl := filepath.Join(tmp, "kgenctl")
+	if out, err := exec.Command("go", "build", "-o", kgenctl, "./cmd/kgenctl").CombinedOutput(); err != nil {
+		return fmt.Errorf("build kgenctl: %v: %s", err, out)
+	}
+	logf("starting the control plane")
+	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: bin, Dir: filepath.Join(tmp, "cp")})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+
+	b := &bench{opts: o, cp: cp, kgenctl: kgenctl, tmp: tmp}
+	if err := b.setup(ctx); err != nil {
+		return err
+	}
+	var results []*result
+	for _, n := range o.sizes {
+		r, err := b.measure(ctx, n)
+		if err != nil {
+			return fmt.Errorf("N=%d: %w", n, err)
+		}
+		results = append(results, r)
+		fmt.Println(r.summary())
+	}
+	report := newReport(results, b.machine(ctx))
+	return report.write(o.out)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+type bench struct {
+	opts    options
+	cp      *controlplane.ControlPlane
+	kgenctl string
+	tmp     string
+
+	dyn       dynamic.Interface // the loader: no client-side rate limit
+	kube      kubernetes.Interface
+	rule      *rules.Rule
+	rulesFile string
+	crd       *unstructured.Unstructured // the WebApp CRD, for rendering offline
+}
+
+func (b *bench) setup(ctx context.Context) error {
+	loader, err := b.cp.UserConfig("bench-loader", "system:masters")
+	if err != nil {
+		return err
+	}
+	// A negative QPS turns client-go's rate limiter off: the loader is
+	// limited only by the API server.
+	loader.QPS, loader.Burst = -1, 0
+	b.dyn = dynamic.NewForConfigOrDie(loader)
+	b.kube = kubernetes.NewForConfigOrDie(loader)
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	data, err := os.ReadFile("examples/webapp/crd.yaml")
+	if err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(data, crd); err != nil {
+		return err
+	}
+	b.crd = &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(data, &b.crd.Object); err != nil {
+		return err
+	}
+	crds := apiextensions.NewForConfigOrDie(loader)
+	if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := b.dyn.Resource(webappGVR).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("WebApp CRD not served: %w", err)
+	}
+	// The example rule without its namespace limit, so each phase can have a
+	// namespace of its own.
+	data, err = os.ReadFile("examples/webapp/rules.yaml")
+	if err != nil {
+		return err
+	}
+	text := strings.Replace(string(data), "    namespaces: [team-a]\n", "", 1)
+	b.rulesFile = filepath.Join(b.tmp, "rules.yaml")
+	if err := os.WriteFile(b.rulesFile, []byte(text), 0o644); err != nil {
+		return err
+	}
+	loaded, err := rules.Load([]string{b.rulesFile}, rules.Options{})
+	if err != nil {
+		return err
+	}
+	b.rule = loaded[0]
+	return nil
+}
+
+// kgen is a running 'kgenctl run'.
+type kgen struct {
+	cmd     *exec.Cmd
+	metrics string
+	log     *os.File
+	once    sync.Once
+}
+
+func (b *bench) startKgen(ctx context.Context, n int) (*kgen, error) {
+	kubeconfig, err := b.cp.WriteKubeconfig("kgen.kubeconfig", "kgen", "system:masters")
+	if err != nil {
+		return nil, err
+	}
+	metrics, health := freeAddr(), freeAddr()
+	log, err := os.Create(filepath.Join(b.tmp, fmt.Sprintf("kgen-%d.log", n)))
+	if err != nil {
+		return nil, err
+	}
+	// Default flags, as users run kgen; only addresses and profiling differ.
+	args := append([]string{"run", "--rules", b.rulesFile, "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", metrics, "--health-probe-bind-address", health, "--profiling"}, b.opts.kgenArgs...)
+	cmd := exec.Command(b.kgenctl, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	k := &kgen{cmd: cmd, metrics: "http://" + metrics, log: log}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		k.stop()
+		return nil, fmt.Errorf("kgen not ready: %w", err)
+	}
+	return k, nil
+}
+
+// stop ends kgen with SIGTERM; it is safe to call more than once.
+func (k *kgen) stop() {
+	k.once.Do(func() {
+		_ = k.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = k.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = k.cmd.Process.Kill()
+			<-done
+		}
+		k.log.Close()
+	})
+}
+
+// memory returns kgen's peak and current RSS in bytes, from /proc.
+func (k *kgen) memory() (peak, current int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", k.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[1], 10, 64)
+		switch fields[0] {
+		case "VmHWM:":
+			peak = kb << 10
+		case "VmRSS:":
+			current = kb << 10
+		}
+	}
+	return peak, current, nil
+}
+
+// heapAfterGC forces a garbage collection in kgen (pprof's heap endpoint
+// does with gc=1) and returns the heap in use after it.
+func (k *kgen) heapAfterGC() (int64, error) {
+	resp, err := http.Get(k.metrics + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	m, err := scrape(k.metrics)
+	if err != nil {
+		return 0, err
+	}
+	return int64(m.value("go_memstats_heap_inuse_bytes", nil)), nil
+}
+
+// profile writes a CPU profile of kgen over d to path, in the background.
+func (k *kgen) profile(path string, d time.Duration) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", k.metrics, int(d.Seconds())))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		var buf bytes.Buffer
+		if _, err := buf.ReadFrom(resp.Body); err != nil {
+			done <- err
+			return
+		}
+		done <- os.WriteFile(path, buf.Bytes(), 0o644)
+	}()
+	return done
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// machine describes where the benchmark ran.
+func (b *bench) machine(ctx context.Context) map[string]string {
+	m := map[string]string{"cpus": strconv.Itoa(runtime.NumCPU()), "go": runtime.Version()}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				m["cpu"] = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		fields := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])
+		if len(fields) >= 2 {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			m["memory"] = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+		}
+	}
+	if v, err := b.kube.Discovery().ServerVersion(); err == nil {
+		m["kube-apiserver"] = v.GitVersion
+	}
+	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m["commit"] = strings.TrimSpace(string(out))
+		if st, _ := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); len(st) > 0 {
+			m["commit"] += " (with uncommitted changes)"
+		}
+	}
+	m["date"] = time.Now().UTC().Format(time.RFC3339)
+	if len(b.opts.kgenArgs) > 0 {
+		m["kgen flags beyond the defaults"] = strings.Join(b.opts.kgenArgs, " ")
+	}
+	return m
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

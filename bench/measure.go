@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kgen.dev/kgen/pkg/reconcile"
+)
+
+// result is what one N measured.
+type result struct {
+	N int `json:"n"`
+
+	KgenConverge time.Duration `json:"kgenConvergeNs"`
+	RawConverge  time.Duration `json:"rawConvergeNs"`
+	KgenWave     time.Duration `json:"kgenWaveNs"`
+	RawWave      time.Duration `json:"rawWaveNs"`
+
+	// ConvergeRequests are kgen's requests during convergence by
+	// "verb resource".
+	ConvergeRequests map[string]float64 `json:"convergeRequests"`
+	// SteadyPerMinute are kgen's requests per minute after convergence.
+	SteadyPerMinute map[string]float64 `json:"steadyPerMinute"`
+
+	PeakRSS     int64 `json:"peakRSSBytes"`
+	HeapAfterGC int64 `json:"heapAfterGCBytes"`
+
+	KgenTimeline []sample `json:"kgenTimeline"`
+	RawTimeline  []sample `json:"rawTimeline"`
+}
+
+const parentImage, replicas, newReplicas = "nginx:1.27", int64(1), int64(3)
+
+func (b *bench) measure(ctx context.Context, n int) (*result, error) {
+	r := &result{N: n}
+	if err := b.measureKgen(ctx, n, r); err != nil {
+		return nil, fmt.Errorf("kgen: %w", err)
+	}
+	if err := b.measureRaw(ctx, n, r); err != nil {
+		return nil, fmt.Errorf("raw: %w", err)
+	}
+	return r, nil
+}
+
+// goals of convergence: every child with the template's values, every
+// parent observed.
+func convergeGoals(want int64) map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool {
+	str := func(u *unstructured.Unstructured, f ...string) string { s, _, _ := unstructured.NestedString(u.Object, f...); return s }
+	num := func(u *unstructured.Unstructured, f ...string) int64 { v, _, _ := unstructured.NestedInt64(u.Object, f...); return v }
+	return map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
+		cmGVR:     func(u *unstructured.Unstructured) bool { return str(u, "data", "image") == parentImage },
+		svcGVR:    func(u *unstructured.Unstructured) bool { return num(u, "spec", "ports", "0", "port") >= 0 },
+		deployGVR: func(u *unstructured.Unstructured) bool { return num(u, "spec", "replicas") == want },
+	}
+}
+
+func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
+	ns := fmt.Sprintf("kgen-%d", n)
+	if err := b.namespace(ctx, ns); err != nil {
+		return err
+	}
+	k, err := b.startKgen(ctx, n)
+	if err != nil {
+		return err
+	}
+	defer k.stop()
+
+	goals := convergeGoals(replicas)
+	goals[webappGVR] = func(u *unstructured.Unstructured) bool {
+		g, ok, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+		return ok && g == u.GetGeneration()
+	}
+	obs, err := observe(ctx, b.dyn, ns, 4*n, goals, cmGVR, svcGVR, deployGVR)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
+	before, err := scrape(k.metrics)
+	if err != nil {
+		return err
+	}
+	var profiled <-chan error
+	if n == b.opts.profileSize {
+		profiled = k.profile(filepath.Join(b.opts.out, fmt.Sprintf("kgen-cpu-%d.pprof", n)), 15*time.Second)
+	}
+	logf("N=%d kgen: creating %d parents", n, n)
+	obs.begin()
+	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+		_, err := b.create(ctx, webappGVR, ns, parent(ns, i, true))
+		return err
+	}); err != nil {
+		return err
+	}
+	if r.KgenConverge, err = obs.wait(b.opts.timeout); err != nil {
+		return err
+	}
+	r.KgenTimeline = obs.timeline()
+	after, err := scrape(k.metrics)
+	if err != nil {
+		return err
+	}
+	r.ConvergeRequests = after.requests().minus(before.requests())
+	logf("N=%d kgen: converged in %s", n, r.KgenConverge.Round(time.Millisecond))
+
+	wave, err := observe(ctx, b.dyn, ns, n, map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
+		deployGVR: convergeGoals(newReplicas)[deployGVR],
+	})
+	if err != nil {
+		return err
+	}
+	defer wave.stop()
+	wave.begin()
+	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+		return b.patchReplicas(ctx, webappGVR, ns, parentName(i))
+	}); err != nil {
+		return err
+	}
+	if r.KgenWave, err = wave.wait(b.opts.timeout); err != nil {
+		return err
+	}
+	logf("N=%d kgen: update wave in %s", n, r.KgenWave.Round(time.Millisecond))
+
+	// Steady state: let the wave's status writes settle, then count.
+	time.Sleep(5 * time.Second)
+	s1, err := scrape(k.metrics)
+	if err != nil {
+		return err
+	}
+	time.Sleep(b.opts.steady)
+	s2, err := scrape(k.metrics)
+	if err != nil {
+		return err
+	}
+	r.SteadyPerMinute = s2.requests().minus(s1.requests()).scale(time.Minute.Seconds() / b.opts.steady.Seconds())
+	if r.PeakRSS, _, err = k.memory(); err != nil {
+		return err
+	}
+	if r.HeapAfterGC, err = k.heapAfterGC(); err != nil {
+		return err
+	}
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
+	}
+	// Stop kgen first, or it would recreate children it sees deleted
+	// before it sees their parent go.
+	k.stop()
+	return b.cleanup(ctx, ns)
+}
+
+func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
+	ns := fmt.Sprintf("raw-%d", n)
+	if err := b.namespace(ctx, ns); err != nil {
+		return err
+	}
+	goals := convergeGoals(replicas)
+	goals[webappGVR] = func(*unstructured.Unstructured) bool { return true }
+	obs, err := observe(ctx, b.dyn, ns, 4*n, goals, cmGVR, svcGVR, deployGVR)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
+	logf("N=%d raw: creating %d objects", n, 4*n)
+	scope := reconcile.NewStaticScoper()
+	if err := scope.AddCRD(b.crd); err != nil {
+		return err
+	}
+	obs.begin()
+	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+		// Not labelled tier=web: kgen's rule would not select it.
+		p, err := b.create(ctx, webappGVR, ns, parent(ns, i, false))
+		if err != nil {
+			return err
+		}
+		rendered, err := reconcile.Render(b.rule, p, nil, scope)
+		if err != nil {
+			return err
+		}
+		for _, c := range rendered.Children {
+			gvr := map[string]schema.GroupVersionResource{"ConfigMap": cmGVR, "Service": svcGVR, "Deployment": deployGVR}[c.Object.GetKind()]
+			if _, err := b.create(ctx, gvr, ns, c.Object); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if r.RawConverge, err = obs.wait(b.opts.timeout); err != nil {
+		return err
+	}
+	r.RawTimeline = obs.timeline()
+	logf("N=%d raw: created in %s", n, r.RawConverge.Round(time.Millisecond))
+
+	wave, err := observe(ctx, b.dyn, ns, n, map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
+		deployGVR: convergeGoals(newReplicas)[deployGVR],
+	})
+	if err != nil {
+		return err
+	}
+	defer wave.stop()
+	wave.begin()
+	// The same 2N patches: each parent, and the Deployment kgen would patch.
+	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+		if err := b.patchReplicas(ctx, webappGVR, ns, parentName(i)); err != nil {
+			return err
+		}
+		return b.patchReplicas(ctx, deployGVR, ns, parentName(i))
+	}); err != nil {
+		return err
+	}
+	if r.RawWave, err = wave.wait(b.opts.timeout); err != nil {
+		return err
+	}
+	logf("N=%d raw: update wave in %s", n, r.RawWave.Round(time.Millisecond))
+	return b.cleanup(ctx, ns)
+}
+
+func parentName(i int) string { return fmt.Sprintf("app-%05d", i) }
+
+func parent(ns string, i int, selected bool) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1alpha1", "kind": "WebApp",
+		"metadata": map[string]any{"name": parentName(i), "namespace": ns},
+		"spec":     map[string]any{"image": parentImage, "port": int64(8080), "replicas": replicas},
+	}}
+	if selected {
+		u.SetLabels(map[string]string{"tier": "web"})
+	}
+	return u
+}
+
+// load runs fn for 0..n-1 on the loader goroutines and returns the first error.
+func (b *bench) load(ctx context.Context, n int, fn func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for range b.opts.loaders {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		})
+	}
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+func (b *bench) create(ctx context.Context, gvr schema.GroupVersionResource, ns string, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	return b.dyn.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+}
+
+func (b *bench) patchReplicas(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) error {
+	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, newReplicas))
+	_, err := b.dyn.Resource(gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+func (b *bench) namespace(ctx context.Context, ns string) error {
+	_, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	return err
+}
+
+// cleanup deletes a phase's objects, so the next phase's caches and the API
+// server start as empty as the first's. Nothing runs the namespace
+// controller here, so the objects are deleted by collection.
+func (b *bench) cleanup(ctx context.Context, ns string) error {
+	for _, gvr := range []schema.GroupVersionResource{webappGVR, deployGVR, svcGVR, cmGVR} {
+		if gvr == svcGVR {
+			// Services have no deletecollection: one by one.
+			list, err := b.dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if err := b.load(ctx, len(list.Items), func(ctx context.Context, i int) error {
+				return b.dyn.Resource(gvr).Namespace(ns).Delete(ctx, list.Items[i].GetName(), metav1.DeleteOptions{})
+			}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := b.dyn.Resource(gvr).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			return fmt.Errorf("delete %s in %s: %w", gvr.Resource, ns, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+type report struct {
+	Machine map[string]string `json:"machine"`
+	Results []*result         `json:"results"`
+}
+
+func newReport(results []*result, machine map[string]string) *report {
+	return &report{Machine: machine, Results: results}
+}
+
+func isChild(key string) bool {
+	_, res, _ := strings.Cut(key, " ")
+	return res == "configmaps" || res == "services" || res == "deployments"
+}
+
+func isWrite(key string) bool {
+	verb, _, _ := strings.Cut(key, " ")
+	switch verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
+}
+
+func seconds(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+
+func ratio(a, b time.Duration) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a.Seconds()/b.Seconds())
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// writesPerChild is kgen's child writes during convergence per child.
+func (r *result) writesPerChild() float64 {
+	c := counts(r.ConvergeRequests)
+	return c.sum(func(k string) bool { return isChild(k) && isWrite(k) }) / float64(3*r.N)
+}
+
+// statusWritesPerParent is kgen's status writes during convergence per parent.
+func (r *result) statusWritesPerParent() float64 {
+	return counts(r.ConvergeRequests).sum(func(k string) bool { return strings.HasSuffix(k, " webapps/status") }) / float64(r.N)
+}
+
+func (r *result) summary() string {
+	return fmt.Sprintf("N=%d: converge kgen %s raw %s (%s×); update wave kgen %s raw %s (%s×); %.2f writes/child, %.2f status writes/parent; peak RSS %s; heap after GC %s",
+		r.N, seconds(r.KgenConverge), seconds(r.RawConverge), ratio(r.KgenConverge, r.RawConverge),
+		seconds(r.KgenWave), seconds(r.RawWave), ratio(r.KgenWave, r.RawWave),
+		r.writesPerChild(), r.statusWritesPerParent(), mib(r.PeakRSS), mib(r.HeapAfterGC))
+}
+
+func (rep *report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# kgen benchmark results\n\n")
+	fmt.Fprintf(&b, "Reproduce with `make bench` (see bench/doc.go for what is measured).\n\n")
+	for _, k := range sortedKeys(rep.Machine) {
+		fmt.Fprintf(&b, "- %s: %s\n", k, rep.Machine[k])
+	}
+	b.WriteString("\n## Convergence and update wave (kgen at its default flags vs. the same writes made directly)\n\n")
+	b.WriteString("| N | kgen converge | raw create | ratio | kgen update wave | raw patches | ratio |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rep.Results {
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s |\n", r.N,
+			seconds(r.KgenConverge), seconds(r.RawConverge), ratio(r.KgenConverge, r.RawConverge),
+			seconds(r.KgenWave), seconds(r.RawWave), ratio(r.KgenWave, r.RawWave))
+	}
+	b.WriteString("\n## API requests\n\n")
+	b.WriteString("| N | writes per child | status writes per parent | requests per parent during convergence, by verb | steady state per minute, by verb |\n|---:|---:|---:|---|---|\n")
+	for _, r := range rep.Results {
+		per := counts(r.ConvergeRequests).byVerb(nil)
+		var parts []string
+		for _, v := range sortedKeys(per) {
+			parts = append(parts, fmt.Sprintf("%s %.2f", v, per[v]/float64(r.N)))
+		}
+		steady := counts(r.SteadyPerMinute).byVerb(nil)
+		var sparts []string
+		for _, v := range sortedKeys(steady) {
+			sparts = append(sparts, fmt.Sprintf("%s %.1f", v, steady[v]))
+		}
+		if len(sparts) == 0 {
+			sparts = []string{"none"}
+		}
+		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %s | %s |\n", r.N, r.writesPerChild(), r.statusWritesPerParent(),
+			strings.Join(parts, ", "), strings.Join(sparts, ", "))
+	}
+	b.WriteString("\n## Memory of kgen\n\n| N | objects cached | peak RSS | peak RSS per parent | Go heap in use after GC |\n|---:|---:|---:|---:|---:|\n")
+	for _, r := range rep.Results {
+		fmt.Fprintf(&b, "| %d | %d | %s | %.1f KiB | %s |\n", r.N, 4*r.N, mib(r.PeakRSS),
+			float64(r.PeakRSS)/float64(r.N)/1024, mib(r.HeapAfterGC))
+	}
+	b.WriteString("\n## Children ready over time\n\n")
+	for _, r := range rep.Results {
+		fmt.Fprintf(&b, "![N=%d](convergence-%d.png)\n", r.N, r.N)
+	}
+	return b.String()
+}
+
+func (rep *report) write(dir string) error {
+	for _, r := range rep.Results {
+		title := fmt.Sprintf("N=%d: children with the right spec over time", r.N)
+		if err := plot(filepath.Join(dir, fmt.Sprintf("convergence-%d.png", r.N)), title, 3*r.N,
+			series{"kgen", r.KgenTimeline}, series{"raw client", r.RawTimeline}); err != nil {
+			return err
+		}
+	}
+	if err := writeJSON(filepath.Join(dir, "results.json"), rep); err != nil {
+		return err
+	}
+	md := rep.markdown()
+	fmt.Println(md)
+	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(md), 0o644)
+}
