@@ -54,8 +54,14 @@ func (b *bench) measure(ctx context.Context, n int) (*result, error) {
 // goals of convergence: every child with the template's values, every
 // parent observed.
 func convergeGoals(want int64) map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool {
-	str := func(u *unstructured.Unstructured, f ...string) string { s, _, _ := unstructured.NestedString(u.Object, f...); return s }
-	num := func(u *unstructured.Unstructured, f ...string) int64 { v, _, _ := unstructured.NestedInt64(u.Object, f...); return v }
+	str := func(u *unstructured.Unstructured, f ...string) string {
+		s, _, _ := unstructured.NestedString(u.Object, f...)
+		return s
+	}
+	num := func(u *unstructured.Unstructured, f ...string) int64 {
+		v, _, _ := unstructured.NestedInt64(u.Object, f...)
+		return v
+	}
 	return map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
 		cmGVR:     func(u *unstructured.Unstructured) bool { return str(u, "data", "image") == parentImage },
 		svcGVR:    func(u *unstructured.Unstructured) bool { return num(u, "spec", "ports", "0", "port") >= 0 },
