@@ -283,6 +283,20 @@ func (k *kgen) heapAfterGC() (int64, error) {
 	return int64(m.value("go_memstats_heap_inuse_bytes", nil)), nil
 }
 
+// saveHeapProfile writes kgen's heap profile to path.
+func (k *kgen) saveHeapProfile(path string) error {
+	resp, err := http.Get(k.metrics + "/debug/pprof/heap")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
 // profile writes a CPU profile of kgen over d to path, in the background.
 func (k *kgen) profile(path string, d time.Duration) <-chan error {
 	done := make(chan error, 1)

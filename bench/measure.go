@@ -153,6 +153,11 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	if r.HeapAfterGC, err = k.heapAfterGC(); err != nil {
 		return err
 	}
+	if n == b.opts.profileSize {
+		if err := k.saveHeapProfile(filepath.Join(b.opts.out, fmt.Sprintf("kgen-heap-%d.pprof", n))); err != nil {
+			return err
+		}
+	}
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			return fmt.Errorf("profile: %w", err)

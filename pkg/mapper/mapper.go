@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,6 +73,12 @@ type Mapper struct {
 	discovery  discovery.CachedDiscoveryInterface
 	rest       *restmapper.DeferredDiscoveryRESTMapper
 	categories restmapper.CategoryExpander
+
+	// view is the flat view of the cached discovery documents, built on
+	// first use and dropped by Reset; the controller asks ResourceFor for
+	// every child it writes, so this must not be rebuilt per call.
+	mu   sync.Mutex
+	view *discovered
 }
 
 // New returns a Mapper over the given discovery client, cached in memory.
@@ -98,7 +105,12 @@ func NewForConfig(config *rest.Config) (*Mapper, error) {
 func (m *Mapper) RESTMapper() meta.ResettableRESTMapper { return m.rest }
 
 // Reset drops everything cached, so the next question asks the API server.
-func (m *Mapper) Reset() { m.rest.Reset() }
+func (m *Mapper) Reset() {
+	m.mu.Lock()
+	m.view = nil
+	m.mu.Unlock()
+	m.rest.Reset()
+}
 
 // ResourceFor returns the mapping of an exact group, version and kind.
 // A miss resets the cache and asks once more before it reports an error that
@@ -113,16 +125,19 @@ func (m *Mapper) ResourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 }
 
 func (m *Mapper) resourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
+	groups, err := m.groups()
+	if err != nil {
+		return Mapping{}, err
+	}
+	if e, ok := groups.byGVK[gvk]; ok {
+		return e.mapping(), nil
+	}
 	rm, err := m.rest.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
 		return Mapping{}, &NotFoundError{Ref: gvkString(gvk), Searched: "the kinds of " + gvk.GroupVersion().String()}
 	}
 	if err != nil {
 		return Mapping{}, fmt.Errorf("map %s: %w", gvkString(gvk), err)
-	}
-	groups, err := m.groups()
-	if err != nil {
-		return Mapping{}, err
 	}
 	for _, e := range groups.entries {
 		if e.gvk == rm.GroupVersionKind && e.resource.Name == rm.Resource.Resource {
@@ -272,16 +287,23 @@ func (e *entry) mapping() Mapping {
 type discovered struct {
 	entries       []*entry
 	groupVersions int
+	// byGVK holds, for each kind, the first resource that serves it.
+	byGVK map[schema.GroupVersionKind]*entry
 }
 
 // groups reads the (cached) discovery documents. A partial failure, such as
 // an aggregated API that is down, still returns what the other groups serve.
 func (m *Mapper) groups() (*discovered, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.view != nil {
+		return m.view, nil
+	}
 	groupResources, err := restmapper.GetAPIGroupResources(m.discovery)
 	if err != nil && len(groupResources) == 0 {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	d := &discovered{}
+	d := &discovered{byGVK: map[schema.GroupVersionKind]*entry{}}
 	for _, g := range groupResources {
 		versions := make([]string, 0, len(g.Group.Versions))
 		if pv := g.Group.PreferredVersion.Version; pv != "" {
@@ -326,6 +348,15 @@ func (m *Mapper) groups() (*discovered, error) {
 			}
 			d.entries = append(d.entries, ordered...)
 		}
+	}
+	for _, e := range d.entries {
+		if _, ok := d.byGVK[e.gvk]; !ok {
+			d.byGVK[e.gvk] = e
+		}
+	}
+	if err == nil {
+		// Keep only complete views: a partial one is rebuilt next time.
+		m.view = d
 	}
 	return d, nil
 }
