@@ -116,6 +116,27 @@ type childOutcome struct {
 	live   *unstructured.Unstructured
 	reason string // a Ready reason when the child is not fine
 	msg    string
+	change string // "Created" or "Updated" when kgen wrote the child
+	ref    string // the child as kubectl names it
+}
+
+// changes collects the child writes of one reconcile, so they are reported
+// in one Event per kind of change rather than one per child: events are
+// writes too, and would otherwise double kgen's load on the API server.
+type changes map[string][]string
+
+func (c changes) add(change, what string) {
+	if change != "" {
+		c[change] = append(c[change], what)
+	}
+}
+
+func (c changes) record(recorder record.EventRecorder, parent *unstructured.Unstructured) {
+	for _, change := range []string{"Created", "Updated", "Deleted"} {
+		if list := c[change]; len(list) > 0 {
+			recorder.Eventf(parent, corev1.EventTypeNormal, change, "%s %s", change, strings.Join(list, ", "))
+		}
+	}
 }
 
 // Reconcile brings the children of one parent in line with the rule, prunes
@@ -152,6 +173,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 
 	var errs []error
 	var outcomes []childOutcome
+	changed := changes{}
+	defer changed.record(r.cfg.Recorder, parent)
 	keep := map[types.UID]bool{}
 	needFinalizer := false
 	for _, c := range rendered.Children {
@@ -168,6 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 	}
 	for _, c := range rendered.Children {
 		out, err := r.applyChild(ctx, rule, parent, c, liveByID[c.ID])
+		changed.add(out.change, fmt.Sprintf("%s (child %s)", out.ref, c.ID))
 		if out.live != nil {
 			keep[out.live.GetUID()] = true
 			liveByID[c.ID] = out.live
@@ -185,7 +209,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 		if keep[obj.GetUID()] {
 			continue
 		}
-		errs = append(errs, r.prune(ctx, parent, obj))
+		ref, err := r.prune(ctx, parent, obj)
+		if err == nil && ref != "" {
+			changed.add("Deleted", fmt.Sprintf("%s (child %s is no longer wanted)", ref, obj.GetLabels()[LabelChild]))
+		}
+		errs = append(errs, err)
 	}
 
 	cond := r.readiness(rule, parent, rendered, outcomes, liveByID)
@@ -232,15 +260,15 @@ func (r *Reconciler) applyChild(ctx context.Context, rule *rules.Rule, parent *u
 	}
 	client := r.resource(mapping, desired.GetNamespace())
 	ref := describeObject(mapping, desired)
+	out.ref = ref
 
 	if live == nil {
 		created, err := client.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			r.recent.remember(created)
-			r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, "Created", "Created %s for child %s", ref, c.ID)
 			logger.V(2).Info("Created child", "parent", klog.KObj(parent), "child", c.ID, "object", ref)
-			out.live = created
+			out.live, out.change = created, "Created"
 			return out, nil
 		case apierrors.IsAlreadyExists(err):
 			// Not in the cache: either the cache is behind, or the object
@@ -282,9 +310,8 @@ func (r *Reconciler) applyChild(ctx context.Context, rule *rules.Rule, parent *u
 		return out, fmt.Errorf("apply %s: %w", ref, err)
 	}
 	r.recent.remember(applied)
-	r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, "Updated", "Updated %s for child %s", ref, c.ID)
 	logger.V(2).Info("Applied child", "parent", klog.KObj(parent), "child", c.ID, "object", ref)
-	out.live = applied
+	out.live, out.change = applied, "Updated"
 	return out, nil
 }
 
@@ -304,15 +331,16 @@ func ownedBy(obj *unstructured.Unstructured, rule string, parent types.UID, id s
 }
 
 // prune deletes a child that is no longer wanted, only if it is still the
-// object kgen saw.
-func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstructured) error {
+// object kgen saw. It returns the child's name as kubectl gives it when this
+// call deleted it.
+func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstructured) (string, error) {
 	mapping, err := r.cfg.Resources.ResourceFor(obj.GroupVersionKind())
 	if err != nil {
-		return err
+		return "", err
 	}
 	ref := describeObject(mapping, obj)
 	if obj.GetDeletionTimestamp() != nil {
-		return nil // already going
+		return "", nil // already going
 	}
 	uid := obj.GetUID()
 	propagation := metav1.DeletePropagationBackground
@@ -321,14 +349,14 @@ func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstru
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, "DeleteFailed", "Deleting %s: %v", ref, err)
-		return fmt.Errorf("delete %s: %w", ref, err)
+		return "", fmt.Errorf("delete %s: %w", ref, err)
 	}
 	r.recent.forget(obj)
-	if err == nil {
-		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, "Deleted", "Deleted %s (child %s is no longer wanted)", ref, obj.GetLabels()[LabelChild])
-		klog.FromContext(ctx).V(2).Info("Pruned child", "parent", klog.KObj(parent), "object", ref)
+	if err != nil {
+		return "", nil // gone or replaced already: not kgen's doing
 	}
-	return nil
+	klog.FromContext(ctx).V(2).Info("Pruned child", "parent", klog.KObj(parent), "object", ref)
+	return ref, nil
 }
 
 // finalize deletes the children Kubernetes will not garbage-collect for a
@@ -344,7 +372,9 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 			continue // the garbage collector's job
 		}
 		remaining++
-		errs = append(errs, r.prune(ctx, parent, obj))
+		if _, err := r.prune(ctx, parent, obj); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Result{}, err
