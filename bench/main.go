@@ -269,7 +269,7 @@ func (k *kgen) memory() (peak, current int64, err error) {
 }
 
 // heapAfterGC forces a garbage collection in kgen (pprof's heap endpoint
-// does with gc=1) and returns the heap in use after it.
+// does with gc=1) and returns the bytes of live heap objects after it.
 func (k *kgen) heapAfterGC() (int64, error) {
 	resp, err := http.Get(k.metrics + "/debug/pprof/heap?gc=1")
 	if err != nil {
@@ -280,7 +280,8 @@ func (k *kgen) heapAfterGC() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return int64(m.value("go_memstats_heap_inuse_bytes", nil)), nil
+	logf("after GC: heap objects %s, heap spans in use %s", mib(int64(m.value("go_memstats_heap_alloc_bytes", nil))), mib(int64(m.value("go_memstats_heap_inuse_bytes", nil))))
+	return int64(m.value("go_memstats_heap_alloc_bytes", nil)), nil
 }
 
 // saveHeapProfile writes kgen's heap profile to path.

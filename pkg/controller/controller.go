@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -136,11 +137,11 @@ func New(cfg Config) *Controller {
 }
 
 func parentIndex(obj any) ([]string, error) {
-	u, ok := obj.(*unstructured.Unstructured)
+	o, ok := obj.(metav1.Object)
 	if !ok {
 		return nil, nil
 	}
-	l := u.GetLabels()
+	l := o.GetLabels()
 	rule, uid := l[reconcile.LabelRule], l[reconcile.LabelParentUID]
 	if rule == "" || uid == "" {
 		return nil, nil
@@ -228,8 +229,11 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 	if reg == nil {
 		return reconcile.Result{}, nil // not running; activation lists every parent again
 	}
-	parent, ok := reg.Informer().Get(key.Namespace, key.Name)
-	if !ok {
+	parent, err := reg.Informer().Get(key.Namespace, key.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if parent == nil {
 		return reconcile.Result{}, nil // gone: owner references and the finalizer did the rest
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", key.Rule, "parent", klog.KObj(parent)))
@@ -254,10 +258,16 @@ func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Uns
 			continue
 		}
 		for _, o := range objs {
-			if u, ok := o.(*unstructured.Unstructured); ok && !seen[u.GetUID()] {
-				seen[u.GetUID()] = true
-				out = append(out, u)
+			m, ok := o.(metav1.Object)
+			if !ok || seen[m.GetUID()] {
+				continue
 			}
+			u, err := watch.Decode(o)
+			if err != nil {
+				continue // cannot happen for what the transform made
+			}
+			seen[m.GetUID()] = true
+			out = append(out, u)
 		}
 	}
 	return out
@@ -392,7 +402,8 @@ func (c *Controller) setWaiting(rs *ruleState, err error) error {
 
 // parentHandler queues a parent of the rule.
 func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
-	return func(obj *unstructured.Unstructured) {
+	return func(obj metav1.Object) {
+		c.reconciler.Seen(obj)
 		c.queue.Add(Key{Rule: rule.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()})
 	}
 }
@@ -400,10 +411,11 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 // childHandler queues the parent of a child of the rule, found from the
 // child's own marks, so a child event queues exactly its parent.
 func (c *Controller) childHandler(rule string) watch.Handler {
-	return func(obj *unstructured.Unstructured) {
+	return func(obj metav1.Object) {
 		if obj.GetLabels()[reconcile.LabelRule] != rule {
 			return
 		}
+		c.reconciler.Seen(obj)
 		ref := obj.GetAnnotations()[reconcile.AnnotationParent]
 		if ref == "" {
 			return

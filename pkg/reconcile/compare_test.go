@@ -90,6 +90,15 @@ func TestRecentWrites(t *testing.T) {
 	if got := r.freshest(nil, mk("", "")); got != nil {
 		t.Errorf("once the cache caught up nothing is remembered, got %v", got)
 	}
+	r.remember(mk("u3", "30"))
+	r.seen("u3", "29")
+	if got := r.freshest(nil, mk("", "")); got == nil {
+		t.Error("an older version in the cache must not drop a newer write")
+	}
+	r.seen("u3", "30")
+	if got := r.freshest(nil, mk("", "")); got != nil {
+		t.Errorf("once the cache has seen the write it is dropped, got %v", got)
+	}
 	r.remember(mk("u2", "20"))
 	r.forget(mk("u2", "20"))
 	if got := r.freshest(nil, mk("", "")); got != nil {

@@ -48,6 +48,27 @@ func (r *recentWrites) forget(obj *unstructured.Unstructured) {
 	}
 }
 
+// seen drops what is remembered of an object once the cache holds that
+// version or a later one, so nothing stays remembered for objects no
+// reconcile reads again.
+func (r *recentWrites) seen(uid types.UID, resourceVersion string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	written, ok := r.objects[uid]
+	if !ok {
+		return
+	}
+	cached := &unstructured.Unstructured{}
+	cached.SetResourceVersion(resourceVersion)
+	if newer(written, cached) {
+		return
+	}
+	delete(r.objects, uid)
+	if r.byName[keyOf(written)] == uid {
+		delete(r.byName, keyOf(written))
+	}
+}
+
 // freshest returns the newer of the cached object and what kgen last wrote
 // to it. cached may be nil; desired names the object when it is.
 func (r *recentWrites) freshest(cached, desired *unstructured.Unstructured) *unstructured.Unstructured {

@@ -102,6 +102,13 @@ func New(cfg Config) *Reconciler {
 	return &Reconciler{cfg: cfg, recent: newRecentWrites(), scope: resourceScoper{cfg.Resources}}
 }
 
+// Seen tells the Reconciler that the informer cache now holds this version
+// of an object, so what it remembered of its own writes to it can go. Call it
+// from the informers' event handlers.
+func (r *Reconciler) Seen(obj metav1.Object) {
+	r.recent.seen(obj.GetUID(), obj.GetResourceVersion())
+}
+
 // resourceScoper answers scope questions from discovery.
 type resourceScoper struct{ r Resources }
 

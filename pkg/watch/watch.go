@@ -36,8 +36,9 @@ func (k Key) String() string {
 	return s
 }
 
-// Handler receives an object that was added, updated or deleted.
-type Handler func(obj *unstructured.Unstructured)
+// Handler receives the metadata of an object that was added, updated or
+// deleted (for a delete, its last known state).
+type Handler func(obj metav1.Object)
 
 // Config configures a Manager. Only Client is required.
 type Config struct {
@@ -45,8 +46,8 @@ type Config struct {
 	Client dynamic.Interface
 	// Indexers are added to every informer.
 	Indexers cache.Indexers
-	// Transform is applied to objects before they are cached;
-	// StripForCache when nil.
+	// Transform is applied to objects before they are cached; Compact
+	// when nil.
 	Transform cache.TransformFunc
 	// ResyncPeriod, when set, replays the cache to handlers periodically.
 	ResyncPeriod time.Duration
@@ -65,7 +66,7 @@ type Manager struct {
 // New returns a Manager that starts no informer until asked.
 func New(cfg Config) *Manager {
 	if cfg.Transform == nil {
-		cfg.Transform = StripForCache
+		cfg.Transform = Compact
 	}
 	return &Manager{cfg: cfg, informers: map[Key]*Informer{}}
 }
@@ -89,18 +90,19 @@ func (i *Informer) Indexer() cache.Indexer { return i.informer.GetIndexer() }
 // HasSynced reports whether the informer has listed everything once.
 func (i *Informer) HasSynced() bool { return i.informer.HasSynced() }
 
-// Get returns the cached object with the given namespace and name.
-func (i *Informer) Get(namespace, name string) (*unstructured.Unstructured, bool) {
+// Get returns the cached object with the given namespace and name, decoded
+// (see Decode): the result is the caller's own. It returns nil and no error
+// when there is no such object.
+func (i *Informer) Get(namespace, name string) (*unstructured.Unstructured, error) {
 	key := name
 	if namespace != "" {
 		key = namespace + "/" + name
 	}
 	obj, ok, err := i.informer.GetIndexer().GetByKey(key)
 	if err != nil || !ok {
-		return nil, false
+		return nil, err
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	return u, ok
+	return Decode(obj)
 }
 
 // Registration is one user's hold on an informer.
@@ -155,8 +157,8 @@ func deliver(handler Handler, obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		handler(u)
+	if o, ok := obj.(metav1.Object); ok {
+		handler(o)
 	}
 }
 
@@ -245,22 +247,3 @@ func (m *Manager) Stats() []Stats {
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out
 }
-
-// StripForCache drops what kgen never reads from an object before it is
-// cached: its managed fields and the client-side apply annotation.
-func StripForCache(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	u.SetManagedFields(nil)
-	if ann := u.GetAnnotations(); ann != nil {
-		if _, ok := ann[lastApplied]; ok {
-			delete(ann, lastApplied)
-			u.SetAnnotations(ann)
-		}
-	}
-	return u, nil
-}
-
-const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"

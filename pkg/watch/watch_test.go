@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -50,7 +51,7 @@ func TestAcquireSharesAndReleases(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	handler := func(who string) Handler {
-		return func(obj *unstructured.Unstructured) {
+		return func(obj metav1.Object) {
 			mu.Lock()
 			defer mu.Unlock()
 			seen[who+":"+obj.GetName()]++
@@ -79,9 +80,15 @@ func TestAcquireSharesAndReleases(t *testing.T) {
 	if stats := m.Stats(); len(stats) != 1 || stats[0].Objects != 2 || stats[0].Users != 2 || !stats[0].Synced {
 		t.Errorf("Stats = %+v, want one synced informer with 2 objects and 2 users", stats)
 	}
-	got, ok := r1.Informer().Get("a", "one")
-	if !ok {
-		t.Fatal("Get(a/one) found nothing")
+	got, err := r1.Informer().Get("a", "one")
+	if err != nil || got == nil {
+		t.Fatalf("Get(a/one) = %v, %v", got, err)
+	}
+	if got.GetKind() != "ConfigMap" || got.GetNamespace() != "a" {
+		t.Errorf("Get(a/one) decoded %v", got.Object)
+	}
+	if missing, err := r1.Informer().Get("a", "nothing"); missing != nil || err != nil {
+		t.Errorf("Get of a missing object = %v, %v; want nil, nil", missing, err)
 	}
 	if _, kept := got.GetAnnotations()[lastApplied]; kept || got.GetAnnotations()["keep"] != "me" {
 		t.Errorf("the cache should drop only the last-applied annotation: %v", got.GetAnnotations())
@@ -102,11 +109,11 @@ func TestAcquireSharesAndReleases(t *testing.T) {
 
 func TestKeysAreSeparate(t *testing.T) {
 	m := newManager(t, configMap("a", "one"), configMap("b", "two"))
-	all, err := m.Acquire(Key{GVR: cmGVR}, func(*unstructured.Unstructured) {})
+	all, err := m.Acquire(Key{GVR: cmGVR}, func(metav1.Object) {})
 	if err != nil {
 		t.Fatal(err)
 	}
-	onlyA, err := m.Acquire(Key{GVR: cmGVR, Namespace: "a"}, func(*unstructured.Unstructured) {})
+	onlyA, err := m.Acquire(Key{GVR: cmGVR, Namespace: "a"}, func(metav1.Object) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,16 +126,36 @@ func TestKeysAreSeparate(t *testing.T) {
 	}
 }
 
-func TestStripForCache(t *testing.T) {
+func TestCompact(t *testing.T) {
 	u := configMap("a", "x")
-	out, err := StripForCache(u)
+	u.SetLabels(map[string]string{"l": "v"})
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "m"}})
+	_ = unstructured.SetNestedField(u.Object, "value", "data", "key")
+	out, err := Compact(u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ann := out.(*unstructured.Unstructured).GetAnnotations(); len(ann) != 1 || ann["keep"] != "me" {
-		t.Errorf("annotations after strip = %v", ann)
+	o, ok := out.(*Object)
+	if !ok {
+		t.Fatalf("Compact returned %T", out)
 	}
-	if v, err := StripForCache("not an object"); err != nil || v != "not an object" {
+	if o.Name != "x" || o.Namespace != "a" || o.Labels["l"] != "v" || len(o.Annotations) != 1 || o.Annotations["keep"] != "me" {
+		t.Errorf("metadata = %+v", o.ObjectMeta)
+	}
+	back, err := Decode(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _ := unstructured.NestedString(back.Object, "data", "key"); v != "value" {
+		t.Errorf("decoded data.key = %q", v)
+	}
+	if back.GetManagedFields() != nil || back.GetAnnotations()[lastApplied] != "" {
+		t.Errorf("managed fields or last-applied survived: %v", back.Object["metadata"])
+	}
+	if v, err := Compact("not an object"); err != nil || v != "not an object" {
 		t.Errorf("non-objects pass through: %v, %v", v, err)
+	}
+	if _, err := Decode("not an object"); err == nil {
+		t.Error("Decode of a non-object should fail")
 	}
 }
