@@ -47,6 +47,7 @@ type options struct {
 	timeout     time.Duration
 	profileSize int
 	kgenArgs    []string
+	kgenEnv     []string
 }
 
 func main() {
@@ -64,9 +65,11 @@ func run() error {
 	flag.IntVar(&o.loaders, "loaders", 16, "goroutines creating and patching objects")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit for one phase")
 	flag.IntVar(&o.profileSize, "profile", 2000, "N whose convergence is CPU-profiled (0: none)")
+	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
 	kgenArgs := flag.String("kgen-args", "", "extra flags for kgenctl run, space-separated (for tuning; the results are meant for the defaults)")
 	flag.Parse()
 	o.kgenArgs = strings.Fields(*kgenArgs)
+	o.kgenEnv = strings.Fields(*kgenEnv)
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -209,6 +212,7 @@ func (b *bench) startKgen(ctx context.Context, n int) (*kgen, error) {
 	args := append([]string{"run", "--rules", b.rulesFile, "--kubeconfig", kubeconfig,
 		"--metrics-bind-address", metrics, "--health-probe-bind-address", health, "--profiling"}, b.opts.kgenArgs...)
 	cmd := exec.Command(b.kgenctl, args...)
+	cmd.Env = append(os.Environ(), b.opts.kgenEnv...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -357,6 +361,9 @@ func (b *bench) machine(ctx context.Context) map[string]string {
 	m["date"] = time.Now().UTC().Format(time.RFC3339)
 	if len(b.opts.kgenArgs) > 0 {
 		m["kgen flags beyond the defaults"] = strings.Join(b.opts.kgenArgs, " ")
+	}
+	if len(b.opts.kgenEnv) > 0 {
+		m["kgen environment"] = strings.Join(b.opts.kgenEnv, " ")
 	}
 	return m
 }

@@ -67,7 +67,7 @@ func startController(t *testing.T, config *rest.Config, files ...string) *runnin
 		config.UserAgent = "kgen-e2e"
 	}
 	// As kgenctl run's defaults.
-	config.QPS, config.Burst = 200, 400
+	config.QPS, config.Burst = 1000, 2000
 	kube := kubernetes.NewForConfigOrDie(config)
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
 	ctx, cancel := context.WithCancel(context.Background())

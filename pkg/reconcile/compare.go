@@ -13,10 +13,10 @@ import (
 // so a template change is seen even when it only removes a field.
 const AnnotationTemplateHash = "kgen.dev/template-hash"
 
-// withHash returns desired with AnnotationTemplateHash set to a hash of the
-// rest of it. desired is not modified.
+// withHash sets AnnotationTemplateHash on desired to a hash of the rest of it,
+// and returns desired.
 func withHash(desired *unstructured.Unstructured) *unstructured.Unstructured {
-	out := desired.DeepCopy()
+	out := desired
 	ann := out.GetAnnotations()
 	delete(ann, AnnotationTemplateHash)
 	if len(ann) == 0 {

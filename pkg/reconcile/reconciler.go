@@ -253,7 +253,7 @@ func (r *Reconciler) observed(rule *rules.Rule, parent *unstructured.Unstructure
 func (r *Reconciler) applyChild(ctx context.Context, rule *rules.Rule, parent *unstructured.Unstructured, c Child, live *unstructured.Unstructured) (childOutcome, error) {
 	logger := klog.FromContext(ctx)
 	out := childOutcome{id: c.ID}
-	desired := withHash(c.Object)
+	desired := withHash(c.Object) // Render's objects are ours to change
 	if live != nil && (live.GetName() != desired.GetName() || live.GetNamespace() != desired.GetNamespace()) {
 		live = nil // renamed: create the new one; the old one is pruned
 	}
