@@ -66,6 +66,7 @@ func run() error {
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit for one phase")
 	flag.IntVar(&o.profileSize, "profile", 2000, "N whose convergence is CPU-profiled (0: none)")
 	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
+	replot := flag.Bool("replot", false, "only rewrite the report and plots from the results.json in -out")
 	kgenArgs := flag.String("kgen-args", "", "extra flags for kgenctl run, space-separated (for tuning; the results are meant for the defaults)")
 	flag.Parse()
 	o.kgenArgs = strings.Fields(*kgenArgs)
@@ -76,6 +77,17 @@ func run() error {
 			return fmt.Errorf("bad -sizes %q", *sizes)
 		}
 		o.sizes = append(o.sizes, n)
+	}
+	if *replot {
+		data, err := os.ReadFile(filepath.Join(o.out, "results.json"))
+		if err != nil {
+			return err
+		}
+		rep := &report{}
+		if err := json.Unmarshal(data, rep); err != nil {
+			return err
+		}
+		return rep.write(o.out)
 	}
 	ctx := context.Background()
 	root, err := os.Getwd()
@@ -109,6 +121,8 @@ func run() error {
 	if err := b.setup(ctx); err != nil {
 		return err
 	}
+	// Before the run, so the commit is that of the code measured.
+	machine := b.machine(ctx)
 	var results []*result
 	for _, n := range o.sizes {
 		r, err := b.measure(ctx, n)
@@ -118,7 +132,7 @@ func run() error {
 		results = append(results, r)
 		fmt.Println(r.summary())
 	}
-	report := newReport(results, b.machine(ctx))
+	report := newReport(results, machine)
 	return report.write(o.out)
 }
 

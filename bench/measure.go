@@ -117,20 +117,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	r.ConvergeRequests = after.requests().minus(before.requests())
 	logf("N=%d kgen: converged in %s", n, r.KgenConverge.Round(time.Millisecond))
 
-	wave, err := observe(ctx, b.dyn, ns, n, map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
-		deployGVR: convergeGoals(newReplicas)[deployGVR],
-	})
-	if err != nil {
-		return err
-	}
-	defer wave.stop()
-	wave.begin()
-	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
-		return b.patchReplicas(ctx, webappGVR, ns, parentName(i))
-	}); err != nil {
-		return err
-	}
-	if r.KgenWave, err = wave.wait(b.opts.timeout); err != nil {
+	if r.KgenWave, err = b.updateWave(ctx, ns, n, webappGVR); err != nil {
 		return err
 	}
 	logf("N=%d kgen: update wave in %s", n, r.KgenWave.Round(time.Millisecond))
@@ -213,28 +200,37 @@ func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
 	r.RawTimeline = obs.timeline()
 	logf("N=%d raw: created in %s", n, r.RawConverge.Round(time.Millisecond))
 
-	wave, err := observe(ctx, b.dyn, ns, n, map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
-		deployGVR: convergeGoals(newReplicas)[deployGVR],
-	})
-	if err != nil {
-		return err
-	}
-	defer wave.stop()
-	wave.begin()
 	// The same 2N patches: each parent, and the Deployment kgen would patch.
-	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
-		if err := b.patchReplicas(ctx, webappGVR, ns, parentName(i)); err != nil {
-			return err
-		}
-		return b.patchReplicas(ctx, deployGVR, ns, parentName(i))
-	}); err != nil {
-		return err
-	}
-	if r.RawWave, err = wave.wait(b.opts.timeout); err != nil {
+	if r.RawWave, err = b.updateWave(ctx, ns, n, webappGVR, deployGVR); err != nil {
 		return err
 	}
 	logf("N=%d raw: update wave in %s", n, r.RawWave.Round(time.Millisecond))
 	return b.cleanup(ctx, ns)
+}
+
+// updateWave patches spec.replicas of the objects named after each parent in
+// each of the resources, and returns the time until every Deployment shows
+// the new value.
+func (b *bench) updateWave(ctx context.Context, ns string, n int, resources ...schema.GroupVersionResource) (time.Duration, error) {
+	wave, err := observe(ctx, b.dyn, ns, n, map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
+		deployGVR: convergeGoals(newReplicas)[deployGVR],
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer wave.stop()
+	wave.begin()
+	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+		for _, gvr := range resources {
+			if err := b.patchReplicas(ctx, gvr, ns, parentName(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	return wave.wait(b.opts.timeout)
 }
 
 func parentName(i int) string { return fmt.Sprintf("app-%05d", i) }

@@ -60,7 +60,7 @@ func plot(path, title string, ymax int, all ...series) error {
 			line(img, x, prevY, x, y, c, 2)
 			prevX, prevY = x, y
 		}
-		label(img, w-right-150, top+20+16*i, "— "+s.name, c)
+		label(img, w-right-150, top+20+16*i, "-- "+s.name, c)
 	}
 	f, err := os.Create(path)
 	if err != nil {

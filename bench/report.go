@@ -14,7 +14,25 @@ type report struct {
 }
 
 func newReport(results []*result, machine map[string]string) *report {
+	for _, r := range results {
+		r.KgenTimeline, r.RawTimeline = thin(r.KgenTimeline), thin(r.RawTimeline)
+	}
 	return &report{Machine: machine, Results: results}
+}
+
+// thin keeps about 500 samples of a timeline, and its last, which is plenty
+// for a plot and keeps results.json small.
+func thin(s []sample) []sample {
+	const keep = 500
+	if len(s) <= keep {
+		return s
+	}
+	step := len(s) / keep
+	out := make([]sample, 0, keep+2)
+	for i := 0; i < len(s); i += step {
+		out = append(out, s[i])
+	}
+	return append(out, s[len(s)-1])
 }
 
 func isChild(key string) bool {
@@ -113,7 +131,7 @@ func (rep *report) write(dir string) error {
 			return err
 		}
 	}
-	if err := writeJSON(filepath.Join(dir, "results.json"), rep); err != nil {
+	if err := writeJSON(filepath.Join(dir, "results.json"), newReport(rep.Results, rep.Machine)); err != nil {
 		return err
 	}
 	md := rep.markdown()
