@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"kgen.dev/kgen/pkg/mapper"
@@ -106,24 +104,7 @@ func TestMapperCRDInstalledLater(t *testing.T) {
 	if _, err := m.ResourceFor(gvk); !errors.Is(err, mapper.ErrNotFound) {
 		t.Fatalf("before the CRD: %v, want ErrNotFound", err)
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "squids.later.example.com"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "later.example.com", Scope: apiextensionsv1.ClusterScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Squid", ListKind: "SquidList", Plural: "squids", Singular: "squid"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: new(true)}},
-			}},
-		},
-	}
-	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
-	})
+	newScopedCRD(t, "later.example.com", "Squid", "squids", apiextensionsv1.ClusterScoped)
 	var got mapper.Mapping
 	eventually(t, 30*time.Second, func() (bool, error) {
 		var err error

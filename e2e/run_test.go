@@ -139,11 +139,17 @@ func httpGet(url string) (int, string, error) {
 
 // newCRD creates a namespaced CRD with a status subresource for a test.
 func newCRD(t *testing.T, group, kind, plural string) schema.GroupVersionResource {
+	return newScopedCRD(t, group, kind, plural, apiextensionsv1.NamespaceScoped)
+}
+
+// newScopedCRD creates a CRD of the given scope, with a status subresource
+// and any fields, deleted when the test ends, and waits until it is served.
+func newScopedCRD(t *testing.T, group, kind, plural string, scope apiextensionsv1.ResourceScope) schema.GroupVersionResource {
 	t.Helper()
 	crd := &apiextensionsv1.CustomResourceDefinition{
 		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: group, Scope: apiextensionsv1.NamespaceScoped,
+			Group: group, Scope: scope,
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: kind, ListKind: kind + "List", Plural: plural, Singular: strings.ToLower(kind)},
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 				Name: "v1", Served: true, Storage: true,
