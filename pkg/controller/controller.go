@@ -120,8 +120,11 @@ func New(cfg Config) *Controller {
 			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "kgen"}),
 	}
 	c.watches = watch.New(watch.Config{
-		Client:       cfg.Client,
-		Indexers:     cache.Indexers{indexParent: parentIndex},
+		Client:   cfg.Client,
+		Indexers: cache.Indexers{indexParent: parentIndex},
+		// The index and the handlers read only kgen's own labels and
+		// annotations; the cached JSON keeps the rest.
+		Transform:    watch.CompactKeeping(isKgenKey),
 		OnWatchError: c.onWatchError,
 	})
 	c.reconciler = reconcile.New(reconcile.Config{
@@ -134,6 +137,11 @@ func New(cfg Config) *Controller {
 		c.metrics.watches = c.watches
 	}
 	return c
+}
+
+// isKgenKey reports whether a label or annotation key is one of kgen's.
+func isKgenKey(key string) bool {
+	return strings.HasPrefix(key, "kgen.dev/") || key == reconcile.LabelManagedBy
 }
 
 func parentIndex(obj any) ([]string, error) {

@@ -47,6 +47,18 @@ func (o *Object) Size() int { return len(o.raw) }
 // object (its managed fields and the client-side apply annotation) and turns
 // it into an *Object. Anything that is not unstructured passes unchanged.
 func Compact(obj any) (any, error) {
+	return compact(obj, nil)
+}
+
+// CompactKeeping is Compact, except that the typed metadata of the *Object
+// keeps only the labels and annotations whose keys keep accepts; the JSON
+// keeps them all. Labels and annotations are a good part of what a cached
+// object costs, and indexers and handlers usually need only a few.
+func CompactKeeping(keep func(key string) bool) func(any) (any, error) {
+	return func(obj any) (any, error) { return compact(obj, keep) }
+}
+
+func compact(obj any, keep func(key string) bool) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
@@ -67,9 +79,25 @@ func Compact(obj any) (any, error) {
 	o.APIVersion, o.Kind = u.GetAPIVersion(), u.GetKind()
 	o.Name, o.Namespace = u.GetName(), u.GetNamespace()
 	o.UID, o.ResourceVersion, o.Generation = u.GetUID(), u.GetResourceVersion(), u.GetGeneration()
-	o.Labels, o.Annotations = u.GetLabels(), ann
+	o.Labels, o.Annotations = filter(u.GetLabels(), keep), filter(ann, keep)
 	o.DeletionTimestamp = u.GetDeletionTimestamp()
 	return o, nil
+}
+
+func filter(m map[string]string, keep func(string) bool) map[string]string {
+	if keep == nil || len(m) == 0 {
+		return m
+	}
+	var out map[string]string
+	for k, v := range m {
+		if keep(k) {
+			if out == nil {
+				out = make(map[string]string, 4)
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"

@@ -126,6 +126,23 @@ func TestKeysAreSeparate(t *testing.T) {
 	}
 }
 
+func TestCompactKeeping(t *testing.T) {
+	u := configMap("a", "x")
+	u.SetLabels(map[string]string{"kgen.dev/rule": "r", "team": "blue"})
+	out, err := CompactKeeping(func(k string) bool { return k == "kgen.dev/rule" })(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := out.(*Object)
+	if len(o.Labels) != 1 || o.Labels["kgen.dev/rule"] != "r" || o.Annotations != nil {
+		t.Errorf("typed metadata kept labels %v annotations %v; want only kgen.dev/rule", o.Labels, o.Annotations)
+	}
+	back, err := o.Unstructured()
+	if err != nil || back.GetLabels()["team"] != "blue" || back.GetAnnotations()["keep"] != "me" {
+		t.Errorf("the JSON must keep every label and annotation: %v, %v", back, err)
+	}
+}
+
 func TestCompact(t *testing.T) {
 	u := configMap("a", "x")
 	u.SetLabels(map[string]string{"l": "v"})
