@@ -104,4 +104,18 @@ func TestRecentWrites(t *testing.T) {
 	if got := r.freshest(nil, mk("", "")); got != nil {
 		t.Errorf("forgotten object returned: %v", got)
 	}
+
+	// A fresh child of another parent with the same name is not this one's.
+	other := mk("u4", "40")
+	other.SetLabels(map[string]string{LabelRule: "r", LabelParentUID: "a", LabelChild: "c"})
+	r.remember(other)
+	mine := mk("", "")
+	mine.SetLabels(map[string]string{LabelRule: "r", LabelParentUID: "b", LabelChild: "c"})
+	if got := r.freshest(nil, mine); got != nil {
+		t.Errorf("another parent's child was taken for this parent's: %v", got.GetLabels())
+	}
+	mine.SetLabels(other.GetLabels())
+	if got := r.freshest(nil, mine); got == nil {
+		t.Error("the parent's own fresh child was not found")
+	}
 }

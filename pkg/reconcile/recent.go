@@ -3,6 +3,7 @@ package reconcile
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,10 +20,21 @@ import (
 // when a reconcile needs one.
 type recentWrites struct {
 	mu      sync.Mutex
-	objects map[types.UID]*watch.Object
+	objects map[types.UID]written
 	// byName finds a freshly created object the cache has not seen at all.
 	byName map[nameKey]types.UID
 }
+
+// written is one remembered write.
+type written struct {
+	obj *watch.Object
+	at  time.Time
+}
+
+// recentTTL bounds how long a write is trusted over the cache: a write the
+// cache never shows (the object was deleted while the watch was down) must
+// not stand in for the object forever.
+const recentTTL = 2 * time.Minute
 
 type nameKey struct {
 	apiVersion, kind, namespace, name string
@@ -37,7 +49,7 @@ func keyOfWritten(o *watch.Object) nameKey {
 }
 
 func newRecentWrites() *recentWrites {
-	return &recentWrites{objects: map[types.UID]*watch.Object{}, byName: map[nameKey]types.UID{}}
+	return &recentWrites{objects: map[types.UID]written{}, byName: map[nameKey]types.UID{}}
 }
 
 // remember records an object as the server returned it after a write. It
@@ -50,7 +62,7 @@ func (r *recentWrites) remember(obj *unstructured.Unstructured) {
 	o := c.(*watch.Object)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.objects[o.UID] = o
+	r.objects[o.UID] = written{obj: o, at: time.Now()}
 	r.byName[keyOfWritten(o)] = o.UID
 }
 
@@ -62,10 +74,10 @@ func (r *recentWrites) forget(obj *unstructured.Unstructured) {
 }
 
 func (r *recentWrites) dropLocked(uid types.UID) {
-	if o, ok := r.objects[uid]; ok {
+	if w, ok := r.objects[uid]; ok {
 		delete(r.objects, uid)
-		if r.byName[keyOfWritten(o)] == uid {
-			delete(r.byName, keyOfWritten(o))
+		if r.byName[keyOfWritten(w.obj)] == uid {
+			delete(r.byName, keyOfWritten(w.obj))
 		}
 	}
 }
@@ -76,37 +88,55 @@ func (r *recentWrites) dropLocked(uid types.UID) {
 func (r *recentWrites) seen(uid types.UID, resourceVersion string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if o, ok := r.objects[uid]; ok && !newer(o.ResourceVersion, resourceVersion) {
+	if w, ok := r.objects[uid]; ok && !newer(w.obj.ResourceVersion, resourceVersion) {
 		r.dropLocked(uid)
 	}
 }
 
 // freshest returns the newer of the cached object and what kgen last wrote
-// to it. cached may be nil; desired names the object when it is.
+// to it. cached may be nil; desired names the object then, and a remembered
+// object is used only if it carries the same kgen marks (rule, parent, child)
+// as desired, so one parent never mistakes another's fresh child for its own.
 func (r *recentWrites) freshest(cached, desired *unstructured.Unstructured) *unstructured.Unstructured {
 	r.mu.Lock()
-	var written *watch.Object
-	if cached == nil {
-		if uid, ok := r.byName[keyOf(desired)]; ok {
-			written = r.objects[uid]
-		}
-	} else if o, ok := r.objects[cached.GetUID()]; ok {
-		if newer(o.ResourceVersion, cached.GetResourceVersion()) {
-			written = o
-		} else {
+	var found *watch.Object
+	uid := types.UID("")
+	if cached != nil {
+		uid = cached.GetUID()
+	} else if id, ok := r.byName[keyOf(desired)]; ok {
+		uid = id
+	}
+	if w, ok := r.objects[uid]; ok {
+		switch {
+		case time.Since(w.at) > recentTTL:
+			r.dropLocked(uid)
+		case cached != nil && !newer(w.obj.ResourceVersion, cached.GetResourceVersion()):
 			// The cache has caught up: nothing more to remember.
-			r.dropLocked(cached.GetUID())
+			r.dropLocked(uid)
+		case cached == nil && !sameMarks(w.obj.Labels, desired.GetLabels()):
+		default:
+			found = w.obj
 		}
 	}
 	r.mu.Unlock()
-	if written == nil {
+	if found == nil {
 		return cached
 	}
-	u, err := written.Unstructured()
+	u, err := found.Unstructured()
 	if err != nil {
 		return cached
 	}
 	return u
+}
+
+// sameMarks reports whether two label sets name the same rule, parent and child.
+func sameMarks(a, b map[string]string) bool {
+	for _, k := range []string{LabelRule, LabelParentUID, LabelChild} {
+		if a[k] != b[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // newer reports whether resource version a is later than b. Resource

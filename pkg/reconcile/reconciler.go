@@ -172,8 +172,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonInvalid, err.Error())
-			statusErr := r.writeStatus(ctx, rule, mapping, parent, nil, readyCondition(ReasonInvalid, err.Error()))
-			return Result{}, errors.Join(Terminal(err), statusErr)
+			if statusErr := r.writeStatus(ctx, rule, mapping, parent, nil, readyCondition(ReasonInvalid, err.Error())); statusErr != nil {
+				return Result{}, statusErr // retried: the parent must show why
+			}
+			return Result{}, Terminal(err)
 		}
 		return Result{}, err
 	}
@@ -189,14 +191,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 			needFinalizer = true
 		}
 	}
+	finalizerErr := error(nil)
 	if needFinalizer {
-		if err := r.setFinalizer(ctx, mapping, parent, true); err != nil {
-			errs = append(errs, err)
-			// Without the finalizer such children could never be cleaned up.
-			rendered.Children = slices.DeleteFunc(rendered.Children, func(c Child) bool { return !c.OwnerReference })
+		if finalizerErr = r.setFinalizer(ctx, mapping, parent, true); finalizerErr != nil {
+			errs = append(errs, finalizerErr)
 		}
 	}
 	for _, c := range rendered.Children {
+		if finalizerErr != nil && !c.OwnerReference {
+			// Without the finalizer such a child could never be cleaned
+			// up: do not write it, but keep what exists of it.
+			reason, msg := failure(c.ID, "the parent", "set the finalizer on", finalizerErr)
+			out := childOutcome{id: c.ID, live: liveByID[c.ID], reason: reason, msg: msg}
+			if out.live != nil {
+				keep[out.live.GetUID()] = true
+			}
+			outcomes = append(outcomes, out)
+			continue
+		}
 		out, err := r.applyChild(ctx, rule, parent, c, liveByID[c.ID])
 		changed.add(out.change, fmt.Sprintf("%s (child %s)", out.ref, c.ID))
 		if out.live != nil {
@@ -225,7 +237,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 
 	cond := r.readiness(rule, parent, rendered, outcomes, liveByID)
 	errs = append(errs, r.writeStatus(ctx, rule, mapping, parent, rendered.Status, cond))
-	err = errors.Join(errs...)
+	err = classify(errs)
 	if err == nil && cond.Reason == ReasonConflict {
 		// The object in the way is not in kgen's cache, so no event will say
 		// when it goes: look again later.
@@ -235,6 +247,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 		logger.V(2).Info("Reconcile failed", "parent", klog.KObj(parent), "err", err)
 	}
 	return Result{}, err
+}
+
+// classify joins the errors of one reconcile so that it is terminal only when
+// every error is: one retryable failure means the parent is retried.
+func classify(errs []error) error {
+	var retry, terminal []error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrTerminal):
+			terminal = append(terminal, err)
+		default:
+			retry = append(retry, err)
+		}
+	}
+	if len(retry) > 0 {
+		return errors.Join(retry...)
+	}
+	if len(terminal) > 0 {
+		return Terminal(errors.Join(terminal...))
+	}
+	return nil
 }
 
 // observed returns the parent's children from the cache, each replaced by
@@ -262,6 +296,8 @@ func (r *Reconciler) applyChild(ctx context.Context, rule *rules.Rule, parent *u
 	}
 	mapping, err := r.cfg.Resources.ResourceFor(desired.GroupVersionKind())
 	if err != nil {
+		// Keep what exists: a failure to write must never turn into a prune.
+		out.live = live
 		out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: %v", c.ID, err)
 		return out, err
 	}
@@ -292,14 +328,14 @@ func (r *Reconciler) applyChild(ctx context.Context, rule *rules.Rule, parent *u
 				return out, nil
 			}
 			live = existing
-		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
-			// The namespace, and so the parent, is going away.
+		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && desired.GetNamespace() == parent.GetNamespace():
+			// The parent's namespace, and so the parent, is going away.
 			out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: namespace %s is being deleted", c.ID, desired.GetNamespace())
 			return out, Terminal(fmt.Errorf("create %s: %w", ref, err))
 		default:
 			out.reason, out.msg = failure(c.ID, ref, "create", err)
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
-			return out, fmt.Errorf("create %s: %w", ref, err)
+			return out, wrapFailure(fmt.Errorf("create %s: %w", ref, err))
 		}
 	}
 	if UpToDate(desired, live) {
@@ -314,21 +350,40 @@ func (r *Reconciler) applyChild(ctx context.Context, rule *rules.Rule, parent *u
 		out.live = live
 		out.reason, out.msg = failure(c.ID, ref, "apply", err)
 		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
-		return out, fmt.Errorf("apply %s: %w", ref, err)
+		return out, wrapFailure(fmt.Errorf("apply %s: %w", ref, err))
+	}
+	out.live = applied
+	if applied.GetResourceVersion() == live.GetResourceVersion() {
+		// The server found nothing to change (it normalises a value the
+		// template spells differently): not a change worth an event.
+		return out, nil
 	}
 	r.recent.remember(applied)
 	logger.V(2).Info("Applied child", "parent", klog.KObj(parent), "child", c.ID, "object", ref)
-	out.live, out.change = applied, "Updated"
+	out.change = "Updated"
 	return out, nil
 }
 
 // failure turns an API error into a Ready reason and message.
 func failure(id, ref, verb string, err error) (reason, msg string) {
-	reason = ReasonApplyFailed
-	if apierrors.IsForbidden(err) {
+	switch {
+	case apierrors.IsForbidden(err):
 		reason = ReasonForbidden
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		reason = ReasonInvalid
+	default:
+		reason = ReasonApplyFailed
 	}
 	return reason, fmt.Sprintf("child %s: %s %s: %v", id, verb, ref, err)
+}
+
+// wrapFailure marks an error the API server will give again for the same
+// object (it is invalid) as terminal; the parent's status says why.
+func wrapFailure(err error) error {
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		return Terminal(err)
+	}
+	return err
 }
 
 // ownedBy reports whether obj carries kgen's marks for this rule, parent and child.
@@ -418,7 +473,7 @@ func (r *Reconciler) setFinalizer(ctx context.Context, mapping mapper.Mapping, p
 	if want {
 		patch.SetFinalizers([]string{Finalizer})
 	}
-	_, err := r.resource(mapping, parent.GetNamespace()).Apply(ctx, parent.GetName(), patch,
+	updated, err := r.resource(mapping, parent.GetNamespace()).Apply(ctx, parent.GetName(), patch,
 		metav1.ApplyOptions{FieldManager: FieldManager + "-finalizer", Force: true})
 	if apierrors.IsNotFound(err) && !want {
 		return nil
@@ -426,13 +481,15 @@ func (r *Reconciler) setFinalizer(ctx context.Context, mapping mapper.Mapping, p
 	if err != nil {
 		return fmt.Errorf("set finalizer on %s: %w", describeObject(mapping, parent), err)
 	}
+	// Until the cache shows it, the next reconcile must not patch again.
+	r.recent.remember(updated)
 	return nil
 }
 
 // readiness computes the parent's Ready condition.
 func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructured, rendered *Rendered, outcomes []childOutcome, live map[string]*unstructured.Unstructured) metav1.Condition {
 	// Failures first, in child order: they are what needs attention.
-	for _, reason := range []string{ReasonForbidden, ReasonConflict, ReasonApplyFailed} {
+	for _, reason := range []string{ReasonForbidden, ReasonInvalid, ReasonConflict, ReasonApplyFailed} {
 		for _, o := range outcomes {
 			if o.reason == reason {
 				return readyCondition(reason, o.msg)

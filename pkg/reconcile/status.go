@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/json"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/rules"
 )
@@ -16,9 +17,14 @@ import (
 // writeStatus writes observedGeneration, the Ready condition and the rule's
 // status fields under the parent's .status, through the status subresource
 // with server-side apply, and only when they differ from what is there.
-// A parent kind without a status subresource gets no status.
+// A parent kind without a status subresource gets no status, and neither
+// does a built-in kind: its status has a fixed schema (no Ready condition of
+// kgen's) and belongs to Kubernetes' own controllers.
 func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, fields map[string]any, ready metav1.Condition) error {
 	if !mapping.HasSubresource("status") {
+		return nil
+	}
+	if _, builtin := kinds.Builtin(parent.GroupVersionKind().GroupKind()); builtin {
 		return nil
 	}
 	current, _, _ := unstructured.NestedMap(parent.Object, "status")
