@@ -165,16 +165,21 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger.Info("Starting controller", "rules", len(c.rules), "workers", c.cfg.Workers)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.activateLoop(ctx) })
+	// Work in flight finishes on a context that outlives ctx, so a SIGTERM
+	// does not cut a parent's writes in half; the workers take no new work
+	// once ctx is done.
+	work := context.WithoutCancel(ctx)
 	for range c.cfg.Workers {
 		wg.Go(func() {
-			for c.processNextWorkItem(ctx) {
+			for c.processNextWorkItem(work, ctx) {
 			}
 		})
 	}
 	<-ctx.Done()
 	logger.Info("Shutting down controller; finishing work in flight")
-	// Workers finish the items they hold; queued ones are dropped and
-	// picked up again by the next leader or run.
+	// Queued parents are dropped (processNextWorkItem sees ctx is done) and
+	// picked up again by the next leader or run; ShutDownWithDrain waits
+	// for the ones being reconciled.
 	c.queue.ShutDownWithDrain()
 	wg.Wait()
 	c.watches.Shutdown()
@@ -182,15 +187,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// processNextWorkItem reconciles one parent; it returns false once the
-// queue is shut down.
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+// processNextWorkItem reconciles one parent with ctx; it returns false once
+// the queue is shut down. Once stop is done it takes no more work.
+func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	key, shutdown := c.queue.Get()
 	if shutdown {
 		return false
 	}
 	// Done lets the key be processed again, by any worker.
 	defer c.queue.Done(key)
+	if stop.Err() != nil {
+		return true // shutting down: leave it to the next run
+	}
 	result, err := c.reconcileKey(ctx, key)
 	switch {
 	case err != nil && errors.Is(err, reconcile.ErrTerminal):
@@ -237,6 +245,10 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 	if reg == nil {
 		return reconcile.Result{}, nil // not running; activation lists every parent again
 	}
+	if !c.childrenSynced(rs) {
+		// Without every child cached, existing children would look missing.
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
 	parent, err := reg.Informer().Get(key.Namespace, key.Name)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -246,6 +258,19 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", key.Rule, "parent", klog.KObj(parent)))
 	return c.reconciler.Reconcile(ctx, rs.rule, mapping, parent)
+}
+
+// childrenSynced reports whether every child informer of the rule has synced.
+func (c *Controller) childrenSynced(rs *ruleState) bool {
+	c.mu.Lock()
+	regs := rs.childRegs
+	c.mu.Unlock()
+	for _, reg := range regs {
+		if !reg.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // Children returns the cached children of a rule's parent; it makes the
@@ -359,7 +384,8 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		}
 	}
 
-	// Children first, so a parent's first reconcile sees them.
+	// Children first; reconcileKey waits until they have synced, so a
+	// parent's first reconcile sees them.
 	var childRegs []*watch.Registration
 	release := func() {
 		for _, r := range childRegs {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 
+	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/pkg/watch"
 )
 
@@ -31,7 +33,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kgen_reconcile_total", Help: "Reconciles of parents, by rule and result (success, error, terminal).",
+			Name: "kgen_reconcile_total", Help: "Reconciles of parents, by rule and result: success, error (retried) or terminal (the parent or rule must change first).",
 		}, []string{"rule", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "kgen_reconcile_duration_seconds", Help: "Time to reconcile one parent, by rule.",
@@ -56,7 +58,10 @@ func (m *Metrics) observe(rule string, start time.Time, err error) {
 		return
 	}
 	result := "success"
-	if err != nil {
+	switch {
+	case errors.Is(err, reconcile.ErrTerminal):
+		result = "terminal"
+	case err != nil:
 		result = "error"
 	}
 	m.reconciles.WithLabelValues(rule, result).Inc()
