@@ -198,7 +198,21 @@ func (o *runOptions) runWithLeaderElection(ctx context.Context, client kubernete
 	}
 	state.Store("standby")
 	lost := false
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+	// The Lease is released only after the controller has finished its work
+	// in flight, so the next leader never writes while this one still does:
+	// SIGTERM (ctx) stops the controller first, and only then the election.
+	leCtx, cancelLE := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelLE()
+	var started atomic.Bool
+	ran := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		if started.Load() {
+			<-ran
+		}
+		cancelLE()
+	}()
+	leaderelection.RunOrDie(leCtx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.leaseDuration,
 		RenewDeadline:   o.leaseDuration * 2 / 3,
@@ -206,9 +220,14 @@ func (o *runOptions) runWithLeaderElection(ctx context.Context, client kubernete
 		ReleaseOnCancel: true,
 		Name:            o.leaderElectID,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leading context.Context) {
+				started.Store(true)
+				defer close(ran)
 				logger.Info("Became leader", "lease", ns+"/"+o.leaderElectID, "identity", id)
-				run(ctx)
+				runCtx, stop := context.WithCancel(leading) // a lost lease stops it
+				defer stop()
+				defer context.AfterFunc(ctx, stop)() // so does SIGTERM
+				run(runCtx)
 			},
 			OnStoppedLeading: func() {
 				if ctx.Err() == nil {
