@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"kgen.dev/kgen/pkg/kinds"
 )
 
 // Load reads rules from files and directories. A directory contributes its
@@ -53,6 +55,7 @@ func Load(paths []string, opts Options) ([]*Rule, error) {
 		errs = append(errs, fileErrs...)
 	}
 	errs = append(errs, uniqueNames(all)...)
+	errs = append(errs, uniqueParents(all)...)
 	if len(errs) > 0 {
 		sortErrors(errs)
 		return nil, errs
@@ -69,6 +72,7 @@ func Parse(file string, data []byte, opts Options) ([]*Rule, error) {
 	}
 	rules, errs := c.parse(file, data)
 	errs = append(errs, uniqueNames(rules)...)
+	errs = append(errs, uniqueParents(rules)...)
 	if len(errs) > 0 {
 		sortErrors(errs)
 		return nil, errs
@@ -139,6 +143,54 @@ func uniqueNames(rules []*Rule) ErrorList {
 		first[r.Name] = r
 	}
 	return errs
+}
+
+// uniqueParents reports rules that may select a parent an earlier rule
+// selects too: a parent has one Ready condition, one set of status fields
+// written by kgen and one cleanup finalizer, so two rules on one object would
+// overwrite each other's status forever. Rules on one kind are fine when
+// their namespaces are disjoint or their selectors require different values
+// of one label. It also reports status fields on a built-in parent kind,
+// whose status belongs to Kubernetes and has a fixed schema.
+func uniqueParents(rules []*Rule) ErrorList {
+	var errs ErrorList
+	seen := map[schema.GroupKind][]*Rule{}
+	names := map[string]bool{}
+	for _, r := range rules {
+		if names[r.Name] {
+			continue // a duplicate name, reported by uniqueNames
+		}
+		names[r.Name] = true
+		gk := r.Parent.GroupVersionKind.GroupKind()
+		for _, f := range seen[gk] {
+			if mayOverlap(f.Parent, r.Parent) {
+				errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "spec.parent",
+					Err: fmt.Errorf("rule %q (%s) may select the same %s objects: give the rules disjoint namespaces, or selectors with different values of one label", f.Name, f.Pos, gk)})
+				break
+			}
+		}
+		seen[gk] = append(seen[gk], r)
+		if _, builtin := kinds.Builtin(gk); builtin && len(r.Status) > 0 {
+			errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "spec.status",
+				Err: fmt.Errorf("%s is a built-in kind: its status belongs to Kubernetes, so a rule cannot add status fields to it", gk)})
+		}
+	}
+	return errs
+}
+
+// mayOverlap reports whether two parents of one kind may select one object.
+func mayOverlap(a, b Parent) bool {
+	if len(a.Namespaces) > 0 && len(b.Namespaces) > 0 && !slices.ContainsFunc(a.Namespaces, func(ns string) bool { return slices.Contains(b.Namespaces, ns) }) {
+		return false
+	}
+	if a.LabelSelector != nil && b.LabelSelector != nil {
+		for k, v := range a.LabelSelector.MatchLabels {
+			if w, ok := b.LabelSelector.MatchLabels[k]; ok && w != v {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func sortErrors(errs ErrorList) {

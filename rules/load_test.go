@@ -71,6 +71,16 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`rules.yaml:13:1: rule "r": metadata.name: duplicate rule name: also defined at rules.yaml:1:1`},
 		},
 		{
+			name: "two rules on the same parents",
+			yaml: header + "  - id: a\n" + cm("a") + "---\n" + strings.Replace(header, "name: r}", "name: s}", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:13:1: rule "s": spec.parent: rule "r" (rules.yaml:1:1) may select the same App.example.com objects: give the rules disjoint namespaces, or selectors with different values of one label`},
+		},
+		{
+			name: "status fields on a built-in parent",
+			yaml: "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent: {apiVersion: v1, kind: Namespace}\n  children:\n  - id: a\n" + cm("a") + "  status: {x: \"${parent.metadata.name}\"}\n",
+			want: []string{`rules.yaml:1:1: rule "r": spec.status: Namespace is a built-in kind: its status belongs to Kubernetes, so a rule cannot add status fields to it`},
+		},
+		{
 			name: "unknown field in parent",
 			yaml: strings.Replace(header, "kind: App}", "kind: App, namespace: x}", 1) + "  - id: a\n" + cm("a"),
 			want: []string{`rules.yaml:5:51: rule "r": spec.parent: unknown field "namespace"`},
