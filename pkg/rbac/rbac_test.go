@@ -246,7 +246,8 @@ func TestFor(t *testing.T) {
 
 // Every kind that cannot be resolved is reported, each once.
 func TestForUnknownKinds(t *testing.T) {
-	text := rule("r1", "Nope", "", "", "Secret", "ConfigMap") + "---\n" + rule("r2", "Nope", "", "", "ConfigMap")
+	// Two rules on one kind must select different parents to load.
+	text := rule("r1", "Nope", "    namespaces: [a]\n", "", "Secret", "ConfigMap") + "---\n" + rule("r2", "Nope", "    namespaces: [b]\n", "", "ConfigMap")
 	loaded, err := rules.Parse("rules.yaml", []byte(text), rules.Options{})
 	if err != nil {
 		t.Fatal(err)
