@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"flag"
 	"io"
 	"os"
 	"os/exec"
@@ -21,10 +20,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"kgen.dev/kgen/internal/golden"
 	"kgen.dev/kgen/rules"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 var helmOnce struct {
 	sync.Once
@@ -107,7 +105,7 @@ func TestTemplate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("helm template: %v", err)
 			}
-			golden(t, filepath.Join("testdata", vs.name+".golden.yaml"), out)
+			golden.Check(t, filepath.Join("testdata", vs.name+".golden.yaml"), out)
 			objs := decode(t, out)
 			checkObjects(t, objs)
 		})
@@ -278,23 +276,5 @@ func convert(t *testing.T, o *unstructured.Unstructured, into any) {
 	}
 	if err := yaml.UnmarshalStrict(j, into); err != nil {
 		t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
-	}
-}
-
-// golden compares got with a golden file, or rewrites it with -update.
-func golden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (go test -update rewrites it):\ngot:\n%s\nwant:\n%s", path, got, want)
 	}
 }

@@ -25,8 +25,6 @@ import (
 	"kgen.dev/kgen/internal/controlplane"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files with the output the tests see")
-
 // env is the control plane every test shares, and clients for it.
 var env struct {
 	cp      *controlplane.ControlPlane

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"kgen.dev/kgen/internal/golden"
 	"kgen.dev/kgen/pkg/mapper"
 )
 
@@ -162,7 +162,7 @@ func TestGVKToGVRCommand(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v: %s", err, stderr)
 			}
-			golden(t, filepath.Join("testdata", "gvk-to-gvr-"+tc.name+".golden"), out)
+			golden.Check(t, filepath.Join("testdata", "gvk-to-gvr-"+tc.name+".golden"), out)
 		})
 	}
 	t.Run("unknown", func(t *testing.T) {
@@ -175,22 +175,4 @@ func TestGVKToGVRCommand(t *testing.T) {
 			t.Errorf("stderr should say what was not found: %q", stderr)
 		}
 	})
-}
-
-// golden compares got with the file, or rewrites the file with -update.
-func golden(t *testing.T, file, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s:\ngot:\n%s\nwant:\n%s", file, got, want)
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"kgen.dev/kgen/internal/golden"
 )
 
 // TestRBACExamples prints the RBAC of every example offline, from its CRD,
@@ -31,14 +33,14 @@ func TestRBACExamples(t *testing.T) {
 			if err != nil {
 				t.Fatalf("kgenctl %s: %v", strings.Join(args, " "), err)
 			}
-			golden(t, filepath.Join(testdata, filepath.Base(dir)+".yaml"), out+notes)
+			golden.Check(t, filepath.Join(testdata, filepath.Base(dir)+".yaml"), out+notes)
 		})
 	}
 	out, _, err := runKgenctl(t, "rbac", "--rules", "examples/webapp/rules.yaml", "--crd", "examples/webapp/crd.yaml", "-o", "helm-values")
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "examples/webapp/rbac-values.yaml", out)
+	golden.Check(t, "examples/webapp/rbac-values.yaml", out)
 }
 
 func TestRBAC(t *testing.T) {

@@ -2,14 +2,13 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files")
+	"kgen.dev/kgen/internal/golden"
+)
 
 // runKgenctl runs kgenctl with args and returns its stdout and stderr.
 func runKgenctl(t *testing.T, args ...string) (string, string, error) {
@@ -19,27 +18,6 @@ func runKgenctl(t *testing.T, args ...string) (string, string, error) {
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	return out.String(), errOut.String(), err
-}
-
-// golden compares got with a golden file, or rewrites it with -update.
-func golden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (go test -update rewrites it):\ngot:\n%s\nwant:\n%s", path, got, want)
-	}
 }
 
 // noCluster makes sure no kubeconfig can be found, so that a command that
@@ -74,8 +52,8 @@ func TestRenderExamples(t *testing.T) {
 			if err != nil {
 				t.Fatalf("kgenctl %s: %v", strings.Join(args, " "), err)
 			}
-			golden(t, filepath.Join(dir, "rendered.yaml"), out)
-			golden(t, filepath.Join("testdata", "render", name+".stderr"), notes)
+			golden.Check(t, filepath.Join(dir, "rendered.yaml"), out)
+			golden.Check(t, filepath.Join("testdata", "render", name+".stderr"), notes)
 		})
 	}
 }
@@ -155,7 +133,7 @@ func TestRender(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, filepath.Join("testdata", "render", tt.golden), out)
+			golden.Check(t, filepath.Join("testdata", "render", tt.golden), out)
 		})
 	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"path/filepath"
 	"testing"
+
+	"kgen.dev/kgen/internal/golden"
 )
 
 func TestValidate(t *testing.T) {
@@ -22,7 +24,7 @@ func TestValidate(t *testing.T) {
 			if err != nil {
 				out += "Error: " + err.Error() + "\n"
 			}
-			golden(t, filepath.Join("testdata", "validate", tt.golden), out)
+			golden.Check(t, filepath.Join("testdata", "validate", tt.golden), out)
 		})
 	}
 }

@@ -2,8 +2,6 @@ package reconcile
 
 import (
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -12,10 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"kgen.dev/kgen/internal/golden"
 	"kgen.dev/kgen/rules"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // parseRule compiles one rule document.
 func parseRule(t testing.TB, doc string) *rules.Rule {
@@ -320,28 +317,7 @@ func TestRenderMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, filepath.Join("testdata", "metadata.golden.yaml"), out)
-}
-
-// golden compares got with a golden file, or rewrites it with -update.
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s differs (go test -update rewrites it):\ngot:\n%s\nwant:\n%s", path, got, want)
-	}
+	golden.Check(t, filepath.Join("testdata", "metadata.golden.yaml"), string(out))
 }
 
 func TestRenderErrors(t *testing.T) {
