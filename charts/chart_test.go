@@ -1,10 +1,8 @@
 package charts
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,10 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/golden"
+	"kgen.dev/kgen/internal/manifest"
 	"kgen.dev/kgen/rules"
 )
 
@@ -245,25 +243,11 @@ func TestTemplateErrors(t *testing.T) {
 
 func decode(t *testing.T, stream string) []*unstructured.Unstructured {
 	t.Helper()
-	var objs []*unstructured.Unstructured
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(stream)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := yaml.Unmarshal(doc, &m); err != nil {
-			t.Fatalf("%v\n%s", err, doc)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
+	objs, err := manifest.Decode(strings.NewReader(stream))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stream)
 	}
+	return objs
 }
 
 // convert decodes an object strictly into a typed one, so a misspelt field

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,12 +21,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/controlplane"
+	manifestpkg "kgen.dev/kgen/internal/manifest"
 )
 
 // TestHelmInstall installs charts/kgen with the WebApp example's rules and
@@ -251,22 +248,11 @@ func checkInstalled(t *testing.T, manifest, release string) []string {
 	t.Helper()
 	m := newMapper(t)
 	var out []string
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifest)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-			t.Fatal(err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
+	objs, err := manifestpkg.Decode(strings.NewReader(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
 		mapping, err := m.ResourceFor(obj.GroupVersionKind())
 		if err != nil {
 			t.Fatal(err)
@@ -282,6 +268,7 @@ func checkInstalled(t *testing.T, manifest, release string) []string {
 		}
 		out = append(out, obj.GetKind()+"/"+strings.TrimPrefix(ns+"/", "/")+obj.GetName())
 	}
+	return out
 }
 
 // startLikePod runs kgenctl with the arguments of the chart's Deployment, as

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -14,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"kgen.dev/kgen/internal/manifest"
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
@@ -280,47 +279,17 @@ func printChildren(out io.Writer, format string, children []any) error {
 	return err
 }
 
-// readObjects reads the objects of a YAML stream or JSON file, decoded as
-// the API server's objects are (integers as int64); the items of a List
-// count as objects, and empty documents are skipped.
+// readObjects reads the objects of a YAML stream or JSON file (see
+// manifest.Decode).
 func readObjects(path string) ([]*unstructured.Unstructured, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var objs []*unstructured.Unstructured
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(f))
-	for {
-		doc, err := docs.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		j, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if t := bytes.TrimSpace(j); len(t) == 0 || string(t) == "null" {
-			continue
-		}
-		obj, _, err := unstructured.UnstructuredJSONScheme.Decode(j, nil, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		switch obj := obj.(type) {
-		case *unstructured.Unstructured:
-			if obj.GetAPIVersion() == "" || obj.GetKind() == "" {
-				return nil, fmt.Errorf("%s: an object without apiVersion or kind", path)
-			}
-			objs = append(objs, obj)
-		case *unstructured.UnstructuredList:
-			for i := range obj.Items {
-				objs = append(objs, &obj.Items[i])
-			}
-		}
+	objs, err := manifest.Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return objs, nil
 }
