@@ -54,13 +54,7 @@ func Load(paths []string, opts Options) ([]*Rule, error) {
 		all = append(all, rules...)
 		errs = append(errs, fileErrs...)
 	}
-	errs = append(errs, uniqueNames(all)...)
-	errs = append(errs, uniqueParents(all)...)
-	if len(errs) > 0 {
-		sortErrors(errs)
-		return nil, errs
-	}
-	return all, nil
+	return checkSet(all, errs)
 }
 
 // Parse reads the rules in one file's contents; file names it in errors.
@@ -71,6 +65,12 @@ func Parse(file string, data []byte, opts Options) ([]*Rule, error) {
 		return nil, err
 	}
 	rules, errs := c.parse(file, data)
+	return checkSet(rules, errs)
+}
+
+// checkSet adds the checks that need every rule at once to the errors
+// found so far, and returns the rules or every error, sorted.
+func checkSet(rules []*Rule, errs ErrorList) ([]*Rule, error) {
 	errs = append(errs, uniqueNames(rules)...)
 	errs = append(errs, uniqueParents(rules)...)
 	if len(errs) > 0 {
