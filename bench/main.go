@@ -26,9 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/controlplane"
+	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
 
@@ -46,6 +48,9 @@ type options struct {
 	loaders     int
 	timeout     time.Duration
 	profileSize int
+	profileAPI  bool
+	keep        bool
+	floor       bool
 	kgenArgs    []string
 	kgenEnv     []string
 }
@@ -65,6 +70,9 @@ func run() error {
 	flag.IntVar(&o.loaders, "loaders", 16, "goroutines creating and patching objects")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit for one phase")
 	flag.IntVar(&o.profileSize, "profile", 2000, "N whose convergence is CPU-profiled (0: none)")
+	flag.BoolVar(&o.profileAPI, "profile-apiserver", false, "also CPU-profile the API server in each phase of the profiled N")
+	flag.BoolVar(&o.floor, "floor", true, "also measure a loader that makes kgen's writes directly (the floor for any controller with kgen's contract)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the working folder (control plane and kgen logs) and print its path")
 	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
 	replot := flag.Bool("replot", false, "only rewrite the report and plots from the results.json in -out")
 	kgenArgs := flag.String("kgen-args", "", "extra flags for kgenctl run, space-separated (for tuning; the results are meant for the defaults)")
@@ -105,7 +113,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	if o.keep {
+		logf("working folder: %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
 	kgenctl := filepath.Join(tmp, "kgenctl")
 	if out, err := exec.Command("go", "build", "-o", kgenctl, "./cmd/kgenctl").CombinedOutput(); err != nil {
 		return fmt.Errorf("build kgenctl: %v: %s", err, out)
@@ -147,10 +159,12 @@ type bench struct {
 	tmp     string
 
 	dyn       dynamic.Interface // the loader: no client-side rate limit
+	admin     *http.Client      // for the API server's /debug/pprof
 	kube      kubernetes.Interface
 	rule      *rules.Rule
 	rulesFile string
-	crd       *unstructured.Unstructured // the WebApp CRD, for rendering offline
+	crd       *unstructured.Unstructured // the WebApp CRD
+	scope     *reconcile.StaticScoper    // for rendering offline
 }
 
 func (b *bench) setup(ctx context.Context) error {
@@ -162,6 +176,9 @@ func (b *bench) setup(ctx context.Context) error {
 	// limited only by the API server.
 	loader.QPS, loader.Burst = -1, 0
 	b.dyn = dynamic.NewForConfigOrDie(loader)
+	if b.admin, err = rest.HTTPClientFor(loader); err != nil {
+		return err
+	}
 	b.kube = kubernetes.NewForConfigOrDie(loader)
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	data, err := os.ReadFile("examples/webapp/crd.yaml")
@@ -201,7 +218,11 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.rule = loaded[0]
-	return nil
+	b.scope = reconcile.NewStaticScoper()
+	if err := b.scope.AddCRD(b.crd); err != nil {
+		return err
+	}
+	return b.warmUp(ctx)
 }
 
 // kgen is a running 'kgenctl run'.
@@ -318,9 +339,25 @@ func (k *kgen) saveHeapProfile(path string) error {
 
 // profile writes a CPU profile of kgen over d to path, in the background.
 func (k *kgen) profile(path string, d time.Duration) <-chan error {
+	return cpuProfile(http.DefaultClient, k.metrics, path, d)
+}
+
+// profileAPIServer writes a CPU profile of the API server over d to path,
+// in the background, if -profile-apiserver is set and n is the profiled N;
+// otherwise it returns nil.
+func (b *bench) profileAPIServer(n int, phase string, d time.Duration) <-chan error {
+	if !b.opts.profileAPI || n != b.opts.profileSize {
+		return nil
+	}
+	return cpuProfile(b.admin, b.cp.URL, filepath.Join(b.opts.out, fmt.Sprintf("apiserver-cpu-%s-%d.pprof", phase, n)), d)
+}
+
+// cpuProfile fetches a CPU profile over d from the pprof handlers at base
+// and writes it to path, in the background.
+func cpuProfile(client *http.Client, base, path string, d time.Duration) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", k.metrics, int(d.Seconds())))
+		resp, err := client.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(d.Seconds())))
 		if err != nil {
 			done <- err
 			return

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -24,12 +25,22 @@ type result struct {
 	RawConverge  time.Duration `json:"rawConvergeNs"`
 	KgenWave     time.Duration `json:"kgenWaveNs"`
 	RawWave      time.Duration `json:"rawWaveNs"`
+	// FloorConverge and FloorWave are the times of a loader that makes,
+	// directly, every write kgen must make: the raw writes plus a status
+	// apply and an Event per parent, and server-side apply for the
+	// Deployment in the wave.
+	FloorConverge time.Duration `json:"floorConvergeNs,omitempty"`
+	FloorWave     time.Duration `json:"floorWaveNs,omitempty"`
 
 	// ConvergeRequests are kgen's requests during convergence by
 	// "verb resource".
 	ConvergeRequests map[string]float64 `json:"convergeRequests"`
 	// SteadyPerMinute are kgen's requests per minute after convergence.
 	SteadyPerMinute map[string]float64 `json:"steadyPerMinute"`
+
+	// CPU is the CPU seconds each process used in each phase ("kgen
+	// converge", "kgen wave", "raw create", "raw wave").
+	CPU map[string]map[string]float64 `json:"cpuSeconds,omitempty"`
 
 	PeakRSS     int64 `json:"peakRSSBytes"`
 	HeapAfterGC int64 `json:"heapAfterGCBytes"`
@@ -41,12 +52,17 @@ type result struct {
 const parentImage, replicas, newReplicas = "nginx:1.27", int64(1), int64(3)
 
 func (b *bench) measure(ctx context.Context, n int) (*result, error) {
-	r := &result{N: n}
+	r := &result{N: n, CPU: map[string]map[string]float64{}}
 	if err := b.measureKgen(ctx, n, r); err != nil {
 		return nil, fmt.Errorf("kgen: %w", err)
 	}
 	if err := b.measureRaw(ctx, n, r); err != nil {
 		return nil, fmt.Errorf("raw: %w", err)
+	}
+	if b.opts.floor {
+		if err := b.measureFloor(ctx, n, r); err != nil {
+			return nil, fmt.Errorf("floor: %w", err)
+		}
 	}
 	return r, nil
 }
@@ -99,6 +115,8 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 		profiled = k.profile(filepath.Join(b.opts.out, fmt.Sprintf("kgen-cpu-%d.pprof", n)), 15*time.Second)
 	}
 	logf("N=%d kgen: creating %d parents", n, n)
+	cpu := b.cpuMeter(k)
+	apiProfiled := b.profileAPIServer(n, "kgen-converge", 10*time.Second)
 	obs.begin()
 	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
 		_, err := b.create(ctx, webappGVR, ns, parent(ns, i, true))
@@ -109,6 +127,10 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	if r.KgenConverge, err = obs.wait(b.opts.timeout); err != nil {
 		return err
 	}
+	r.CPU["kgen converge"] = cpu.used()
+	if err := awaitProfile(apiProfiled); err != nil {
+		return err
+	}
 	r.KgenTimeline = obs.timeline()
 	after, err := scrape(k.metrics)
 	if err != nil {
@@ -117,7 +139,13 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	r.ConvergeRequests = after.requests().minus(before.requests())
 	logf("N=%d kgen: converged in %s", n, r.KgenConverge.Round(time.Millisecond))
 
+	cpu = b.cpuMeter(k)
+	apiProfiled = b.profileAPIServer(n, "kgen-wave", 5*time.Second)
 	if r.KgenWave, err = b.updateWave(ctx, ns, n, webappGVR); err != nil {
+		return err
+	}
+	r.CPU["kgen wave"] = cpu.used()
+	if err := awaitProfile(apiProfiled); err != nil {
 		return err
 	}
 	logf("N=%d kgen: update wave in %s", n, r.KgenWave.Round(time.Millisecond))
@@ -169,42 +197,186 @@ func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
 	}
 	defer obs.stop()
 	logf("N=%d raw: creating %d objects", n, 4*n)
-	scope := reconcile.NewStaticScoper()
-	if err := scope.AddCRD(b.crd); err != nil {
-		return err
-	}
+	cpu := b.cpuMeter(nil)
+	apiProfiled := b.profileAPIServer(n, "raw-create", 10*time.Second)
 	obs.begin()
 	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
-		// Not labelled tier=web: kgen's rule would not select it.
-		p, err := b.create(ctx, webappGVR, ns, parent(ns, i, false))
-		if err != nil {
-			return err
-		}
-		rendered, err := reconcile.Render(b.rule, p, nil, scope)
-		if err != nil {
-			return err
-		}
-		for _, c := range rendered.Children {
-			gvr := map[string]schema.GroupVersionResource{"ConfigMap": cmGVR, "Service": svcGVR, "Deployment": deployGVR}[c.Object.GetKind()]
-			if _, err := b.create(ctx, gvr, ns, c.Object); err != nil {
-				return err
-			}
-		}
-		return nil
+		return b.createRaw(ctx, ns, i)
 	}); err != nil {
 		return err
 	}
 	if r.RawConverge, err = obs.wait(b.opts.timeout); err != nil {
 		return err
 	}
+	r.CPU["raw create"] = cpu.used()
+	if err := awaitProfile(apiProfiled); err != nil {
+		return err
+	}
 	r.RawTimeline = obs.timeline()
 	logf("N=%d raw: created in %s", n, r.RawConverge.Round(time.Millisecond))
 
 	// The same 2N patches: each parent, and the Deployment kgen would patch.
+	cpu = b.cpuMeter(nil)
+	apiProfiled = b.profileAPIServer(n, "raw-wave", 5*time.Second)
 	if r.RawWave, err = b.updateWave(ctx, ns, n, webappGVR, deployGVR); err != nil {
 		return err
 	}
+	r.CPU["raw wave"] = cpu.used()
+	if err := awaitProfile(apiProfiled); err != nil {
+		return err
+	}
 	logf("N=%d raw: update wave in %s", n, r.RawWave.Round(time.Millisecond))
+	return b.cleanup(ctx, ns)
+}
+
+// measureFloor makes kgen's writes without kgen: for each parent, its
+// children, a status apply and an Event; in the wave, the parent's patch, an
+// apply of the Deployment, a status apply and an Event.
+func (b *bench) measureFloor(ctx context.Context, n int, r *result) error {
+	ns := fmt.Sprintf("floor-%d", n)
+	if err := b.namespace(ctx, ns); err != nil {
+		return err
+	}
+	goals := convergeGoals(replicas)
+	goals[webappGVR] = func(u *unstructured.Unstructured) bool {
+		g, ok, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+		return ok && g == u.GetGeneration()
+	}
+	obs, err := observe(ctx, b.dyn, ns, 4*n, goals, cmGVR, svcGVR, deployGVR)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
+	logf("N=%d floor: creating %d objects, %d statuses and %d events", n, 4*n, n, n)
+	cpu := b.cpuMeter(nil)
+	obs.begin()
+	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+		p, err := b.createRawParent(ctx, ns, i)
+		if err != nil {
+			return err
+		}
+		return b.statusAndEvent(ctx, p, "Created")
+	}); err != nil {
+		return err
+	}
+	if r.FloorConverge, err = obs.wait(b.opts.timeout); err != nil {
+		return err
+	}
+	r.CPU["floor converge"] = cpu.used()
+	logf("N=%d floor: converged in %s", n, r.FloorConverge.Round(time.Millisecond))
+
+	wave, err := observe(ctx, b.dyn, ns, n, map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
+		deployGVR: convergeGoals(newReplicas)[deployGVR],
+	})
+	if err != nil {
+		return err
+	}
+	defer wave.stop()
+	cpu = b.cpuMeter(nil)
+	wave.begin()
+	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+		patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, newReplicas))
+		p, err := b.dyn.Resource(webappGVR).Namespace(ns).Patch(ctx, parentName(i), types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			return err
+		}
+		rendered, err := reconcile.Render(b.rule, p, nil, b.scope)
+		if err != nil {
+			return err
+		}
+		for _, c := range rendered.Children {
+			if c.Object.GetKind() != "Deployment" {
+				continue
+			}
+			if _, err := b.dyn.Resource(deployGVR).Namespace(ns).Apply(ctx, c.Object.GetName(), c.Object,
+				metav1.ApplyOptions{FieldManager: reconcile.FieldManager, Force: true}); err != nil {
+				return err
+			}
+		}
+		return b.statusAndEvent(ctx, p, "Updated")
+	}); err != nil {
+		return err
+	}
+	if r.FloorWave, err = wave.wait(b.opts.timeout); err != nil {
+		return err
+	}
+	r.CPU["floor wave"] = cpu.used()
+	logf("N=%d floor: update wave in %s", n, r.FloorWave.Round(time.Millisecond))
+	return b.cleanup(ctx, ns)
+}
+
+// statusAndEvent writes the status kgen would write for a parent whose
+// children it just wrote, and the one Event it would record.
+func (b *bench) statusAndEvent(ctx context.Context, p *unstructured.Unstructured, change string) error {
+	status := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": p.GetAPIVersion(), "kind": p.GetKind(),
+		"metadata": map[string]any{"name": p.GetName(), "namespace": p.GetNamespace(), "uid": string(p.GetUID())},
+		"status": map[string]any{
+			"observedGeneration": p.GetGeneration(),
+			"configName":         p.GetName() + "-config",
+			"availableReplicas":  int64(0),
+			"url":                fmt.Sprintf("http://%s.%s.svc:8080", p.GetName(), p.GetNamespace()),
+			"conditions": []any{map[string]any{
+				"type": "Ready", "status": "False", "reason": reconcile.ReasonNotReady, "observedGeneration": p.GetGeneration(),
+				"message":            "child deployment: status.availableReplicas >= parent.spec.replicas is false",
+				"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+			}},
+		},
+	}}
+	if _, err := b.dyn.Resource(webappGVR).Namespace(p.GetNamespace()).ApplyStatus(ctx, p.GetName(), status,
+		metav1.ApplyOptions{FieldManager: reconcile.FieldManager, Force: true}); err != nil {
+		return err
+	}
+	now := metav1.Now()
+	_, err := b.kube.CoreV1().Events(p.GetNamespace()).Create(ctx, &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: p.GetName() + ".", Namespace: p.GetNamespace()},
+		InvolvedObject: corev1.ObjectReference{APIVersion: p.GetAPIVersion(), Kind: p.GetKind(), Name: p.GetName(),
+			Namespace: p.GetNamespace(), UID: p.GetUID(), ResourceVersion: p.GetResourceVersion()},
+		Reason: change, Type: corev1.EventTypeNormal, Source: corev1.EventSource{Component: "kgen"},
+		Message:        fmt.Sprintf("%s configmaps %s/%s-config (child config), deployments.apps %s/%s (child deployment), services %s/%s (child service)", change, p.GetNamespace(), p.GetName(), p.GetNamespace(), p.GetName(), p.GetNamespace(), p.GetName()),
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}, metav1.CreateOptions{})
+	return err
+}
+
+// createRaw creates parent i in ns, not selected by kgen's rule, and the
+// children kgen would make for it.
+func (b *bench) createRaw(ctx context.Context, ns string, i int) error {
+	_, err := b.createRawParent(ctx, ns, i)
+	return err
+}
+
+// createRawParent is createRaw, and returns the parent as created.
+func (b *bench) createRawParent(ctx context.Context, ns string, i int) (*unstructured.Unstructured, error) {
+	p, err := b.create(ctx, webappGVR, ns, parent(ns, i, false))
+	if err != nil {
+		return nil, err
+	}
+	rendered, err := reconcile.Render(b.rule, p, nil, b.scope)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range rendered.Children {
+		gvr := map[string]schema.GroupVersionResource{"ConfigMap": cmGVR, "Service": svcGVR, "Deployment": deployGVR}[c.Object.GetKind()]
+		if _, err := b.create(ctx, gvr, ns, c.Object); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// warmUp writes one parent and its children once and deletes them again.
+// The API server's first write of a resource is slow (for a new CRD it
+// sets up storage, about 2 s here); without this the first phase measured
+// would pay for it and the others not.
+func (b *bench) warmUp(ctx context.Context) error {
+	const ns = "warm-up"
+	if err := b.namespace(ctx, ns); err != nil {
+		return err
+	}
+	if err := b.createRaw(ctx, ns, 0); err != nil {
+		return err
+	}
 	return b.cleanup(ctx, ns)
 }
 
@@ -231,6 +403,28 @@ func (b *bench) updateWave(ctx context.Context, ns string, n int, resources ...s
 		return 0, err
 	}
 	return wave.wait(b.opts.timeout)
+}
+
+// awaitProfile waits for a background profile, if there is one.
+func awaitProfile(profiled <-chan error) error {
+	if profiled == nil {
+		return nil
+	}
+	if err := <-profiled; err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	return nil
+}
+
+// cpuMeter starts measuring the control plane's, the bench's own and, if
+// k is not nil, kgen's CPU time.
+func (b *bench) cpuMeter(k *kgen) *cpuMeter {
+	pids := b.cp.PIDs()
+	pids["bench"] = os.Getpid()
+	if k != nil {
+		pids["kgen"] = k.cmd.Process.Pid
+	}
+	return newCPUMeter(pids)
 }
 
 func parentName(i int) string { return fmt.Sprintf("app-%05d", i) }

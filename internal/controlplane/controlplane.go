@@ -302,6 +302,16 @@ func (cp *ControlPlane) Stop() error {
 	return errors.Join(errs...)
 }
 
+// PIDs returns the process id of each running binary by name ("etcd",
+// "kube-apiserver", "kube-controller-manager"), for measuring them.
+func (cp *ControlPlane) PIDs() map[string]int {
+	pids := map[string]int{}
+	for _, p := range cp.procs {
+		pids[p.name] = p.cmd.Process.Pid
+	}
+	return pids
+}
+
 // RESTConfig returns a client configuration for the admin user.
 func (cp *ControlPlane) RESTConfig() (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
