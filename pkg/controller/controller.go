@@ -128,7 +128,7 @@ func New(cfg Config) *Controller {
 		OnWatchError: c.onWatchError,
 	})
 	c.reconciler = reconcile.New(reconcile.Config{
-		Client: cfg.Client, Resources: cfg.Mapper, Children: c, Recorder: cfg.Recorder,
+		Client: cfg.Client, Resources: cfg.Mapper, Children: c, Recorder: cfg.Recorder, Cache: c.watches,
 	})
 	for _, r := range cfg.Rules {
 		c.rules[r.Name] = &ruleState{rule: r, waiting: "not started"}
@@ -149,12 +149,28 @@ func parentIndex(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	l := o.GetLabels()
-	rule, uid := l[reconcile.LabelRule], l[reconcile.LabelParentUID]
+	rule, uid := label(o, reconcile.LabelRule), label(o, reconcile.LabelParentUID)
 	if rule == "" || uid == "" {
 		return nil, nil
 	}
 	return []string{rule + "/" + uid}, nil
+}
+
+// label returns one label of obj; for a cached *watch.Object it does not
+// build the map GetLabels would.
+func label(obj metav1.Object, key string) string {
+	if o, ok := obj.(*watch.Object); ok {
+		return o.Label(key)
+	}
+	return obj.GetLabels()[key]
+}
+
+// annotation returns one annotation of obj, as label does a label.
+func annotation(obj metav1.Object, key string) string {
+	if o, ok := obj.(*watch.Object); ok {
+		return o.Annotation(key)
+	}
+	return obj.GetAnnotations()[key]
 }
 
 // Run starts the rules and the workers and blocks until ctx is done. It then
@@ -446,11 +462,11 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 // child's own marks, so a child event queues exactly its parent.
 func (c *Controller) childHandler(rule string) watch.Handler {
 	return func(obj metav1.Object) {
-		if obj.GetLabels()[reconcile.LabelRule] != rule {
+		if label(obj, reconcile.LabelRule) != rule {
 			return
 		}
 		c.reconciler.Seen(obj)
-		ref := obj.GetAnnotations()[reconcile.AnnotationParent]
+		ref := annotation(obj, reconcile.AnnotationParent)
 		if ref == "" {
 			return
 		}

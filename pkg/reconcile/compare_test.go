@@ -119,3 +119,35 @@ func TestRecentWrites(t *testing.T) {
 		t.Error("the parent's own fresh child was not found")
 	}
 }
+
+// A write whose watch event the cache processed before the write's response
+// came back is not remembered: no later event would drop it.
+func TestRecentWritesAlreadyCached(t *testing.T) {
+	mk := func(uid, rv string) *unstructured.Unstructured {
+		return obj(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{
+			"name": "c", "namespace": "n", "uid": uid, "resourceVersion": rv}})
+	}
+	cachedRV := ""
+	r := newRecentWrites()
+	r.cached = func(apiVersion, kind, namespace, name string) string {
+		if apiVersion != "v1" || kind != "ConfigMap" || namespace != "n" || name != "c" {
+			t.Errorf("asked the cache for %s %s %s/%s", apiVersion, kind, namespace, name)
+		}
+		return cachedRV
+	}
+	cachedRV = "10"
+	r.remember(mk("u1", "10"))
+	if n := len(r.objects); n != 0 {
+		t.Errorf("a write the cache holds was remembered (%d entries)", n)
+	}
+	cachedRV = "9"
+	r.remember(mk("u1", "11"))
+	if got := r.freshest(mk("u1", "9"), nil); got.GetResourceVersion() != "11" {
+		t.Errorf("a write the cache does not show yet was not remembered: got rv %s", got.GetResourceVersion())
+	}
+	cachedRV = ""
+	r.remember(mk("u2", "20"))
+	if got := r.freshest(nil, mk("", "")); got == nil || got.GetResourceVersion() != "20" {
+		t.Errorf("a created object the cache has not seen was not remembered: got %v", got)
+	}
+}

@@ -23,6 +23,9 @@ type recentWrites struct {
 	objects map[types.UID]written
 	// byName finds a freshly created object the cache has not seen at all.
 	byName map[nameKey]types.UID
+	// cached, if set, returns the resource version the informer cache
+	// holds of an object, or "".
+	cached func(apiVersion, kind, namespace, name string) string
 }
 
 // written is one remembered write.
@@ -61,9 +64,19 @@ func (r *recentWrites) remember(obj *unstructured.Unstructured) {
 	}
 	o := c.(*watch.Object)
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.objects[o.UID] = written{obj: o, at: time.Now()}
 	r.byName[keyOfWritten(o)] = o.UID
+	r.mu.Unlock()
+	if r.cached == nil {
+		return
+	}
+	// The watch event of the write may have come before the response,
+	// and its seen call before this remember: then nothing would drop the
+	// entry until it expires. The cache is updated before handlers run, so
+	// looking at it after storing the entry misses nothing.
+	if rv := r.cached(o.APIVersion, o.Kind, o.Namespace, o.Name); rv != "" {
+		r.seen(o.UID, rv)
+	}
 }
 
 // forget drops what is remembered of a deleted object.
@@ -113,7 +126,7 @@ func (r *recentWrites) freshest(cached, desired *unstructured.Unstructured) *uns
 		case cached != nil && !newer(w.obj.ResourceVersion, cached.GetResourceVersion()):
 			// The cache has caught up: nothing more to remember.
 			r.dropLocked(uid)
-		case cached == nil && !sameMarks(w.obj.Labels, desired.GetLabels()):
+		case cached == nil && !sameMarks(w.obj, desired.GetLabels()):
 		default:
 			found = w.obj
 		}
@@ -129,10 +142,11 @@ func (r *recentWrites) freshest(cached, desired *unstructured.Unstructured) *uns
 	return u
 }
 
-// sameMarks reports whether two label sets name the same rule, parent and child.
-func sameMarks(a, b map[string]string) bool {
+// sameMarks reports whether a remembered object and a label set name the
+// same rule, parent and child.
+func sameMarks(o *watch.Object, labels map[string]string) bool {
 	for _, k := range []string{LabelRule, LabelParentUID, LabelChild} {
-		if a[k] != b[k] {
+		if o.Label(k) != labels[k] {
 			return false
 		}
 	}

@@ -79,12 +79,22 @@ type Resources interface {
 	ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error)
 }
 
-// Config holds a Reconciler's dependencies. All are required.
+// Cache tells what version of an object the informer cache holds.
+type Cache interface {
+	// CachedResourceVersion returns the resource version of the cached
+	// object of that resource, namespace and name, or "" if none is cached.
+	CachedResourceVersion(gvr schema.GroupVersionResource, namespace, name string) string
+}
+
+// Config holds a Reconciler's dependencies. All but Cache are required.
 type Config struct {
 	Client    dynamic.Interface
 	Resources Resources
 	Children  ChildLister
 	Recorder  record.EventRecorder
+	// Cache, when set, lets the Reconciler forget at once a write the
+	// cache already shows (its watch event came before the response).
+	Cache Cache
 }
 
 // Reconciler makes one parent's children equal to its rule's templates. It
@@ -99,7 +109,17 @@ type Reconciler struct {
 
 // New returns a Reconciler.
 func New(cfg Config) *Reconciler {
-	return &Reconciler{cfg: cfg, recent: newRecentWrites(), scope: resourceScoper{cfg.Resources}}
+	r := &Reconciler{cfg: cfg, recent: newRecentWrites(), scope: resourceScoper{cfg.Resources}}
+	if cfg.Cache != nil {
+		r.recent.cached = func(apiVersion, kind, namespace, name string) string {
+			m, err := cfg.Resources.ResourceFor(schema.FromAPIVersionAndKind(apiVersion, kind))
+			if err != nil {
+				return ""
+			}
+			return cfg.Cache.CachedResourceVersion(m.GroupVersionResource(), namespace, name)
+		}
+	}
+	return r
 }
 
 // Seen tells the Reconciler that the informer cache now holds this version

@@ -3,6 +3,7 @@ package watch
 import (
 	"bytes"
 	"fmt"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,7 +20,12 @@ import (
 type Object struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
-	raw []byte
+	// labels and annotations hold the kept labels and annotations as
+	// key, value, key, value...: for the few kept, a slice takes a third
+	// of a map's memory. ObjectMeta.Labels and Annotations stay nil; use
+	// GetLabels and GetAnnotations.
+	labels, annotations []string
+	raw                 []byte
 }
 
 var _ runtime.Object = (*Object)(nil)
@@ -28,7 +34,76 @@ var _ metav1.Object = (*Object)(nil)
 // DeepCopyObject returns a copy of the object; the JSON is shared, since it
 // is never modified.
 func (o *Object) DeepCopyObject() runtime.Object {
-	return &Object{TypeMeta: o.TypeMeta, ObjectMeta: *o.ObjectMeta.DeepCopy(), raw: o.raw}
+	return &Object{TypeMeta: o.TypeMeta, ObjectMeta: *o.ObjectMeta.DeepCopy(),
+		labels: o.labels, annotations: o.annotations, raw: o.raw}
+}
+
+// GetLabels returns the kept labels in a new map; nil if there are none.
+func (o *Object) GetLabels() map[string]string { return toMap(o.labels) }
+
+// SetLabels replaces the kept labels.
+func (o *Object) SetLabels(labels map[string]string) { o.labels = toPairs(labels, nil) }
+
+// GetAnnotations returns the kept annotations in a new map; nil if there
+// are none.
+func (o *Object) GetAnnotations() map[string]string { return toMap(o.annotations) }
+
+// SetAnnotations replaces the kept annotations.
+func (o *Object) SetAnnotations(annotations map[string]string) {
+	o.annotations = toPairs(annotations, nil)
+}
+
+// Label returns the value of one kept label, without building a map.
+func (o *Object) Label(key string) string { return lookup(o.labels, key) }
+
+// Annotation returns the value of one kept annotation, without building a
+// map.
+func (o *Object) Annotation(key string) string { return lookup(o.annotations, key) }
+
+func toMap(pairs []string) map[string]string {
+	if len(pairs) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(pairs)/2)
+	for i := 0; i < len(pairs); i += 2 {
+		m[pairs[i]] = pairs[i+1]
+	}
+	return m
+}
+
+// toPairs returns the entries of m that keep accepts (all if keep is nil)
+// as a sorted key, value list.
+func toPairs(m map[string]string, keep func(string) bool) []string {
+	n := 0
+	for k := range m {
+		if keep == nil || keep(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	keys := make([]string, 0, n)
+	for k := range m {
+		if keep == nil || keep(k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	pairs := make([]string, 0, 2*n)
+	for _, k := range keys {
+		pairs = append(pairs, k, m[k])
+	}
+	return pairs
+}
+
+func lookup(pairs []string, key string) string {
+	for i := 0; i < len(pairs); i += 2 {
+		if pairs[i] == key {
+			return pairs[i+1]
+		}
+	}
+	return ""
 }
 
 // Unstructured decodes the whole object. The result is the caller's own.
@@ -79,25 +154,9 @@ func compact(obj any, keep func(key string) bool) (any, error) {
 	o.APIVersion, o.Kind = u.GetAPIVersion(), u.GetKind()
 	o.Name, o.Namespace = u.GetName(), u.GetNamespace()
 	o.UID, o.ResourceVersion, o.Generation = u.GetUID(), u.GetResourceVersion(), u.GetGeneration()
-	o.Labels, o.Annotations = filter(u.GetLabels(), keep), filter(ann, keep)
+	o.labels, o.annotations = toPairs(u.GetLabels(), keep), toPairs(ann, keep)
 	o.DeletionTimestamp = u.GetDeletionTimestamp()
 	return o, nil
-}
-
-func filter(m map[string]string, keep func(string) bool) map[string]string {
-	if keep == nil || len(m) == 0 {
-		return m
-	}
-	var out map[string]string
-	for k, v := range m {
-		if keep(k) {
-			if out == nil {
-				out = make(map[string]string, 4)
-			}
-			out[k] = v
-		}
-	}
-	return out
 }
 
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"

@@ -227,6 +227,32 @@ func (m *Manager) Shutdown() {
 	}
 }
 
+// CachedResourceVersion returns the resource version of the object with
+// the given namespace and name in the cache of any running informer of gvr
+// that can hold it, or "" if none holds it. The cache is updated before
+// handlers are told of an event.
+func (m *Manager) CachedResourceVersion(gvr schema.GroupVersionResource, namespace, name string) string {
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, inf := range m.informers {
+		if k.GVR != gvr || (k.Namespace != "" && k.Namespace != namespace) {
+			continue
+		}
+		obj, ok, err := inf.informer.GetIndexer().GetByKey(key)
+		if err != nil || !ok {
+			continue
+		}
+		if o, ok := obj.(metav1.Object); ok {
+			return o.GetResourceVersion()
+		}
+	}
+	return ""
+}
+
 // Stats describes one running informer, for metrics and readiness.
 type Stats struct {
 	Key     Key

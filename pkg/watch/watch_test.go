@@ -134,8 +134,8 @@ func TestCompactKeeping(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := out.(*Object)
-	if len(o.Labels) != 1 || o.Labels["kgen.dev/rule"] != "r" || o.Annotations != nil {
-		t.Errorf("typed metadata kept labels %v annotations %v; want only kgen.dev/rule", o.Labels, o.Annotations)
+	if l := o.GetLabels(); len(l) != 1 || l["kgen.dev/rule"] != "r" || o.Label("kgen.dev/rule") != "r" || o.GetAnnotations() != nil {
+		t.Errorf("typed metadata kept labels %v annotations %v; want only kgen.dev/rule", l, o.GetAnnotations())
 	}
 	back, err := o.Unstructured()
 	if err != nil || back.GetLabels()["team"] != "blue" || back.GetAnnotations()["keep"] != "me" {
@@ -156,7 +156,7 @@ func TestCompact(t *testing.T) {
 	if !ok {
 		t.Fatalf("Compact returned %T", out)
 	}
-	if o.Name != "x" || o.Namespace != "a" || o.Labels["l"] != "v" || len(o.Annotations) != 1 || o.Annotations["keep"] != "me" {
+	if o.Name != "x" || o.Namespace != "a" || o.GetLabels()["l"] != "v" || len(o.GetAnnotations()) != 1 || o.Annotation("keep") != "me" {
 		t.Errorf("metadata = %+v", o.ObjectMeta)
 	}
 	back, err := Decode(o)
