@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,12 +99,23 @@ kgen contacts the cluster. Rules whose kinds are not served yet wait (see
 	return cmd
 }
 
+// defaultGCPercent is kgen's GOGC unless the environment sets one. kgen's
+// memory is mostly its informer caches, which live as long as it does; with
+// Go's default of 100 the heap grows to twice them before a collection.
+// Measured by make bench at 5000 parents (20,000 cached objects): peak RSS
+// fell from 258 to 153 MiB, and convergence took 71.7 s against 70.5 s,
+// within the run-to-run spread. GOMEMLIMIT works as usual on top of it.
+const defaultGCPercent = 50
+
 func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags) error {
 	logger, err := newLogger(errOut, o.logFormat, o.verbosity)
 	if err != nil {
 		return err
 	}
 	ctx = klog.NewContext(ctx, logger)
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 
 	// Rules first: bad rules never reach the cluster.
 	loaded, err := rules.Load(o.rules, rules.Options{})
