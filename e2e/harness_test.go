@@ -28,6 +28,7 @@ import (
 
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
 
@@ -74,9 +75,14 @@ func startController(t *testing.T, config *rest.Config, files ...string) *runnin
 	ctx = klog.NewContext(ctx, logger)
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	restClient, err := watch.NewRESTClient(config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctrl := controller.New(controller.Config{
 		Rules:    loaded,
 		Client:   dynamic.NewForConfigOrDie(config),
+		REST:     restClient,
 		Mapper:   mapper.New(kube.Discovery()),
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"}),
 		Workers:  4,

@@ -36,6 +36,7 @@ import (
 	"kgen.dev/kgen/internal/version"
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
 
@@ -136,6 +137,10 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	if err != nil {
 		return err
 	}
+	restClient, err := watch.NewRESTClient(config)
+	if err != nil {
+		return err
+	}
 	m := mapper.New(kubeClient.Discovery())
 
 	reg := prometheus.NewRegistry()
@@ -149,7 +154,7 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"})
 
 	ctrl := controller.New(controller.Config{
-		Rules: loaded, Client: dynClient, Mapper: m, Recorder: recorder, Workers: o.workers, Metrics: metrics,
+		Rules: loaded, Client: dynClient, REST: restClient, Mapper: m, Recorder: recorder, Workers: o.workers, Metrics: metrics,
 	})
 
 	// readiness: nil when ready. Before the controller runs it is not;

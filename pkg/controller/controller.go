@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -45,8 +46,11 @@ func (k Key) String() string {
 // Config holds a Controller's dependencies and settings. Rules, Client,
 // Mapper and Recorder are required; the zero value of the others is sensible.
 type Config struct {
-	Rules    []*rules.Rule
-	Client   dynamic.Interface
+	Rules  []*rules.Rule
+	Client dynamic.Interface
+	// REST, when set, lists and watches for the informers, decoding
+	// objects without maps (see watch.Config.REST and watch.NewRESTClient).
+	REST     rest.Interface
 	Mapper   *mapper.Mapper
 	Recorder record.EventRecorder
 	// Workers is how many parents are reconciled at once; DefaultWorkers when zero.
@@ -121,6 +125,7 @@ func New(cfg Config) *Controller {
 	}
 	c.watches = watch.New(watch.Config{
 		Client:   cfg.Client,
+		REST:     cfg.REST,
 		Indexers: cache.Indexers{indexParent: parentIndex},
 		// The index and the handlers read only kgen's own labels and
 		// annotations; the cached JSON keeps the rest.

@@ -7,7 +7,14 @@
 // annotation, which kgen never reads and which are often most of an object,
 // and caches the object as an *Object: typed metadata plus the object's JSON,
 // a fraction of the memory of decoded maps. Get and Decode return the full
-// object. Events are normalised to one callback that receives the object's
+// object.
+//
+// With Config.REST set, informers list and watch through a plain REST client
+// and decode each object's JSON straight into an *Object: the managed fields
+// and the last-applied annotation are cut out of the bytes and only the
+// metadata is decoded, so no maps are built for an object until a reconcile
+// reads it. Without it they use the dynamic client (tests with fake clients
+// do), and the transform compacts the decoded objects. Events are normalised to one callback that receives the object's
 // metadata (for a delete, its last known state), and each registration
 // reports whether its informer has synced, which feeds readiness.
 //

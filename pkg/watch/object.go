@@ -97,6 +97,27 @@ func toPairs(m map[string]string, keep func(string) bool) []string {
 	return pairs
 }
 
+// filterPairs returns the pairs whose keys keep accepts, in a new slice of
+// their size.
+func filterPairs(pairs []string, keep func(string) bool) []string {
+	n := 0
+	for i := 0; i < len(pairs); i += 2 {
+		if keep(pairs[i]) {
+			n += 2
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, 0, n)
+	for i := 0; i < len(pairs); i += 2 {
+		if keep(pairs[i]) {
+			out = append(out, pairs[i], pairs[i+1])
+		}
+	}
+	return out
+}
+
 func lookup(pairs []string, key string) string {
 	for i := 0; i < len(pairs); i += 2 {
 		if pairs[i] == key {
@@ -120,7 +141,8 @@ func (o *Object) Size() int { return len(o.raw) }
 
 // Compact is the default transform: it drops what kgen never reads from an
 // object (its managed fields and the client-side apply annotation) and turns
-// it into an *Object. Anything that is not unstructured passes unchanged.
+// it into an *Object. An *Object passes unchanged, and so does anything that
+// is not unstructured.
 func Compact(obj any) (any, error) {
 	return compact(obj, nil)
 }
@@ -134,6 +156,13 @@ func CompactKeeping(keep func(key string) bool) func(any) (any, error) {
 }
 
 func compact(obj any, keep func(key string) bool) (any, error) {
+	if o, ok := obj.(*Object); ok {
+		// Decoded from JSON already (see listWatch): only filter.
+		if keep != nil {
+			o.labels, o.annotations = filterPairs(o.labels, keep), filterPairs(o.annotations, keep)
+		}
+		return o, nil
+	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -42,8 +43,12 @@ type Handler func(obj metav1.Object)
 
 // Config configures a Manager. Only Client is required.
 type Config struct {
-	// Client lists and watches.
+	// Client lists and watches, unless REST is set.
 	Client dynamic.Interface
+	// REST, when set, lists and watches instead of Client, decoding
+	// objects straight into *Object; it needs only to reach the API
+	// server's paths (rest.UnversionedRESTClientFor makes one).
+	REST rest.Interface
 	// Indexers are added to every informer.
 	Indexers cache.Indexers
 	// Transform is applied to objects before they are cached; Compact
@@ -163,9 +168,14 @@ func deliver(handler Handler, obj any) {
 }
 
 func (m *Manager) startLocked(key Key) (*Informer, error) {
-	tweak := func(o *metav1.ListOptions) { o.LabelSelector = key.Selector }
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(m.cfg.Client, m.cfg.ResyncPeriod, key.Namespace, tweak)
-	informer := factory.ForResource(key.GVR).Informer()
+	var informer cache.SharedIndexInformer
+	if m.cfg.REST != nil {
+		informer = cache.NewSharedIndexInformer(newListWatch(m.cfg.REST, key), &Object{}, m.cfg.ResyncPeriod, cache.Indexers{})
+	} else {
+		tweak := func(o *metav1.ListOptions) { o.LabelSelector = key.Selector }
+		factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(m.cfg.Client, m.cfg.ResyncPeriod, key.Namespace, tweak)
+		informer = factory.ForResource(key.GVR).Informer()
+	}
 	if err := informer.SetTransform(m.cfg.Transform); err != nil {
 		return nil, fmt.Errorf("watch %s: %w", key, err)
 	}

@@ -1,0 +1,258 @@
+package watch
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// decodeObject turns the JSON of one object, as the API server sends it in
+// a watch event or a list, into an *Object without decoding the object into
+// maps: it cuts metadata.managedFields and the last-applied annotation out
+// of the bytes and decodes only the metadata. Labels and annotations are all
+// kept; the informer's transform filters them. gvk, when not empty, is set
+// on an object that does not name its own kind (items of a list).
+//
+// data is kept, so it must not be changed afterwards.
+func decodeObject(data []byte, gvk schema.GroupVersionKind) (*Object, error) {
+	raw, err := stripMetadata(data)
+	if err != nil {
+		return nil, err
+	}
+	top, _, err := members(raw, 0)
+	if err != nil {
+		return nil, err
+	}
+	var typ metav1.TypeMeta
+	var meta metav1.ObjectMeta
+	for _, m := range top {
+		var err error
+		switch string(m.name) {
+		case "apiVersion":
+			err = json.Unmarshal(raw[m.valueStart:m.valueEnd], &typ.APIVersion)
+		case "kind":
+			err = json.Unmarshal(raw[m.valueStart:m.valueEnd], &typ.Kind)
+		case "metadata":
+			err = json.Unmarshal(raw[m.valueStart:m.valueEnd], &meta)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode %s: %w", m.name, err)
+		}
+	}
+	if typ.Kind == "" && !gvk.Empty() {
+		typ.APIVersion, typ.Kind = gvk.ToAPIVersionAndKind()
+		raw = withTypeMeta(raw, typ)
+	}
+	o := &Object{TypeMeta: typ, ObjectMeta: meta, raw: raw}
+	o.labels, o.annotations = toPairs(meta.Labels, nil), toPairs(meta.Annotations, nil)
+	o.ObjectMeta.Labels, o.ObjectMeta.Annotations = nil, nil
+	return o, nil
+}
+
+// withTypeMeta returns the object raw with apiVersion and kind added first.
+func withTypeMeta(raw []byte, typ metav1.TypeMeta) []byte {
+	head, _ := json.Marshal(typ) // two strings: cannot fail
+	body := bytes.TrimSpace(raw[1:])
+	out := make([]byte, 0, len(head)+len(raw)+1)
+	out = append(out, head[:len(head)-1]...) // without its closing brace
+	if len(body) > 0 && body[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, body...)
+}
+
+// stripMetadata returns the JSON object data without metadata.managedFields
+// and without the last-applied annotation. It returns data itself when
+// there is nothing to cut.
+func stripMetadata(data []byte) ([]byte, error) {
+	top, _, err := members(data, 0)
+	if err != nil {
+		return nil, err
+	}
+	var cuts [][2]int
+	for _, m := range top {
+		if string(m.name) != "metadata" || data[m.valueStart] != '{' {
+			continue
+		}
+		meta, _, err := members(data, m.valueStart)
+		if err != nil {
+			return nil, err
+		}
+		for k, mm := range meta {
+			switch string(mm.name) {
+			case "managedFields":
+				cuts = append(cuts, cutRange(meta, k))
+			case "annotations":
+				if data[mm.valueStart] != '{' {
+					continue
+				}
+				ann, _, err := members(data, mm.valueStart)
+				if err != nil {
+					return nil, err
+				}
+				for a, am := range ann {
+					if string(am.name) == lastApplied {
+						cuts = append(cuts, cutRange(ann, a))
+					}
+				}
+			}
+		}
+	}
+	if len(cuts) == 0 {
+		return data, nil
+	}
+	slices.SortFunc(cuts, func(a, b [2]int) int { return a[0] - b[0] })
+	size := len(data)
+	for _, c := range cuts {
+		size -= c[1] - c[0]
+	}
+	out := make([]byte, 0, size)
+	at := 0
+	for _, c := range cuts {
+		out = append(out, data[at:c[0]]...)
+		at = c[1]
+	}
+	return append(out, data[at:]...), nil
+}
+
+// member is one name/value pair of a JSON object, as offsets into the
+// document.
+type member struct {
+	start      int    // the name's opening quote
+	name       []byte // the name as written, without its quotes
+	valueStart int
+	valueEnd   int // just past the value
+}
+
+var errSyntax = errors.New("invalid JSON object")
+
+// members returns the members of the JSON object that starts at d[i] (after
+// white space) and the offset just past it. A name is matched as written:
+// the API server never escapes the plain names looked for here.
+func members(d []byte, i int) ([]member, int, error) {
+	i = skipSpace(d, i)
+	if i >= len(d) || d[i] != '{' {
+		return nil, 0, errSyntax
+	}
+	i++
+	var out []member
+	for {
+		i = skipSpace(d, i)
+		if i < len(d) && d[i] == '}' && len(out) == 0 {
+			return out, i + 1, nil
+		}
+		if i >= len(d) || d[i] != '"' {
+			return nil, 0, errSyntax
+		}
+		nameEnd, err := stringEnd(d, i)
+		if err != nil {
+			return nil, 0, err
+		}
+		j := skipSpace(d, nameEnd)
+		if j >= len(d) || d[j] != ':' {
+			return nil, 0, errSyntax
+		}
+		vs := skipSpace(d, j+1)
+		ve, err := valueEnd(d, vs)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, member{start: i, name: d[i+1 : nameEnd-1], valueStart: vs, valueEnd: ve})
+		k := skipSpace(d, ve)
+		switch {
+		case k < len(d) && d[k] == ',':
+			i = k + 1
+		case k < len(d) && d[k] == '}':
+			return out, k + 1, nil
+		default:
+			return nil, 0, errSyntax
+		}
+	}
+}
+
+// cutRange is the byte range that removes member k of ms and leaves a valid
+// object: with the comma after it, or before it if it is the last.
+func cutRange(ms []member, k int) [2]int {
+	switch {
+	case k+1 < len(ms):
+		return [2]int{ms[k].start, ms[k+1].start}
+	case k > 0:
+		return [2]int{ms[k-1].valueEnd, ms[k].valueEnd}
+	default:
+		return [2]int{ms[k].start, ms[k].valueEnd}
+	}
+}
+
+func skipSpace(d []byte, i int) int {
+	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the offset just past the string that starts at d[i].
+func stringEnd(d []byte, i int) (int, error) {
+	for j := i + 1; j < len(d); j++ {
+		switch d[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, nil
+		}
+	}
+	return 0, errSyntax
+}
+
+// valueEnd returns the offset just past the JSON value that starts at d[i].
+// It finds the end only; json.Unmarshal checks what it decodes.
+func valueEnd(d []byte, i int) (int, error) {
+	if i >= len(d) {
+		return 0, errSyntax
+	}
+	switch d[i] {
+	case '"':
+		return stringEnd(d, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(d); j++ {
+			switch d[j] {
+			case '"':
+				end, err := stringEnd(d, j)
+				if err != nil {
+					return 0, err
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, nil
+				}
+			}
+		}
+		return 0, errSyntax
+	default: // a number, true, false or null
+		j := i
+		for j < len(d) && !endsScalar(d[j]) {
+			j++
+		}
+		if j == i {
+			return 0, errSyntax
+		}
+		return j, nil
+	}
+}
+
+func endsScalar(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
+}
