@@ -10,6 +10,7 @@ VERSION ?= $(shell sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/kgen/Chart.yaml
 IMAGE ?= kgen/kgenctl:$(VERSION)
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 BENCH_SIZES ?= 500,2000,5000
+BENCH_REPEAT ?= 1
 
 .PHONY: all build test unit e2e tools demo lint bench clean image image-test
 
@@ -52,7 +53,7 @@ demo: build tools
 
 ## bench: measure kgen against the API server's own limit on a local control plane (N=500, 2000, 5000)
 bench: tools
-	$(GO) run ./bench -sizes $(BENCH_SIZES) -out bench/results
+	$(GO) run ./bench -sizes $(BENCH_SIZES) -repeat $(BENCH_REPEAT) -out bench/results
 
 ## lint: formatting and vet, with and without the e2e build tag
 lint:

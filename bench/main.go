@@ -51,6 +51,7 @@ type options struct {
 	profileAPI  bool
 	keep        bool
 	floor       bool
+	repeat      int
 	kgenArgs    []string
 	kgenEnv     []string
 }
@@ -71,6 +72,7 @@ func run() error {
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit for one phase")
 	flag.IntVar(&o.profileSize, "profile", 2000, "N whose convergence is CPU-profiled (0: none)")
 	flag.BoolVar(&o.profileAPI, "profile-apiserver", false, "also CPU-profile the API server in each phase of the profiled N")
+	flag.IntVar(&o.repeat, "repeat", 1, "runs of each N; the report gives every run and, for more than one, the median and range of the ratios")
 	flag.BoolVar(&o.floor, "floor", true, "also measure a loader that makes kgen's writes directly (the floor for any controller with kgen's contract)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working folder (control plane and kgen logs) and print its path")
 	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
@@ -137,12 +139,14 @@ func run() error {
 	machine := b.machine(ctx)
 	var results []*result
 	for _, n := range o.sizes {
-		r, err := b.measure(ctx, n)
-		if err != nil {
-			return fmt.Errorf("N=%d: %w", n, err)
+		for run := 1; run <= max(o.repeat, 1); run++ {
+			r, err := b.measure(ctx, n, run)
+			if err != nil {
+				return fmt.Errorf("N=%d run %d: %w", n, run, err)
+			}
+			results = append(results, r)
+			fmt.Println(r.summary())
 		}
-		results = append(results, r)
-		fmt.Println(r.summary())
 	}
 	report := newReport(results, machine)
 	return report.write(o.out)
@@ -233,13 +237,13 @@ type kgen struct {
 	once    sync.Once
 }
 
-func (b *bench) startKgen(ctx context.Context, n int) (*kgen, error) {
+func (b *bench) startKgen(ctx context.Context, n, run int) (*kgen, error) {
 	kubeconfig, err := b.cp.WriteKubeconfig("kgen.kubeconfig", "kgen", "system:masters")
 	if err != nil {
 		return nil, err
 	}
 	metrics, health := freeAddr(), freeAddr()
-	log, err := os.Create(filepath.Join(b.tmp, fmt.Sprintf("kgen-%d.log", n)))
+	log, err := os.Create(filepath.Join(b.tmp, fmt.Sprintf("kgen-%d-%d.log", n, run)))
 	if err != nil {
 		return nil, err
 	}
@@ -343,10 +347,11 @@ func (k *kgen) profile(path string, d time.Duration) <-chan error {
 }
 
 // profileAPIServer writes a CPU profile of the API server over d to path,
-// in the background, if -profile-apiserver is set and n is the profiled N;
+// in the background, if -profile-apiserver is set and n is the profiled N
+// (first run only);
 // otherwise it returns nil.
-func (b *bench) profileAPIServer(n int, phase string, d time.Duration) <-chan error {
-	if !b.opts.profileAPI || n != b.opts.profileSize {
+func (b *bench) profileAPIServer(n, run int, phase string, d time.Duration) <-chan error {
+	if !b.opts.profileAPI || n != b.opts.profileSize || run != 1 {
 		return nil
 	}
 	return cpuProfile(b.admin, b.cp.URL, filepath.Join(b.opts.out, fmt.Sprintf("apiserver-cpu-%s-%d.pprof", phase, n)), d)

@@ -20,6 +20,8 @@ import (
 // result is what one N measured.
 type result struct {
 	N int `json:"n"`
+	// Run counts the runs of this N, from 1.
+	Run int `json:"run"`
 
 	KgenConverge time.Duration `json:"kgenConvergeNs"`
 	RawConverge  time.Duration `json:"rawConvergeNs"`
@@ -51,8 +53,8 @@ type result struct {
 
 const parentImage, replicas, newReplicas = "nginx:1.27", int64(1), int64(3)
 
-func (b *bench) measure(ctx context.Context, n int) (*result, error) {
-	r := &result{N: n, CPU: map[string]map[string]float64{}}
+func (b *bench) measure(ctx context.Context, n, run int) (*result, error) {
+	r := &result{N: n, Run: run, CPU: map[string]map[string]float64{}}
 	if err := b.measureKgen(ctx, n, r); err != nil {
 		return nil, fmt.Errorf("kgen: %w", err)
 	}
@@ -86,11 +88,11 @@ func convergeGoals(want int64) map[schema.GroupVersionResource]func(*unstructure
 }
 
 func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
-	ns := fmt.Sprintf("kgen-%d", n)
+	ns := fmt.Sprintf("kgen-%d-%d", n, r.Run)
 	if err := b.namespace(ctx, ns); err != nil {
 		return err
 	}
-	k, err := b.startKgen(ctx, n)
+	k, err := b.startKgen(ctx, n, r.Run)
 	if err != nil {
 		return err
 	}
@@ -111,12 +113,12 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 		return err
 	}
 	var profiled <-chan error
-	if n == b.opts.profileSize {
+	if n == b.opts.profileSize && r.Run == 1 {
 		profiled = k.profile(filepath.Join(b.opts.out, fmt.Sprintf("kgen-cpu-%d.pprof", n)), 15*time.Second)
 	}
 	logf("N=%d kgen: creating %d parents", n, n)
 	cpu := b.cpuMeter(k)
-	apiProfiled := b.profileAPIServer(n, "kgen-converge", 10*time.Second)
+	apiProfiled := b.profileAPIServer(n, r.Run, "kgen-converge", 10*time.Second)
 	obs.begin()
 	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
 		_, err := b.create(ctx, webappGVR, ns, parent(ns, i, true))
@@ -140,7 +142,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	logf("N=%d kgen: converged in %s", n, r.KgenConverge.Round(time.Millisecond))
 
 	cpu = b.cpuMeter(k)
-	apiProfiled = b.profileAPIServer(n, "kgen-wave", 5*time.Second)
+	apiProfiled = b.profileAPIServer(n, r.Run, "kgen-wave", 5*time.Second)
 	if r.KgenWave, err = b.updateWave(ctx, ns, n, webappGVR); err != nil {
 		return err
 	}
@@ -168,7 +170,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	if r.HeapAfterGC, err = k.heapAfterGC(); err != nil {
 		return err
 	}
-	if n == b.opts.profileSize {
+	if n == b.opts.profileSize && r.Run == 1 {
 		if err := k.saveHeapProfile(filepath.Join(b.opts.out, fmt.Sprintf("kgen-heap-%d.pprof", n))); err != nil {
 			return err
 		}
@@ -185,7 +187,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 }
 
 func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
-	ns := fmt.Sprintf("raw-%d", n)
+	ns := fmt.Sprintf("raw-%d-%d", n, r.Run)
 	if err := b.namespace(ctx, ns); err != nil {
 		return err
 	}
@@ -198,7 +200,7 @@ func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
 	defer obs.stop()
 	logf("N=%d raw: creating %d objects", n, 4*n)
 	cpu := b.cpuMeter(nil)
-	apiProfiled := b.profileAPIServer(n, "raw-create", 10*time.Second)
+	apiProfiled := b.profileAPIServer(n, r.Run, "raw-create", 10*time.Second)
 	obs.begin()
 	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
 		return b.createRaw(ctx, ns, i)
@@ -217,7 +219,7 @@ func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
 
 	// The same 2N patches: each parent, and the Deployment kgen would patch.
 	cpu = b.cpuMeter(nil)
-	apiProfiled = b.profileAPIServer(n, "raw-wave", 5*time.Second)
+	apiProfiled = b.profileAPIServer(n, r.Run, "raw-wave", 5*time.Second)
 	if r.RawWave, err = b.updateWave(ctx, ns, n, webappGVR, deployGVR); err != nil {
 		return err
 	}
@@ -233,7 +235,7 @@ func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
 // children, a status apply and an Event; in the wave, the parent's patch, an
 // apply of the Deployment, a status apply and an Event.
 func (b *bench) measureFloor(ctx context.Context, n int, r *result) error {
-	ns := fmt.Sprintf("floor-%d", n)
+	ns := fmt.Sprintf("floor-%d-%d", n, r.Run)
 	if err := b.namespace(ctx, ns); err != nil {
 		return err
 	}

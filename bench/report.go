@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -83,6 +84,75 @@ func (r *result) summary() string {
 		r.writesPerChild(), r.statusWritesPerParent(), mib(r.PeakRSS), mib(r.HeapAfterGC))
 }
 
+// label names a result's row: its N, and its run when N ran more than once.
+func (rep *report) label(r *result) string {
+	runs := 0
+	for _, o := range rep.Results {
+		if o.N == r.N {
+			runs++
+		}
+	}
+	if runs > 1 {
+		return fmt.Sprintf("%d (run %d)", r.N, r.Run)
+	}
+	return fmt.Sprint(r.N)
+}
+
+// spread is the median and range of one figure over the runs of one N.
+func spread(values []float64, format string) string {
+	slices.Sort(values)
+	mid := len(values) / 2
+	median := values[mid]
+	if len(values)%2 == 0 {
+		median = (values[mid-1] + values[mid]) / 2
+	}
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", median, values[0], values[len(values)-1])
+}
+
+// spreads writes, for every N that ran more than once, the median and
+// range of its ratios and peak RSS.
+func (rep *report) spreads(b *strings.Builder) {
+	byN := map[int][]*result{}
+	var sizes []int
+	for _, r := range rep.Results {
+		if _, ok := byN[r.N]; !ok {
+			sizes = append(sizes, r.N)
+		}
+		byN[r.N] = append(byN[r.N], r)
+	}
+	header := false
+	for _, n := range sizes {
+		runs := byN[n]
+		if len(runs) < 2 {
+			continue
+		}
+		if !header {
+			b.WriteString("\n## Over the runs of each N: median (lowest–highest)\n\n")
+			b.WriteString("| N | runs | converge kgen/raw | converge kgen/floor | wave kgen/raw | wave kgen/floor | peak RSS, MiB |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+			header = true
+		}
+		figure := func(f func(*result) float64) []float64 {
+			var out []float64
+			for _, r := range runs {
+				out = append(out, f(r))
+			}
+			return out
+		}
+		div := func(a, b time.Duration) float64 {
+			if b == 0 {
+				return 0
+			}
+			return a.Seconds() / b.Seconds()
+		}
+		fmt.Fprintf(b, "| %d | %d | %s | %s | %s | %s | %s |\n", n, len(runs),
+			spread(figure(func(r *result) float64 { return div(r.KgenConverge, r.RawConverge) }), "%.2f"),
+			spread(figure(func(r *result) float64 { return div(r.KgenConverge, r.FloorConverge) }), "%.2f"),
+			spread(figure(func(r *result) float64 { return div(r.KgenWave, r.RawWave) }), "%.2f"),
+			spread(figure(func(r *result) float64 { return div(r.KgenWave, r.FloorWave) }), "%.2f"),
+			spread(figure(func(r *result) float64 { return float64(r.PeakRSS) / (1 << 20) }), "%.0f"))
+	}
+}
+
 func (rep *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# kgen benchmark results\n\n")
@@ -96,12 +166,13 @@ func (rep *report) markdown() string {
 	b.WriteString("No controller with kgen's contract can beat the floor on this machine; the issue's targets are against raw.\n\n")
 	b.WriteString("| N | kgen converge | raw create | kgen/raw | floor | kgen/floor | kgen update wave | raw patches | kgen/raw | floor | kgen/floor |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.N,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", rep.label(r),
 			seconds(r.KgenConverge), seconds(r.RawConverge), ratio(r.KgenConverge, r.RawConverge),
 			seconds(r.FloorConverge), ratio(r.KgenConverge, r.FloorConverge),
 			seconds(r.KgenWave), seconds(r.RawWave), ratio(r.KgenWave, r.RawWave),
 			seconds(r.FloorWave), ratio(r.KgenWave, r.FloorWave))
 	}
+	rep.spreads(&b)
 	b.WriteString("\n## API requests\n\n")
 	b.WriteString("| N | writes per child | status writes per parent | requests per parent during convergence, by verb | steady state per minute, by verb |\n|---:|---:|---:|---|---|\n")
 	for _, r := range rep.Results {
@@ -118,7 +189,7 @@ func (rep *report) markdown() string {
 		if len(sparts) == 0 {
 			sparts = []string{"none"}
 		}
-		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %s | %s |\n", r.N, r.writesPerChild(), r.statusWritesPerParent(),
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %s | %s |\n", rep.label(r), r.writesPerChild(), r.statusWritesPerParent(),
 			strings.Join(parts, ", "), strings.Join(sparts, ", "))
 	}
 	b.WriteString("\n## CPU seconds used, by process\n\n")
@@ -134,23 +205,28 @@ func (rep *report) markdown() string {
 			if v, ok := c["kgen"]; ok {
 				kg = fmt.Sprintf("%.1f", v)
 			}
-			fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %s | %.1f |\n", r.N, phase, c["kube-apiserver"], c["etcd"], kg, c["bench"])
+			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s | %.1f |\n", rep.label(r), phase, c["kube-apiserver"], c["etcd"], kg, c["bench"])
 		}
 	}
 	b.WriteString("\n## Memory of kgen\n\n| N | objects cached | peak RSS | peak RSS per parent | Go heap in use after GC |\n|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(&b, "| %d | %d | %s | %.1f KiB | %s |\n", r.N, 4*r.N, mib(r.PeakRSS),
+		fmt.Fprintf(&b, "| %s | %d | %s | %.1f KiB | %s |\n", rep.label(r), 4*r.N, mib(r.PeakRSS),
 			float64(r.PeakRSS)/float64(r.N)/1024, mib(r.HeapAfterGC))
 	}
 	b.WriteString("\n## Children ready over time\n\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(&b, "![N=%d](convergence-%d.png)\n", r.N, r.N)
+		if r.Run <= 1 {
+			fmt.Fprintf(&b, "![N=%d](convergence-%d.png)\n", r.N, r.N)
+		}
 	}
 	return b.String()
 }
 
 func (rep *report) write(dir string) error {
 	for _, r := range rep.Results {
+		if r.Run > 1 {
+			continue // the first run's plot stands for the others
+		}
 		title := fmt.Sprintf("N=%d: children with the right spec over time", r.N)
 		if err := plot(filepath.Join(dir, fmt.Sprintf("convergence-%d.png", r.N)), title, 3*r.N,
 			series{"kgen", r.KgenTimeline}, series{"raw client", r.RawTimeline}); err != nil {
