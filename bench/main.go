@@ -39,6 +39,7 @@ var (
 	cmGVR     = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	deployGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	svcGVR    = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	eventGVR  = schema.GroupVersionResource{Version: "v1", Resource: "events"}
 )
 
 type options struct {

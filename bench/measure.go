@@ -490,7 +490,9 @@ func (b *bench) namespace(ctx context.Context, ns string) error {
 // server start as empty as the first's. Nothing runs the namespace
 // controller here, so the objects are deleted by collection.
 func (b *bench) cleanup(ctx context.Context, ns string) error {
-	for _, gvr := range []schema.GroupVersionResource{webappGVR, deployGVR, svcGVR, cmGVR} {
+	// The events too: kgen and the floor loader record one per parent, and
+	// they would pile up in etcd from phase to phase.
+	for _, gvr := range []schema.GroupVersionResource{webappGVR, deployGVR, svcGVR, cmGVR, eventGVR} {
 		if gvr == svcGVR {
 			// Services have no deletecollection: one by one.
 			list, err := b.dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
