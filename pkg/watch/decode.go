@@ -17,8 +17,6 @@ import (
 // of the bytes and decodes only the metadata. Labels and annotations are all
 // kept; the informer's transform filters them. gvk, when not empty, is set
 // on an object that does not name its own kind (items of a list).
-//
-// data is kept, so it must not be changed afterwards.
 func decodeObject(data []byte, gvk schema.GroupVersionKind) (*Object, error) {
 	raw, err := stripMetadata(data)
 	if err != nil {
@@ -48,7 +46,8 @@ func decodeObject(data []byte, gvk schema.GroupVersionKind) (*Object, error) {
 		typ.APIVersion, typ.Kind = gvk.ToAPIVersionAndKind()
 		raw = withTypeMeta(raw, typ)
 	}
-	o := &Object{TypeMeta: typ, ObjectMeta: meta, raw: raw}
+	o := &Object{TypeMeta: typ, ObjectMeta: meta}
+	o.setJSON(raw)
 	o.labels, o.annotations = toPairs(meta.Labels, nil), toPairs(meta.Annotations, nil)
 	o.ObjectMeta.Labels, o.ObjectMeta.Annotations = nil, nil
 	return o, nil

@@ -83,8 +83,8 @@ func TestDecodeObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(empty.raw) != `{"kind":"ConfigMap","apiVersion":"v1"}` {
-		t.Errorf("empty item: %s", empty.raw)
+	if data, err := empty.JSON(); err != nil || string(data) != `{"kind":"ConfigMap","apiVersion":"v1"}` {
+		t.Errorf("empty item: %s %v", data, err)
 	}
 }
 
