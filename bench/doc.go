@@ -2,8 +2,10 @@
 // server's own limit, and writes the results to bench/results.
 //
 // For each N it runs the WebApp workload (a WebApp parent and its ConfigMap,
-// Service and Deployment) three times on the same etcd and kube-apiserver,
-// after one warm-up write of each kind (a new CRD's first write is slow):
+// Service and Deployment) three times, each phase on a control plane of its
+// own (in one long-lived API server the CPU time of the same work drifted by
+// up to 30% between runs), after one warm-up write of each kind (a new CRD's
+// first write is slow):
 //
 //   - kgen: a loader creates N parents with 16 goroutines; kgenctl run, at
 //     its default flags, makes the 3N children and N statuses. Convergence

@@ -125,15 +125,9 @@ func run() error {
 	if out, err := exec.Command("go", "build", "-o", kgenctl, "./cmd/kgenctl").CombinedOutput(); err != nil {
 		return fmt.Errorf("build kgenctl: %v: %s", err, out)
 	}
-	logf("starting the control plane")
-	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: bin, Dir: filepath.Join(tmp, "cp")})
-	if err != nil {
-		return err
-	}
-	defer cp.Stop()
-
-	b := &bench{opts: o, cp: cp, kgenctl: kgenctl, tmp: tmp}
-	if err := b.setup(ctx); err != nil {
+	b := &bench{opts: o, bin: bin, kgenctl: kgenctl, tmp: tmp}
+	defer b.stopControlPlane()
+	if err := b.freshControlPlane(ctx); err != nil {
 		return err
 	}
 	// Before the run, so the commit is that of the code measured.
@@ -159,7 +153,9 @@ func logf(format string, args ...any) {
 
 type bench struct {
 	opts    options
+	bin     string // the control plane's binaries
 	cp      *controlplane.ControlPlane
+	started int // control planes started so far
 	kgenctl string
 	tmp     string
 
@@ -170,6 +166,33 @@ type bench struct {
 	rulesFile string
 	crd       *unstructured.Unstructured // the WebApp CRD
 	scope     *reconcile.StaticScoper    // for rendering offline
+}
+
+// freshControlPlane stops the running control plane, if any, and starts a
+// new one, set up for a phase. Every phase runs on its own: in one
+// long-lived control plane the API server's CPU time for the same work
+// drifted by up to 30% from run to run, more than the differences measured.
+func (b *bench) freshControlPlane(ctx context.Context) error {
+	b.stopControlPlane()
+	b.started++
+	logf("starting control plane %d", b.started)
+	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: b.bin, Dir: filepath.Join(b.tmp, fmt.Sprintf("cp-%d", b.started))})
+	if err != nil {
+		return err
+	}
+	b.cp = cp
+	return b.setup(ctx)
+}
+
+func (b *bench) stopControlPlane() {
+	if b.cp == nil {
+		return
+	}
+	_ = b.cp.Stop()
+	if !b.opts.keep {
+		_ = os.RemoveAll(b.cp.Dir)
+	}
+	b.cp = nil
 }
 
 func (b *bench) setup(ctx context.Context) error {

@@ -55,15 +55,22 @@ const parentImage, replicas, newReplicas = "nginx:1.27", int64(1), int64(3)
 
 func (b *bench) measure(ctx context.Context, n, run int) (*result, error) {
 	r := &result{N: n, Run: run, CPU: map[string]map[string]float64{}}
-	if err := b.measureKgen(ctx, n, r); err != nil {
-		return nil, fmt.Errorf("kgen: %w", err)
-	}
-	if err := b.measureRaw(ctx, n, r); err != nil {
-		return nil, fmt.Errorf("raw: %w", err)
-	}
+	phases := []struct {
+		name    string
+		measure func(context.Context, int, *result) error
+	}{{"kgen", b.measureKgen}, {"raw", b.measureRaw}}
 	if b.opts.floor {
-		if err := b.measureFloor(ctx, n, r); err != nil {
-			return nil, fmt.Errorf("floor: %w", err)
+		phases = append(phases, struct {
+			name    string
+			measure func(context.Context, int, *result) error
+		}{"floor", b.measureFloor})
+	}
+	for _, p := range phases {
+		if err := b.freshControlPlane(ctx); err != nil {
+			return nil, err
+		}
+		if err := p.measure(ctx, n, r); err != nil {
+			return nil, fmt.Errorf("%s: %w", p.name, err)
 		}
 	}
 	return r, nil
@@ -180,10 +187,8 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 			return fmt.Errorf("profile: %w", err)
 		}
 	}
-	// Stop kgen first, or it would recreate children it sees deleted
-	// before it sees their parent go.
 	k.stop()
-	return b.cleanup(ctx, ns)
+	return nil
 }
 
 func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
@@ -228,7 +233,7 @@ func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
 		return err
 	}
 	logf("N=%d raw: update wave in %s", n, r.RawWave.Round(time.Millisecond))
-	return b.cleanup(ctx, ns)
+	return nil
 }
 
 // measureFloor makes kgen's writes without kgen: for each parent, its
@@ -304,7 +309,7 @@ func (b *bench) measureFloor(ctx context.Context, n int, r *result) error {
 	}
 	r.CPU["floor wave"] = cpu.used()
 	logf("N=%d floor: update wave in %s", n, r.FloorWave.Round(time.Millisecond))
-	return b.cleanup(ctx, ns)
+	return nil
 }
 
 // statusAndEvent writes the status kgen would write for a parent whose
@@ -486,12 +491,10 @@ func (b *bench) namespace(ctx context.Context, ns string) error {
 	return err
 }
 
-// cleanup deletes a phase's objects, so the next phase's caches and the API
-// server start as empty as the first's. Nothing runs the namespace
+// cleanup deletes the objects of a namespace. Nothing runs the namespace
 // controller here, so the objects are deleted by collection.
 func (b *bench) cleanup(ctx context.Context, ns string) error {
-	// The events too: kgen and the floor loader record one per parent, and
-	// they would pile up in etcd from phase to phase.
+	// And the events about them, if any.
 	for _, gvr := range []schema.GroupVersionResource{webappGVR, deployGVR, svcGVR, cmGVR, eventGVR} {
 		if gvr == svcGVR {
 			// Services have no deletecollection: one by one.
