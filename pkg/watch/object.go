@@ -30,9 +30,9 @@ type Object struct {
 	// GetLabels and GetAnnotations.
 	labels, annotations []string
 	// raw is the object's JSON, deflated (compress/flate at BestSpeed):
-	// Kubernetes objects are repetitive, and deflated they take about a
-	// third of the memory, for microseconds per object. size is its length
-	// inflated.
+	// a Deployment as kgen caches it takes 765 bytes instead of 1418
+	// (BenchmarkDecodeObject), for microseconds per object. size is its
+	// length inflated.
 	raw  []byte
 	size int
 }
