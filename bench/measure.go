@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,20 +125,17 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 		profiled = k.profile(filepath.Join(b.opts.out, fmt.Sprintf("kgen-cpu-%d.pprof", n)), 15*time.Second)
 	}
 	logf("N=%d kgen: creating %d parents", n, n)
-	cpu := b.cpuMeter(k)
-	apiProfiled := b.profileAPIServer(n, r.Run, "kgen-converge", 10*time.Second)
-	obs.begin()
-	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
-		_, err := b.create(ctx, webappGVR, ns, parent(ns, i, true))
+	if err := b.step(r, "kgen converge", k, 10*time.Second, func() (err error) {
+		obs.begin()
+		if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+			_, err := b.create(ctx, webappGVR, ns, parent(ns, i, true))
+			return err
+		}); err != nil {
+			return err
+		}
+		r.KgenConverge, err = obs.wait(b.opts.timeout)
 		return err
 	}); err != nil {
-		return err
-	}
-	if r.KgenConverge, err = obs.wait(b.opts.timeout); err != nil {
-		return err
-	}
-	r.CPU["kgen converge"] = cpu.used()
-	if err := awaitProfile(apiProfiled); err != nil {
 		return err
 	}
 	r.KgenTimeline = obs.timeline()
@@ -148,13 +146,10 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	r.ConvergeRequests = after.requests().minus(before.requests())
 	logf("N=%d kgen: converged in %s", n, r.KgenConverge.Round(time.Millisecond))
 
-	cpu = b.cpuMeter(k)
-	apiProfiled = b.profileAPIServer(n, r.Run, "kgen-wave", 5*time.Second)
-	if r.KgenWave, err = b.updateWave(ctx, ns, n, webappGVR); err != nil {
+	if err := b.step(r, "kgen wave", k, 5*time.Second, func() (err error) {
+		r.KgenWave, err = b.updateWave(ctx, ns, n, webappGVR)
 		return err
-	}
-	r.CPU["kgen wave"] = cpu.used()
-	if err := awaitProfile(apiProfiled); err != nil {
+	}); err != nil {
 		return err
 	}
 	logf("N=%d kgen: update wave in %s", n, r.KgenWave.Round(time.Millisecond))
@@ -204,32 +199,26 @@ func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
 	}
 	defer obs.stop()
 	logf("N=%d raw: creating %d objects", n, 4*n)
-	cpu := b.cpuMeter(nil)
-	apiProfiled := b.profileAPIServer(n, r.Run, "raw-create", 10*time.Second)
-	obs.begin()
-	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
-		return b.createRaw(ctx, ns, i)
+	if err := b.step(r, "raw create", nil, 10*time.Second, func() (err error) {
+		obs.begin()
+		if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+			return b.createRaw(ctx, ns, i)
+		}); err != nil {
+			return err
+		}
+		r.RawConverge, err = obs.wait(b.opts.timeout)
+		return err
 	}); err != nil {
-		return err
-	}
-	if r.RawConverge, err = obs.wait(b.opts.timeout); err != nil {
-		return err
-	}
-	r.CPU["raw create"] = cpu.used()
-	if err := awaitProfile(apiProfiled); err != nil {
 		return err
 	}
 	r.RawTimeline = obs.timeline()
 	logf("N=%d raw: created in %s", n, r.RawConverge.Round(time.Millisecond))
 
 	// The same 2N patches: each parent, and the Deployment kgen would patch.
-	cpu = b.cpuMeter(nil)
-	apiProfiled = b.profileAPIServer(n, r.Run, "raw-wave", 5*time.Second)
-	if r.RawWave, err = b.updateWave(ctx, ns, n, webappGVR, deployGVR); err != nil {
+	if err := b.step(r, "raw wave", nil, 5*time.Second, func() (err error) {
+		r.RawWave, err = b.updateWave(ctx, ns, n, webappGVR, deployGVR)
 		return err
-	}
-	r.CPU["raw wave"] = cpu.used()
-	if err := awaitProfile(apiProfiled); err != nil {
+	}); err != nil {
 		return err
 	}
 	logf("N=%d raw: update wave in %s", n, r.RawWave.Round(time.Millisecond))
@@ -255,33 +244,25 @@ func (b *bench) measureFloor(ctx context.Context, n int, r *result) error {
 	}
 	defer obs.stop()
 	logf("N=%d floor: creating %d objects, %d statuses and %d events", n, 4*n, n, n)
-	cpu := b.cpuMeter(nil)
-	obs.begin()
-	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
-		p, err := b.createRawParent(ctx, ns, i)
-		if err != nil {
+	if err := b.step(r, "floor converge", nil, 10*time.Second, func() (err error) {
+		obs.begin()
+		if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+			p, err := b.createRawParent(ctx, ns, i)
+			if err != nil {
+				return err
+			}
+			return b.statusAndEvent(ctx, p, "Created")
+		}); err != nil {
 			return err
 		}
-		return b.statusAndEvent(ctx, p, "Created")
+		r.FloorConverge, err = obs.wait(b.opts.timeout)
+		return err
 	}); err != nil {
 		return err
 	}
-	if r.FloorConverge, err = obs.wait(b.opts.timeout); err != nil {
-		return err
-	}
-	r.CPU["floor converge"] = cpu.used()
 	logf("N=%d floor: converged in %s", n, r.FloorConverge.Round(time.Millisecond))
 
-	wave, err := observe(ctx, b.dyn, ns, n, map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
-		deployGVR: convergeGoals(newReplicas)[deployGVR],
-	})
-	if err != nil {
-		return err
-	}
-	defer wave.stop()
-	cpu = b.cpuMeter(nil)
-	wave.begin()
-	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
+	floorWave := func(ctx context.Context, i int) error {
 		patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, newReplicas))
 		p, err := b.dyn.Resource(webappGVR).Namespace(ns).Patch(ctx, parentName(i), types.MergePatchType, patch, metav1.PatchOptions{})
 		if err != nil {
@@ -301,13 +282,13 @@ func (b *bench) measureFloor(ctx context.Context, n int, r *result) error {
 			}
 		}
 		return b.statusAndEvent(ctx, p, "Updated")
+	}
+	if err := b.step(r, "floor wave", nil, 5*time.Second, func() (err error) {
+		r.FloorWave, err = b.wave(ctx, ns, n, floorWave)
+		return err
 	}); err != nil {
 		return err
 	}
-	if r.FloorWave, err = wave.wait(b.opts.timeout); err != nil {
-		return err
-	}
-	r.CPU["floor wave"] = cpu.used()
 	logf("N=%d floor: update wave in %s", n, r.FloorWave.Round(time.Millisecond))
 	return nil
 }
@@ -391,6 +372,19 @@ func (b *bench) warmUp(ctx context.Context) error {
 // each of the resources, and returns the time until every Deployment shows
 // the new value.
 func (b *bench) updateWave(ctx context.Context, ns string, n int, resources ...schema.GroupVersionResource) (time.Duration, error) {
+	return b.wave(ctx, ns, n, func(ctx context.Context, i int) error {
+		for _, gvr := range resources {
+			if err := b.patchReplicas(ctx, gvr, ns, parentName(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// wave runs fn for every parent on the loader goroutines and returns the
+// time until every Deployment shows the new spec.replicas.
+func (b *bench) wave(ctx context.Context, ns string, n int, fn func(context.Context, int) error) (time.Duration, error) {
 	wave, err := observe(ctx, b.dyn, ns, n, map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool{
 		deployGVR: convergeGoals(newReplicas)[deployGVR],
 	})
@@ -399,17 +393,24 @@ func (b *bench) updateWave(ctx context.Context, ns string, n int, resources ...s
 	}
 	defer wave.stop()
 	wave.begin()
-	if err := b.load(ctx, n, func(ctx context.Context, i int) error {
-		for _, gvr := range resources {
-			if err := b.patchReplicas(ctx, gvr, ns, parentName(i)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
+	if err := b.load(ctx, n, fn); err != nil {
 		return 0, err
 	}
 	return wave.wait(b.opts.timeout)
+}
+
+// step runs fn, one timed step of a phase ("kgen converge"), and records
+// the CPU time every process used in it (kgen's too if k is not nil); for
+// the profiled N it also saves the API server's CPU profile over the first
+// profile of it.
+func (b *bench) step(r *result, name string, k *kgen, profile time.Duration, fn func() error) error {
+	cpu := b.cpuMeter(k)
+	profiled := b.profileAPIServer(r.N, r.Run, strings.ReplaceAll(name, " ", "-"), profile)
+	if err := fn(); err != nil {
+		return err
+	}
+	r.CPU[name] = cpu.used()
+	return awaitProfile(profiled)
 }
 
 // awaitProfile waits for a background profile, if there is one.
