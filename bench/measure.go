@@ -77,8 +77,8 @@ func (b *bench) measure(ctx context.Context, n, run int) (*result, error) {
 	return r, nil
 }
 
-// goals of convergence: every child with the template's values, every
-// parent observed.
+// convergeGoals are the children's goals: every child with the template's
+// values, the Deployment with want replicas.
 func convergeGoals(want int64) map[schema.GroupVersionResource]func(*unstructured.Unstructured) bool {
 	str := func(u *unstructured.Unstructured, f ...string) string {
 		s, _, _ := unstructured.NestedString(u.Object, f...)
@@ -95,6 +95,18 @@ func convergeGoals(want int64) map[schema.GroupVersionResource]func(*unstructure
 	}
 }
 
+// observeConvergence watches ns until its n parents and 3n children meet
+// their goals; with observed, a parent's goal is its status.observedGeneration.
+// The timeline counts the children.
+func (b *bench) observeConvergence(ctx context.Context, ns string, n int, observed bool) (*observer, error) {
+	goals := convergeGoals(replicas)
+	goals[webappGVR] = func(u *unstructured.Unstructured) bool {
+		g, ok, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+		return !observed || (ok && g == u.GetGeneration())
+	}
+	return observe(ctx, b.dyn, ns, 4*n, goals, cmGVR, svcGVR, deployGVR)
+}
+
 func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	ns := fmt.Sprintf("kgen-%d-%d", n, r.Run)
 	if err := b.namespace(ctx, ns); err != nil {
@@ -106,12 +118,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	}
 	defer k.stop()
 
-	goals := convergeGoals(replicas)
-	goals[webappGVR] = func(u *unstructured.Unstructured) bool {
-		g, ok, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-		return ok && g == u.GetGeneration()
-	}
-	obs, err := observe(ctx, b.dyn, ns, 4*n, goals, cmGVR, svcGVR, deployGVR)
+	obs, err := b.observeConvergence(ctx, ns, n, true)
 	if err != nil {
 		return err
 	}
@@ -177,10 +184,8 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 			return err
 		}
 	}
-	if profiled != nil {
-		if err := <-profiled; err != nil {
-			return fmt.Errorf("profile: %w", err)
-		}
+	if err := awaitProfile(profiled); err != nil {
+		return err
 	}
 	k.stop()
 	return nil
@@ -191,9 +196,7 @@ func (b *bench) measureRaw(ctx context.Context, n int, r *result) error {
 	if err := b.namespace(ctx, ns); err != nil {
 		return err
 	}
-	goals := convergeGoals(replicas)
-	goals[webappGVR] = func(*unstructured.Unstructured) bool { return true }
-	obs, err := observe(ctx, b.dyn, ns, 4*n, goals, cmGVR, svcGVR, deployGVR)
+	obs, err := b.observeConvergence(ctx, ns, n, false)
 	if err != nil {
 		return err
 	}
@@ -233,12 +236,7 @@ func (b *bench) measureFloor(ctx context.Context, n int, r *result) error {
 	if err := b.namespace(ctx, ns); err != nil {
 		return err
 	}
-	goals := convergeGoals(replicas)
-	goals[webappGVR] = func(u *unstructured.Unstructured) bool {
-		g, ok, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-		return ok && g == u.GetGeneration()
-	}
-	obs, err := observe(ctx, b.dyn, ns, 4*n, goals, cmGVR, svcGVR, deployGVR)
+	obs, err := b.observeConvergence(ctx, ns, n, true)
 	if err != nil {
 		return err
 	}
