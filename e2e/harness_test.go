@@ -13,22 +13,16 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"kgen.dev/kgen/pkg/controller"
-	"kgen.dev/kgen/pkg/mapper"
-	"kgen.dev/kgen/pkg/watch"
+	"kgen.dev/kgen/pkg/manager"
 	"kgen.dev/kgen/rules"
 )
 
@@ -43,13 +37,16 @@ var (
 	crdGVR     = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
-// running is a controller started in-process by startController.
+// running is kgen started in-process by startController.
 type running struct {
+	mgr  *manager.Manager
 	ctrl *controller.Controller
 }
 
 // startController runs kgen in-process with the rules files (relative to the
 // repository root) as the given client configuration, until the test ends.
+// It is wired by manager.New, as kgenctl run is, with kgenctl run's defaults
+// but for fewer workers and a quicker retry of waiting rules.
 func startController(t *testing.T, config *rest.Config, files ...string) *running {
 	t.Helper()
 	var paths []string
@@ -64,39 +61,25 @@ func startController(t *testing.T, config *rest.Config, files ...string) *runnin
 		t.Fatal(err)
 	}
 	if config == nil {
-		config = rest.CopyConfig(env.config)
-		config.UserAgent = "kgen-e2e"
+		config = env.config
 	}
-	// As kgenctl run's defaults.
-	config.QPS, config.Burst = 1000, 2000
-	kube := kubernetes.NewForConfigOrDie(config)
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
-	ctx, cancel := context.WithCancel(context.Background())
-	ctx = klog.NewContext(ctx, logger)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	restClient, err := watch.NewRESTClient(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl := controller.New(controller.Config{
-		Rules:    loaded,
-		Client:   dynamic.NewForConfigOrDie(config),
-		REST:     restClient,
-		Mapper:   mapper.New(kube.Discovery()),
-		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"}),
-		Workers:  4,
+	m, err := manager.New(manager.Options{
+		Config: config, Rules: loaded, UserAgent: "kgen-e2e", Workers: 4,
 		// Tests install CRDs while kgen runs; notice them quickly.
 		RetryInterval: 500 * time.Millisecond,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = ctrl.Run(ctx) })
+	wg.Go(func() { _ = m.Run(ctx) })
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
-		broadcaster.Shutdown()
 	})
-	return &running{ctrl: ctrl}
+	return &running{mgr: m, ctrl: m.Controller()}
 }
 
 // webappRulesIn returns a copy of the WebApp test rules limited to one

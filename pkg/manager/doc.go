@@ -1,0 +1,10 @@
+// Package manager wires a running kgen together: API clients with kgen's
+// rate limits and User-Agent, the discovery mapper, the event recorder and
+// its policy, Prometheus metrics, the controller, the /metrics and
+// /healthz+/readyz servers, and leader election.
+//
+// kgenctl run only binds its flags to an Options and calls New and Run; the
+// end-to-end tests build the same Manager in-process, so what they test is
+// what the command runs. The package knows nothing of flags, of where rules
+// come from on disk, or of logging formats: the caller decides those.
+package manager
