@@ -74,6 +74,7 @@ func stripMetadata(data []byte) ([]byte, error) {
 		return nil, err
 	}
 	var cuts [][2]int
+	var replace *replacement
 	for _, m := range top {
 		if string(m.name) != "metadata" || data[m.valueStart] != '{' {
 			continue
@@ -85,6 +86,10 @@ func stripMetadata(data []byte) ([]byte, error) {
 		for k, mm := range meta {
 			switch string(mm.name) {
 			case "managedFields":
+				if kept := keptManagedFields(data[mm.valueStart:mm.valueEnd]); kept != nil {
+					replace = &replacement{at: [2]int{mm.valueStart, mm.valueEnd}, with: kept}
+					continue
+				}
 				cuts = append(cuts, cutRange(meta, k))
 			case "annotations":
 				if data[mm.valueStart] != '{' {
@@ -102,21 +107,77 @@ func stripMetadata(data []byte) ([]byte, error) {
 			}
 		}
 	}
-	if len(cuts) == 0 {
+	if len(cuts) == 0 && replace == nil {
 		return data, nil
 	}
-	slices.SortFunc(cuts, func(a, b [2]int) int { return a[0] - b[0] })
-	size := len(data)
+	edits := make([]replacement, 0, len(cuts)+1)
 	for _, c := range cuts {
-		size -= c[1] - c[0]
+		edits = append(edits, replacement{at: c})
+	}
+	if replace != nil {
+		edits = append(edits, *replace)
+	}
+	slices.SortFunc(edits, func(a, b replacement) int { return a.at[0] - b.at[0] })
+	size := len(data)
+	for _, e := range edits {
+		size += len(e.with) - (e.at[1] - e.at[0])
 	}
 	out := make([]byte, 0, size)
 	at := 0
-	for _, c := range cuts {
-		out = append(out, data[at:c[0]]...)
-		at = c[1]
+	for _, e := range edits {
+		out = append(out, data[at:e.at[0]]...)
+		out = append(out, e.with...)
+		at = e.at[1]
 	}
 	return append(out, data[at:]...), nil
+}
+
+// replacement replaces the bytes in a range of a document.
+type replacement struct {
+	at   [2]int
+	with []byte
+}
+
+// LegacyManager is the field manager whose Update entries the caches keep
+// in an object's managedFields: older kgen versions created children with
+// POST under this manager, and the reconciler moves those fields into its
+// apply entry before it first applies such a child. Every other entry is
+// dropped; kgen reads no other.
+const LegacyManager = "kgen"
+
+// legacyEntry is how the API server writes the start of a managedFields
+// entry of LegacyManager with operation Update: encoding/json writes
+// ManagedFieldsEntry's members in the order of the struct.
+var legacyEntry = []byte(`{"manager":"` + LegacyManager + `","operation":"Update",`)
+
+// keptManagedFields returns the JSON list of the entries of a managedFields
+// list that the caches keep (see LegacyManager), or nil if there are none.
+func keptManagedFields(list []byte) []byte {
+	if !bytes.Contains(list, legacyEntry) {
+		return nil // the common case: nothing to keep, no parsing
+	}
+	var kept [][]byte
+	i := skipSpace(list, 0)
+	if i >= len(list) || list[i] != '[' {
+		return nil
+	}
+	for i = skipSpace(list, i+1); i < len(list) && list[i] != ']'; {
+		end, err := valueEnd(list, i)
+		if err != nil {
+			return nil
+		}
+		if e := list[i:end]; bytes.HasPrefix(e, legacyEntry) && !bytes.Contains(e, []byte(`"subresource":`)) {
+			kept = append(kept, e)
+		}
+		i = skipSpace(list, end)
+		if i < len(list) && list[i] == ',' {
+			i = skipSpace(list, i+1)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return append(append([]byte{'['}, bytes.Join(kept, []byte{','})...), ']')
 }
 
 // member is one name/value pair of a JSON object, as offsets into the

@@ -58,9 +58,12 @@ func (lw *listWatch) Watch(opts metav1.ListOptions) (apiwatch.Interface, error) 
 
 // ListWithContext implements cache.ListerWatcherWithContext.
 func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	data, err := lw.request(opts).Do(ctx).Raw()
+	res := lw.request(opts).Do(ctx)
+	data, err := res.Raw()
 	if err != nil {
-		return nil, err
+		// Error decodes the server's Status ("secrets is forbidden: User
+		// ... cannot list ..."); Raw's error has only the HTTP status.
+		return nil, res.Error()
 	}
 	return decodeList(data)
 }

@@ -225,7 +225,14 @@ func compact(obj any, keep func(key string) bool) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	u.SetManagedFields(nil)
+	// Keep only the entries the reconciler reads (see LegacyManager).
+	kept := slices.DeleteFunc(u.GetManagedFields(), func(e metav1.ManagedFieldsEntry) bool {
+		return e.Manager != LegacyManager || e.Operation != metav1.ManagedFieldsOperationUpdate || e.Subresource != ""
+	})
+	if len(kept) == 0 {
+		kept = nil
+	}
+	u.SetManagedFields(kept)
 	ann := u.GetAnnotations()
 	if _, ok := ann[lastApplied]; ok {
 		delete(ann, lastApplied)
@@ -243,6 +250,8 @@ func compact(obj any, keep func(key string) bool) (any, error) {
 	o.UID, o.ResourceVersion, o.Generation = u.GetUID(), u.GetResourceVersion(), u.GetGeneration()
 	o.labels, o.annotations = toPairs(u.GetLabels(), keep), toPairs(ann, keep)
 	o.DeletionTimestamp = u.GetDeletionTimestamp()
+	o.Finalizers, o.OwnerReferences = u.GetFinalizers(), u.GetOwnerReferences()
+	o.CreationTimestamp = u.GetCreationTimestamp()
 	return o, nil
 }
 

@@ -37,9 +37,10 @@ func (k Key) String() string {
 	return s
 }
 
-// Handler receives the metadata of an object that was added, updated or
-// deleted (for a delete, its last known state).
-type Handler func(obj metav1.Object)
+// Handler receives the metadata of an object that was added or updated
+// (deleted false), or that left the cache (deleted true, with its last known
+// state): deleted, or no longer matched by the informer's selector.
+type Handler func(obj metav1.Object, deleted bool)
 
 // Config configures a Manager. Only Client is required.
 type Config struct {
@@ -64,6 +65,8 @@ type Config struct {
 type Manager struct {
 	cfg Config
 
+	writes *Writes
+
 	mu        sync.Mutex
 	informers map[Key]*Informer
 }
@@ -73,8 +76,14 @@ func New(cfg Config) *Manager {
 	if cfg.Transform == nil {
 		cfg.Transform = Compact
 	}
-	return &Manager{cfg: cfg, informers: map[Key]*Informer{}}
+	m := &Manager{cfg: cfg, informers: map[Key]*Informer{}, writes: NewWrites()}
+	m.writes.cached = m.cachedResourceVersion
+	return m
 }
+
+// Writes returns the record of the client's own writes that the Manager's
+// informers keep up to date.
+func (m *Manager) Writes() *Writes { return m.writes }
 
 // Informer is one running informer and its cache.
 type Informer struct {
@@ -144,9 +153,9 @@ func (m *Manager) Acquire(key Key, handler Handler) (*Registration, error) {
 		}
 	}
 	handle, err := inf.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { deliver(handler, obj) },
-		UpdateFunc: func(_, obj any) { deliver(handler, obj) },
-		DeleteFunc: func(obj any) { deliver(handler, obj) },
+		AddFunc:    func(obj any) { deliver(handler, obj, false) },
+		UpdateFunc: func(_, obj any) { deliver(handler, obj, false) },
+		DeleteFunc: func(obj any) { deliver(handler, obj, true) },
 	})
 	if err != nil {
 		if inf.refs == 0 {
@@ -158,12 +167,12 @@ func (m *Manager) Acquire(key Key, handler Handler) (*Registration, error) {
 	return &Registration{m: m, informer: inf, handle: handle}, nil
 }
 
-func deliver(handler Handler, obj any) {
+func deliver(handler Handler, obj any, deleted bool) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
 	if o, ok := obj.(metav1.Object); ok {
-		handler(o)
+		handler(o, deleted)
 	}
 }
 
@@ -183,6 +192,14 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 		if err := informer.AddIndexers(m.cfg.Indexers); err != nil {
 			return nil, fmt.Errorf("watch %s: %w", key, err)
 		}
+	}
+	// The first handler tells Writes what the cache now holds.
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { deliver(m.writes.observe, obj, false) },
+		UpdateFunc: func(_, obj any) { deliver(m.writes.observe, obj, false) },
+		DeleteFunc: func(obj any) { deliver(m.writes.observe, obj, true) },
+	}); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", key, err)
 	}
 	if m.cfg.OnWatchError != nil {
 		onError := m.cfg.OnWatchError
@@ -237,11 +254,11 @@ func (m *Manager) Shutdown() {
 	}
 }
 
-// CachedResourceVersion returns the resource version of the object with
+// cachedResourceVersion returns the resource version of the object with
 // the given namespace and name in the cache of any running informer of gvr
 // that can hold it, or "" if none holds it. The cache is updated before
 // handlers are told of an event.
-func (m *Manager) CachedResourceVersion(gvr schema.GroupVersionResource, namespace, name string) string {
+func (m *Manager) cachedResourceVersion(gvr schema.GroupVersionResource, namespace, name string) string {
 	key := name
 	if namespace != "" {
 		key = namespace + "/" + name

@@ -51,7 +51,7 @@ func TestAcquireSharesAndReleases(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	handler := func(who string) Handler {
-		return func(obj metav1.Object) {
+		return func(obj metav1.Object, _ bool) {
 			mu.Lock()
 			defer mu.Unlock()
 			seen[who+":"+obj.GetName()]++
@@ -109,11 +109,11 @@ func TestAcquireSharesAndReleases(t *testing.T) {
 
 func TestKeysAreSeparate(t *testing.T) {
 	m := newManager(t, configMap("a", "one"), configMap("b", "two"))
-	all, err := m.Acquire(Key{GVR: cmGVR}, func(metav1.Object) {})
+	all, err := m.Acquire(Key{GVR: cmGVR}, func(metav1.Object, bool) {})
 	if err != nil {
 		t.Fatal(err)
 	}
-	onlyA, err := m.Acquire(Key{GVR: cmGVR, Namespace: "a"}, func(metav1.Object) {})
+	onlyA, err := m.Acquire(Key{GVR: cmGVR, Namespace: "a"}, func(metav1.Object, bool) {})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,15 @@
+// Package schema reads the OpenAPI v3 schemas the API server publishes
+// (/openapi/v3) and keeps, for each kind kgen asks about, only what
+// comparing and writing objects of that kind needs: which lists are keyed,
+// and by which fields, which are sets, and which fields are quantities that
+// the server normalises ("0.5" is stored as "500m").
+//
+// A schema document is large (core/v1 is several megabytes of JSON); it is
+// fetched once per group version, condensed into a small tree of Fields,
+// and dropped. A nil *Field means "nothing known": callers fall back to
+// treating lists as atomic and values literally.
+//
+// The package does not know what kgen does with the answers; pkg/reconcile
+// uses them to tell a real difference from one the server made, and to
+// decide how to write a parent's status.
+package schema

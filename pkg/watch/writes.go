@@ -1,0 +1,191 @@
+package watch
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Writes remembers the objects a client wrote until the informer caches
+// show them, so that work that runs before the cache has caught up with a
+// write sees the write (read your own writes) and does not make it again.
+//
+// A Manager owns one (Manager.Writes) and feeds it from every informer's
+// events; nothing else tells it what the caches hold. Writers call Wrote
+// and Deleted; readers call Latest and Created.
+//
+// Under load the caches can trail the writes by thousands of objects, so
+// remembered objects are kept compact (an *Object) and decoded only when
+// read.
+type Writes struct {
+	mu      sync.Mutex
+	objects map[types.UID]written
+	// byName finds a freshly created object that no cache holds yet.
+	byName map[nameKey]types.UID
+	// cached returns the resource version a cache holds of an object, or
+	// "" (the Manager's cachedResourceVersion; nil for a Writes of its own).
+	cached func(gvr schema.GroupVersionResource, namespace, name string) string
+	now    func() time.Time
+}
+
+// written is one remembered write.
+type written struct {
+	obj *Object
+	gvr schema.GroupVersionResource
+	at  time.Time
+}
+
+// WritesTTL bounds how long a write is trusted over the cache: a write the
+// cache never shows (the object was deleted while the watch was down) must
+// not stand in for the object forever.
+const WritesTTL = 2 * time.Minute
+
+type nameKey struct {
+	gvr             schema.GroupVersionResource
+	namespace, name string
+}
+
+// NewWrites returns a Writes that no cache feeds: the Manager's is fed by
+// its informers. A standalone one serves tests.
+func NewWrites() *Writes {
+	return &Writes{objects: map[types.UID]written{}, byName: map[nameKey]types.UID{}, now: time.Now}
+}
+
+// Wrote records an object of resource gvr as the server returned it after a
+// write. It drops the object's managed fields, as the caches do.
+func (w *Writes) Wrote(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
+	c, err := Compact(obj)
+	if err != nil {
+		return // then the cache alone tells; at worst the write is made once more
+	}
+	o := c.(*Object)
+	key := nameKey{gvr, o.Namespace, o.Name}
+	w.mu.Lock()
+	w.objects[o.UID] = written{obj: o, gvr: gvr, at: w.now()}
+	w.byName[key] = o.UID
+	w.mu.Unlock()
+	if w.cached == nil {
+		return
+	}
+	// The watch event of the write may have come before the response, and
+	// been observed before this entry existed: then nothing would drop it
+	// until it expires. A cache is updated before its event is delivered,
+	// so looking at it after storing the entry misses nothing.
+	if rv := w.cached(gvr, o.Namespace, o.Name); rv != "" {
+		w.observed(o.UID, rv)
+	}
+}
+
+// Deleted drops what is remembered of an object that was deleted.
+func (w *Writes) Deleted(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(uid)
+}
+
+// Latest returns the newer of a cached object and what was last written to
+// it (the same object, by UID), decoded; the cached object itself when
+// nothing newer is remembered.
+func (w *Writes) Latest(cached *unstructured.Unstructured) *unstructured.Unstructured {
+	if cached == nil {
+		return nil
+	}
+	w.mu.Lock()
+	found := w.lookupLocked(cached.GetUID(), cached.GetResourceVersion())
+	w.mu.Unlock()
+	return decodeOr(found, cached)
+}
+
+// Created returns an object of resource gvr with that namespace and name
+// that was written and that no cache shows yet, if accept takes it (the
+// caller checks it is the object it means, by its labels); otherwise nil.
+func (w *Writes) Created(gvr schema.GroupVersionResource, namespace, name string, accept func(*Object) bool) *unstructured.Unstructured {
+	w.mu.Lock()
+	var found *Object
+	if uid, ok := w.byName[nameKey{gvr, namespace, name}]; ok {
+		if o := w.lookupLocked(uid, ""); o != nil && accept(o) {
+			found = o
+		}
+	}
+	w.mu.Unlock()
+	return decodeOr(found, nil)
+}
+
+// lookupLocked returns the remembered object of a UID if it is newer than
+// the cached resource version (any, when cachedRV is empty), dropping it
+// when it is stale or expired.
+func (w *Writes) lookupLocked(uid types.UID, cachedRV string) *Object {
+	e, ok := w.objects[uid]
+	switch {
+	case !ok:
+		return nil
+	case w.now().Sub(e.at) > WritesTTL:
+		w.dropLocked(uid)
+		return nil
+	case cachedRV != "" && !newer(e.obj.ResourceVersion, cachedRV):
+		// The cache has caught up: nothing more to remember.
+		w.dropLocked(uid)
+		return nil
+	}
+	return e.obj
+}
+
+func decodeOr(o *Object, fallback *unstructured.Unstructured) *unstructured.Unstructured {
+	if o == nil {
+		return fallback
+	}
+	u, err := o.Unstructured()
+	if err != nil {
+		return fallback
+	}
+	return u
+}
+
+// observe is told by the informers of every object they cache, and forgets
+// writes the cache now shows.
+func (w *Writes) observe(obj metav1.Object, deleted bool) {
+	if deleted {
+		w.Deleted(obj.GetUID())
+		return
+	}
+	w.observed(obj.GetUID(), obj.GetResourceVersion())
+}
+
+func (w *Writes) observed(uid types.UID, resourceVersion string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.objects[uid]; ok && !newer(e.obj.ResourceVersion, resourceVersion) {
+		w.dropLocked(uid)
+	}
+}
+
+func (w *Writes) dropLocked(uid types.UID) {
+	if e, ok := w.objects[uid]; ok {
+		delete(w.objects, uid)
+		key := nameKey{e.gvr, e.obj.Namespace, e.obj.Name}
+		if w.byName[key] == uid {
+			delete(w.byName, key)
+		}
+	}
+}
+
+// Len returns how many writes are remembered.
+func (w *Writes) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.objects)
+}
+
+// newer reports whether resource version a is later than b. Resource
+// versions are opaque by contract; etcd-backed servers use increasing
+// integers, and anything else is treated as not newer, so the cache wins.
+func newer(a, b string) bool {
+	ra, errA := strconv.ParseUint(a, 10, 64)
+	rb, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && ra > rb
+}

@@ -1,0 +1,108 @@
+package watch
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+var cmRes = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+func cm(uid, rv string, labels map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{
+		"name": "c", "namespace": "n", "uid": uid, "resourceVersion": rv}}}
+	u.SetLabels(labels)
+	return u
+}
+
+func anyObject(*Object) bool { return true }
+
+func TestWrites(t *testing.T) {
+	w := NewWrites()
+	if got := w.Created(cmRes, "n", "c", anyObject); got != nil {
+		t.Fatalf("nothing written yet: got %v", got)
+	}
+	w.Wrote(cmRes, cm("u1", "10", nil))
+	if got := w.Created(cmRes, "n", "c", anyObject); got == nil || got.GetResourceVersion() != "10" {
+		t.Fatalf("a created object the cache has not seen: got %v", got)
+	}
+	if got := w.Latest(cm("u1", "9", nil)); got.GetResourceVersion() != "10" {
+		t.Errorf("stale cache: got rv %s, want 10", got.GetResourceVersion())
+	}
+	if got := w.Latest(cm("u1", "10", nil)); got.GetResourceVersion() != "10" {
+		t.Errorf("caught-up cache: got rv %s", got.GetResourceVersion())
+	}
+	if got := w.Created(cmRes, "n", "c", anyObject); got != nil {
+		t.Errorf("once the cache caught up nothing is remembered, got %v", got)
+	}
+	w.Wrote(cmRes, cm("u3", "30", nil))
+	w.observe(cm("u3", "29", nil), false)
+	if got := w.Created(cmRes, "n", "c", anyObject); got == nil {
+		t.Error("an older version in the cache must not drop a newer write")
+	}
+	w.observe(cm("u3", "30", nil), false)
+	if got := w.Created(cmRes, "n", "c", anyObject); got != nil {
+		t.Errorf("once the cache has seen the write it is dropped, got %v", got)
+	}
+	w.Wrote(cmRes, cm("u2", "20", nil))
+	w.Deleted("u2")
+	if got := w.Created(cmRes, "n", "c", anyObject); got != nil {
+		t.Errorf("a deleted object was returned: %v", got)
+	}
+	w.Wrote(cmRes, cm("u5", "50", nil))
+	w.observe(cm("u5", "49", nil), true)
+	if w.Len() != 0 {
+		t.Error("an object that left the cache is still remembered")
+	}
+
+	// The caller decides whether a fresh object is the one it means.
+	w.Wrote(cmRes, cm("u4", "40", map[string]string{"owner": "a"}))
+	if got := w.Created(cmRes, "n", "c", func(o *Object) bool { return o.Label("owner") == "b" }); got != nil {
+		t.Errorf("an object the caller did not accept was returned: %v", got.GetLabels())
+	}
+	if got := w.Created(cmRes, "n", "c", func(o *Object) bool { return o.Label("owner") == "a" }); got == nil {
+		t.Error("the accepted object was not returned")
+	}
+}
+
+// A write the cache never shows is trusted only for WritesTTL.
+func TestWritesExpire(t *testing.T) {
+	now := time.Now()
+	w := NewWrites()
+	w.now = func() time.Time { return now }
+	w.Wrote(cmRes, cm("u1", "10", nil))
+	now = now.Add(WritesTTL + time.Second)
+	if got := w.Latest(cm("u1", "9", nil)); got.GetResourceVersion() != "9" {
+		t.Errorf("an expired write was trusted over the cache: rv %s", got.GetResourceVersion())
+	}
+}
+
+// A write whose watch event the cache processed before the write's response
+// came back is not remembered: no later event would drop it.
+func TestWritesAlreadyCached(t *testing.T) {
+	cachedRV := ""
+	w := NewWrites()
+	w.cached = func(gvr schema.GroupVersionResource, namespace, name string) string {
+		if gvr != cmRes || namespace != "n" || name != "c" {
+			t.Errorf("asked the cache for %s %s/%s", gvr, namespace, name)
+		}
+		return cachedRV
+	}
+	cachedRV = "10"
+	w.Wrote(cmRes, cm("u1", "10", nil))
+	if n := w.Len(); n != 0 {
+		t.Errorf("a write the cache holds was remembered (%d entries)", n)
+	}
+	cachedRV = "9"
+	w.Wrote(cmRes, cm("u1", "11", nil))
+	if got := w.Latest(cm("u1", "9", nil)); got.GetResourceVersion() != "11" {
+		t.Errorf("a write the cache does not show yet was not remembered: got rv %s", got.GetResourceVersion())
+	}
+	cachedRV = ""
+	w.Wrote(cmRes, cm("u2", "20", nil))
+	if got := w.Created(cmRes, "n", "c", anyObject); got == nil || got.GetResourceVersion() != "20" {
+		t.Errorf("a created object the cache has not seen was not remembered: got %v", got)
+	}
+}
