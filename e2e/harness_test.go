@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ import (
 
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/manager"
+	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
 
@@ -39,8 +41,10 @@ var (
 
 // running is kgen started in-process by startController.
 type running struct {
-	mgr  *manager.Manager
-	ctrl *controller.Controller
+	mgr   *manager.Manager
+	ctrl  *controller.Controller
+	rules []string
+	stop  func() // stops it; the test's end calls it too
 }
 
 // startController runs kgen in-process with the rules files (relative to the
@@ -48,6 +52,22 @@ type running struct {
 // It is wired by manager.New, as kgenctl run is, with kgenctl run's defaults
 // but for fewer workers and a quicker retry of waiting rules.
 func startController(t *testing.T, config *rest.Config, files ...string) *running {
+	t.Helper()
+	return startControllerWith(t, controllerOptions{Config: config}, files...)
+}
+
+// controllerOptions are what tests vary of an in-process kgen.
+type controllerOptions struct {
+	// Config is the client configuration; the admin's when nil, or User's.
+	Config *rest.Config
+	// User, when set, runs kgen as this user in system:masters, so the
+	// audit log tells its requests apart.
+	User string
+	// Events is the event policy; notable when empty.
+	Events reconcile.EventPolicy
+}
+
+func startControllerWith(t *testing.T, o controllerOptions, files ...string) *running {
 	t.Helper()
 	var paths []string
 	for _, f := range files {
@@ -60,11 +80,17 @@ func startController(t *testing.T, config *rest.Config, files ...string) *runnin
 	if err != nil {
 		t.Fatal(err)
 	}
+	config := o.Config
+	if config == nil && o.User != "" {
+		if config, err = env.cp.UserConfig(o.User, "system:masters"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if config == nil {
 		config = env.config
 	}
 	m, err := manager.New(manager.Options{
-		Config: config, Rules: loaded, UserAgent: "kgen-e2e", Workers: 4,
+		Config: config, Rules: loaded, UserAgent: "kgen-e2e", Workers: 4, Events: o.Events,
 		// Tests install CRDs while kgen runs; notice them quickly.
 		RetryInterval: 500 * time.Millisecond,
 	})
@@ -75,11 +101,18 @@ func startController(t *testing.T, config *rest.Config, files ...string) *runnin
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = m.Run(ctx) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	return &running{mgr: m, ctrl: m.Controller()}
+	var once sync.Once
+	r := &running{mgr: m, ctrl: m.Controller(), stop: func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+		})
+	}}
+	t.Cleanup(r.stop)
+	for _, rule := range loaded {
+		r.rules = append(r.rules, rule.Name)
+	}
+	return r
 }
 
 // webappRulesIn returns a copy of the WebApp test rules limited to one
@@ -98,9 +131,26 @@ func webappRulesIn(t *testing.T, ns string) string {
 func (r *running) waitReady(t *testing.T) {
 	t.Helper()
 	eventually(t, 30*time.Second, func() (bool, error) {
-		err := r.ctrl.Ready()
+		for _, name := range r.rules {
+			if s, _ := r.ctrl.State(name); !s.Synced {
+				return false, fmt.Errorf("rule %s: %+v", name, s)
+			}
+		}
+		return true, nil
+	}, "the controller to run every rule with synced caches")
+}
+
+// waitRule waits until check accepts the state of a rule.
+func (r *running) waitRule(t *testing.T, timeout time.Duration, rule string, check func(controller.RuleState) error) {
+	t.Helper()
+	eventually(t, timeout, func() (bool, error) {
+		s, ok := r.ctrl.State(rule)
+		if !ok {
+			return false, fmt.Errorf("no rule %s", rule)
+		}
+		err := check(s)
 		return err == nil, err
-	}, "the controller to be ready")
+	}, "rule %s", rule)
 }
 
 // create creates an object from a map and returns it.

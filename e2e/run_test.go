@@ -201,21 +201,25 @@ spec:
         value: ${parent.spec.value}
 `
 
-// /readyz says 503 until the rules run with synced caches, then 200;
-// /metrics serves kgen's and client-go's metric families.
+// /readyz means "able to work" (contract §6): a rule waiting for its CRD is
+// reported by logs and metrics, not by /readyz, which stays 200; /metrics
+// serves kgen's and client-go's metric families.
 func TestRunReadyzAndMetrics(t *testing.T) {
 	ns := newNamespace(t)
 	p := startKgen(t, "kgen-probe", "--rules", writeRules(t, probeRules))
 	eventually(t, 30*time.Second, func() (bool, error) {
-		code, body, err := httpGet(p.health + "/readyz")
+		_, body, err := httpGet(p.metric + "/metrics")
 		if err != nil {
 			return false, err
 		}
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting") {
-			return false, fmt.Errorf("readyz = %d %q, want 503 saying the rule waits", code, body)
-		}
-		return true, nil
-	}, "/readyz to report the waiting rule")
+		return strings.Contains(body, `kgen_rule_waiting{rule="probe"} 1`), fmt.Errorf("/metrics does not say the rule waits")
+	}, "the waiting rule in /metrics")
+	if code, body, err := httpGet(p.health + "/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("readyz = %d %q, %v while a rule waits for its CRD; want 200", code, body, err)
+	}
+	if !strings.Contains(p.output.String(), "Rule is waiting") {
+		t.Errorf("the log does not say the rule waits:\n%s", tailOf(p.output.String(), 2000))
+	}
 	if code, _, err := httpGet(p.health + "/healthz"); err != nil || code != http.StatusOK {
 		t.Errorf("healthz = %d, %v; want 200", code, err)
 	}
@@ -403,4 +407,42 @@ func converged(t *testing.T, ns string, parents int) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// Every failed reconcile is logged at the default verbosity, with the
+// parent and the cause (contract §6); it is also on the parent's Ready
+// condition.
+func TestRunLogsFailures(t *testing.T) {
+	const group = "logs.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	rulesFile := gadgetRule(t, "logs", group, `  children:
+  - id: svc
+    template:
+      apiVersion: v1
+      kind: Service
+      metadata:
+        name: ${parent.metadata.name}
+      spec:
+        ports: [{port: "${parent.spec.port}"}]
+`)
+	health, metrics := freePort(t), freePort(t)
+	p := startKgenctl(t, "kgen-logs", "run", "--kubeconfig", userKubeconfig(t, "kgen-logs"), "--rules", rulesFile,
+		"--health-probe-bind-address", health, "--metrics-bind-address", metrics)
+	create(t, gvr, gadget(group, ns, "bad-port", map[string]any{"port": 0}))
+	waitFor(t, gvr, ns, "bad-port", func(o *unstructured.Unstructured) error {
+		if c := readyCondition(o); c == nil || c["reason"] != "InvalidSpec" {
+			return fmt.Errorf("Ready = %v, want InvalidSpec", c)
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, func() (bool, error) {
+		out := p.output.String()
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "Reconcile failed") && strings.Contains(line, "bad-port") && strings.Contains(line, "Invalid value") {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no log line names the failure:\n%s", tailOf(out, 3000))
+	}, "the failure in the log at the default verbosity")
 }

@@ -15,6 +15,7 @@ import (
 
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/manager"
+	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
 
@@ -32,6 +33,7 @@ type runOptions struct {
 	logFormat     string
 	verbosity     int
 	profiling     bool
+	events        string
 }
 
 func newRunCmd(errOut io.Writer, kube *kubeFlags) *cobra.Command {
@@ -63,6 +65,7 @@ kgen contacts the cluster. Rules whose kinds are not served yet wait (see
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", manager.DefaultLeaseDuration, "how long a Lease lasts without renewal")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (2 logs every child write)")
+	f.StringVar(&o.events, "events", string(reconcile.EventsNotable), "which Events to record on parents: notable (Warnings, and Normal events for drift repairs, deletions and adoptions), all (also Created and Updated), warnings, or none")
 	f.BoolVar(&o.profiling, "profiling", false, "serve Go's /debug/pprof endpoints on the metrics address")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
@@ -86,6 +89,10 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 		debug.SetGCPercent(defaultGCPercent)
 	}
 
+	events, err := reconcile.ParseEventPolicy(o.events)
+	if err != nil {
+		return err
+	}
 	// Rules first: bad rules never reach the cluster.
 	loaded, err := rules.Load(o.rules, rules.Options{})
 	if err != nil {
@@ -97,7 +104,7 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	}
 	m, err := manager.New(manager.Options{
 		Config: config, Rules: loaded, Workers: o.workers, QPS: o.qps, Burst: o.burst,
-		MetricsAddr: o.metricsAddr, HealthAddr: o.healthAddr, Profiling: o.profiling,
+		MetricsAddr: o.metricsAddr, HealthAddr: o.healthAddr, Profiling: o.profiling, Events: events,
 		LeaderElection: manager.LeaderElection{
 			Enabled: o.leaderElect, Namespace: o.leaderElectNS, Name: o.leaderElectID, LeaseDuration: o.leaseDuration,
 		},

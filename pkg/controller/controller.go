@@ -53,6 +53,12 @@ type Config struct {
 	REST     rest.Interface
 	Mapper   *mapper.Mapper
 	Recorder record.EventRecorder
+	// Schemas, when set, tells the reconciler what it needs of kinds'
+	// schemas (see reconcile.Config.Schemas).
+	Schemas reconcile.Schemas
+	// Events says which events to record; reconcile.EventsNotable when
+	// empty.
+	Events reconcile.EventPolicy
 	// Workers is how many parents are reconciled at once; DefaultWorkers when zero.
 	Workers int
 	// RetryInterval is how often rules whose kinds are not served are tried
@@ -68,8 +74,25 @@ const (
 	DefaultRetryInterval = 5 * time.Second
 )
 
-// indexParent indexes children by "<rule>/<parent UID>".
-const indexParent = "kgen.dev/parent"
+// Backoffs of the work queue.
+const (
+	// A failed reconcile is retried after 10 ms, doubling to 5 minutes,
+	// under an overall limit of 50 retries per second.
+	retryBase, retryMax = 10 * time.Millisecond, 5 * time.Minute
+	// A parent whose child's name is taken by an object kgen must not
+	// touch is looked at again after 30 s, doubling to 10 minutes while the
+	// conflict stays: kgen cannot watch that object.
+	conflictBase, conflictMax = 30 * time.Second, 10 * time.Minute
+	// watchErrorLogEvery bounds how often a failing list or watch of one
+	// informer is logged.
+	watchErrorLogEvery = time.Minute
+)
+
+// indexParent indexes children by the UID of their parent
+// (reconcile.LabelParentUID): a child is its parent's whatever rule made
+// it, so renaming a rule or moving a parent to another rule keeps its
+// children.
+const indexParent = "kgen.dev/parent-uid"
 
 // childSelector selects the objects kgen manages; child informers cache
 // nothing else.
@@ -79,6 +102,7 @@ var childSelector = reconcile.LabelManagedBy + "=" + reconcile.ManagedBy
 type Controller struct {
 	cfg        Config
 	queue      workqueue.TypedRateLimitingInterface[Key]
+	conflicts  workqueue.TypedRateLimiter[Key]
 	watches    *watch.Manager
 	reconciler *reconcile.Reconciler
 	metrics    *Metrics
@@ -88,6 +112,16 @@ type Controller struct {
 
 	mu    sync.Mutex
 	rules map[string]*ruleState
+	// leaving are parents that left a rule's informer while carrying
+	// kgen's finalizer: relabelled out of the rule's selector, most likely.
+	leaving map[Key]types.UID
+	// watchErrors are the informers whose list or watch fails, and why.
+	watchErrors map[watch.Key]watchError
+}
+
+type watchError struct {
+	err    error
+	logged time.Time
 }
 
 // ruleState is one rule and what the controller runs for it. The fields
@@ -95,12 +129,17 @@ type Controller struct {
 type ruleState struct {
 	rule *rules.Rule
 
-	active     bool
+	active bool
+	// synced is set once every informer of the active rule has listed
+	// everything: only then are its parents reconciled.
+	synced     bool
 	waiting    string
 	parent     mapper.Mapping
 	parentRegs map[string]*watch.Registration // by namespace ("" = all)
 	childRegs  []*watch.Registration
 	gvrs       []schema.GroupVersionResource // parent's and children's
+	// stop ends the wait for the rule's informers to sync.
+	stop context.CancelFunc
 }
 
 // New returns a Controller for the rules; it starts nothing until Run.
@@ -112,16 +151,19 @@ func New(cfg Config) *Controller {
 		cfg.RetryInterval = DefaultRetryInterval
 	}
 	c := &Controller{
-		cfg:     cfg,
-		metrics: cfg.Metrics,
-		kick:    make(chan struct{}, 1),
-		rules:   map[string]*ruleState{},
+		cfg:         cfg,
+		metrics:     cfg.Metrics,
+		kick:        make(chan struct{}, 1),
+		rules:       map[string]*ruleState{},
+		leaving:     map[Key]types.UID{},
+		watchErrors: map[watch.Key]watchError{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[Key](10*time.Millisecond, 5*time.Minute),
+				workqueue.NewTypedItemExponentialFailureRateLimiter[Key](retryBase, retryMax),
 				&workqueue.TypedBucketRateLimiter[Key]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
 			),
 			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "kgen"}),
+		conflicts: workqueue.NewTypedItemExponentialFailureRateLimiter[Key](conflictBase, conflictMax),
 	}
 	c.watches = watch.New(watch.Config{
 		Client:   cfg.Client,
@@ -133,7 +175,8 @@ func New(cfg Config) *Controller {
 		OnWatchError: c.onWatchError,
 	})
 	c.reconciler = reconcile.New(reconcile.Config{
-		Client: cfg.Client, Resources: cfg.Mapper, Children: c, Recorder: cfg.Recorder, Cache: c.watches,
+		Client: cfg.Client, Resources: cfg.Mapper, Schemas: cfg.Schemas, Children: c, Writes: c.watches.Writes(),
+		Recorder: cfg.Recorder, Events: cfg.Events, Observer: c.metrics,
 	})
 	for _, r := range cfg.Rules {
 		c.rules[r.Name] = &ruleState{rule: r, waiting: "not started"}
@@ -154,11 +197,10 @@ func parentIndex(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	rule, uid := label(o, reconcile.LabelRule), label(o, reconcile.LabelParentUID)
-	if rule == "" || uid == "" {
-		return nil, nil
+	if uid := label(o, reconcile.LabelParentUID); uid != "" {
+		return []string{uid}, nil
 	}
-	return []string{rule + "/" + uid}, nil
+	return nil, nil
 }
 
 // label returns one label of obj; for a cached *watch.Object it does not
@@ -203,6 +245,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	// for the ones being reconciled.
 	c.queue.ShutDownWithDrain()
 	wg.Wait()
+	c.mu.Lock()
+	for _, rs := range c.rules {
+		if rs.stop != nil {
+			rs.stop()
+		}
+	}
+	c.mu.Unlock()
 	c.watches.Shutdown()
 	logger.Info("Controller stopped")
 	return nil
@@ -220,24 +269,33 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	if stop.Err() != nil {
 		return true // shutting down: leave it to the next run
 	}
+	logger := klog.FromContext(ctx).WithValues("key", key)
 	result, err := c.reconcileKey(ctx, key)
 	switch {
 	case err != nil && errors.Is(err, reconcile.ErrTerminal):
 		// Retrying will not help; the parent's status says why, and a
-		// change to it or its children queues it again.
+		// change to it, its children or the rule queues it again.
 		c.queue.Forget(key)
-		klog.FromContext(ctx).V(1).Info("Parent needs a change before it can be reconciled", "key", key, "err", err)
+		c.conflicts.Forget(key)
+		logger.Error(err, "Reconcile failed; waiting for a change to the parent, its children or the rule")
 	case err != nil:
-		// Transient: back off, per key and overall.
+		// Transient: back off, per key and overall; logged once per step.
 		c.queue.AddRateLimited(key)
-		klog.FromContext(ctx).Error(err, "Reconcile failed; will retry", "key", key)
-	case result.RequeueAfter > 0:
-		// Done for now: reset the backoff, and look again later.
+		logger.Error(err, "Reconcile failed; will retry", "retries", c.queue.NumRequeues(key))
+	case result.Conflict:
+		// Done for now, but an object kgen cannot watch is in the way:
+		// look again later, less often while it stays.
 		c.queue.Forget(key)
+		c.queue.AddAfter(key, c.conflicts.When(key))
+	case result.RequeueAfter > 0:
+		// Done for now: reset the backoffs, and look again later.
+		c.queue.Forget(key)
+		c.conflicts.Forget(key)
 		c.queue.AddAfter(key, result.RequeueAfter)
 	default:
-		// Done: reset the backoff.
+		// Done: reset the backoffs.
 		c.queue.Forget(key)
+		c.conflicts.Forget(key)
 	}
 	return true
 }
@@ -256,46 +314,91 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 	rs, ok := c.rules[key.Rule]
 	var reg *watch.Registration
 	var mapping mapper.Mapping
+	synced := false
 	if ok && rs.active {
-		mapping = rs.parent
+		mapping, synced = rs.parent, rs.synced
 		if reg = rs.parentRegs[key.Namespace]; reg == nil {
 			reg = rs.parentRegs[""]
 		}
 	}
+	leavingUID, leaving := c.leaving[key]
 	c.mu.Unlock()
-	if reg == nil {
-		return reconcile.Result{}, nil // not running; activation lists every parent again
-	}
-	if !c.childrenSynced(rs) {
-		// Without every child cached, existing children would look missing.
-		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	if reg == nil || !synced {
+		// Not running, or its caches are not complete yet (existing
+		// children would look missing): the rule's start queues every
+		// parent once its caches have synced.
+		return reconcile.Result{}, nil
 	}
 	parent, err := reg.Informer().Get(key.Namespace, key.Name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", key.Rule, "parent", klog.KRef(key.Namespace, key.Name)))
 	if parent == nil {
+		if leaving {
+			return reconcile.Result{}, c.release(ctx, key, rs, mapping, leavingUID)
+		}
 		return reconcile.Result{}, nil // gone: owner references and the finalizer did the rest
 	}
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", key.Rule, "parent", klog.KObj(parent)))
+	if leaving {
+		c.mu.Lock()
+		delete(c.leaving, key)
+		c.mu.Unlock()
+	}
 	return c.reconciler.Reconcile(ctx, rs.rule, mapping, parent)
 }
 
-// childrenSynced reports whether every child informer of the rule has synced.
-func (c *Controller) childrenSynced(rs *ruleState) bool {
-	c.mu.Lock()
-	regs := rs.childRegs
-	c.mu.Unlock()
-	for _, reg := range regs {
-		if !reg.HasSynced() {
-			return false
-		}
+// release handles a parent that left the rule's informer while it carried
+// kgen's finalizer: if it still exists and no rule selects it any more,
+// kgen's finalizer is removed from it (after deleting the children only
+// the finalizer guards, if it is being deleted), so it is never stuck.
+func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mapping mapper.Mapping, uid types.UID) error {
+	res := c.cfg.Client.Resource(mapping.GroupVersionResource())
+	var ri dynamic.ResourceInterface = res
+	if mapping.Namespaced {
+		ri = res.Namespace(key.Namespace)
 	}
-	return true
+	parent, err := ri.Get(ctx, key.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		c.doneLeaving(key)
+		return nil
+	case err != nil:
+		return fmt.Errorf("read %s %s, which left rule %s: %w", mapping.Resource, key.Name, key.Rule, err)
+	}
+	if parent.GetUID() != uid || !slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(parent) {
+		c.doneLeaving(key)
+		return nil
+	}
+	klog.FromContext(ctx).Info("Parent left every rule; releasing it", "finalizer", reconcile.Finalizer)
+	if err := c.reconciler.Release(ctx, mapping, parent, c.Children(rs.rule.Name, uid)); err != nil {
+		return err
+	}
+	c.doneLeaving(key)
+	return nil
 }
 
-// Children returns the cached children of a rule's parent; it makes the
-// Controller the reconciler's ChildLister.
+func (c *Controller) doneLeaving(key Key) {
+	c.mu.Lock()
+	delete(c.leaving, key)
+	c.mu.Unlock()
+}
+
+// selectedByAny reports whether a running rule selects the object.
+func (c *Controller) selectedByAny(obj *unstructured.Unstructured) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range c.rules {
+		if rs.active && rs.rule.Selects(obj) {
+			return true
+		}
+	}
+	return false
+}
+
+// Children returns the cached children of a parent, of the kinds the rule
+// watches: every object that carries the parent's UID, whichever rule made
+// it. It makes the Controller the reconciler's ChildLister.
 func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Unstructured {
 	c.mu.Lock()
 	rs := c.rules[rule]
@@ -307,7 +410,7 @@ func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Uns
 	var out []*unstructured.Unstructured
 	seen := map[types.UID]bool{}
 	for _, reg := range regs {
-		objs, err := reg.Informer().Indexer().ByIndex(indexParent, rule+"/"+string(parent))
+		objs, err := reg.Informer().Indexer().ByIndex(indexParent, string(parent))
 		if err != nil {
 			continue
 		}
@@ -330,11 +433,14 @@ func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Uns
 var _ reconcile.ChildLister = (*Controller)(nil)
 
 // activateLoop starts waiting rules now and whenever it is kicked or the
-// retry interval passes, until ctx is done.
+// retry interval passes, until ctx is done. It also has the reconciler
+// forget, hourly, what it remembers of objects long unseen.
 func (c *Controller) activateLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(c.cfg.RetryInterval)
 	defer ticker.Stop()
+	sweep := time.NewTicker(time.Hour)
+	defer sweep.Stop()
 	for {
 		waiting := false
 		c.mu.Lock()
@@ -359,11 +465,15 @@ func (c *Controller) activateLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		case <-c.kick:
+		case <-sweep.C:
+			c.reconciler.Sweep()
 		}
 	}
 }
 
-// activate starts the informers of a rule that is not running yet.
+// activate starts the informers of a rule that is not running yet, and
+// waits, in the background, for them to sync before its parents are
+// reconciled.
 func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	c.mu.Lock()
 	active := rs.active
@@ -405,20 +515,20 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		}
 	}
 
-	// Children first; reconcileKey waits until they have synced, so a
-	// parent's first reconcile sees them.
-	var childRegs []*watch.Registration
+	var regs []*watch.Registration
 	release := func() {
-		for _, r := range childRegs {
+		for _, r := range regs {
 			r.Release()
 		}
 	}
+	var childRegs []*watch.Registration
 	for _, key := range childKeys {
 		reg, err := c.watches.Acquire(key, c.childHandler(rule.Name))
 		if err != nil {
 			release()
 			return c.setWaiting(rs, err)
 		}
+		regs = append(regs, reg)
 		childRegs = append(childRegs, reg)
 	}
 	namespaces := []string{""}
@@ -430,21 +540,75 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		key := watch.Key{GVR: parent.GroupVersionResource(), Namespace: ns, Selector: rule.Parent.Selector.String()}
 		reg, err := c.watches.Acquire(key, c.parentHandler(rule))
 		if err != nil {
-			for _, r := range parentRegs {
-				r.Release()
-			}
 			release()
 			return c.setWaiting(rs, err)
 		}
+		regs = append(regs, reg)
 		parentRegs[ns] = reg
 	}
+	syncCtx, stop := context.WithCancel(ctx)
 	c.mu.Lock()
-	rs.active, rs.waiting = true, ""
-	rs.parent, rs.parentRegs, rs.childRegs, rs.gvrs = parent, parentRegs, childRegs, gvrs
+	rs.active, rs.synced, rs.waiting = true, false, ""
+	rs.parent, rs.parentRegs, rs.childRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, gvrs, stop
 	c.mu.Unlock()
 	c.metrics.setWaiting(rule.Name, false)
-	klog.FromContext(ctx).Info("Rule started", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
+	klog.FromContext(ctx).Info("Rule started; waiting for its caches", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
+	go c.awaitSync(syncCtx, rs, regs)
 	return nil
+}
+
+// awaitSync waits until every informer of a started rule has synced, then
+// lets its parents be reconciled and queues them all. It waits as long as
+// it takes: an informer that cannot list (forbidden, or the server fails)
+// retries with the reflector's backoff, and the rule's parents are not
+// reconciled until it can, rather than each being retried in a loop.
+func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch.Registration) {
+	synced := make([]cache.InformerSynced, 0, len(regs))
+	for _, r := range regs {
+		synced = append(synced, r.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return // stopped
+	}
+	if c.cfg.Schemas != nil {
+		// Read the kinds' schemas now rather than in the first reconciles.
+		for _, gvk := range kindsOf(rs.rule) {
+			if _, err := c.cfg.Schemas.Kind(gvk); err != nil {
+				klog.FromContext(ctx).Info("Kind's schema unavailable; comparing its objects literally", "rule", rs.rule.Name, "kind", gvk.String(), "err", err.Error())
+			}
+		}
+	}
+	c.mu.Lock()
+	if !rs.active || ctx.Err() != nil {
+		c.mu.Unlock()
+		return
+	}
+	rs.synced = true
+	parentRegs := mapsValues(rs.parentRegs)
+	for _, r := range regs {
+		delete(c.watchErrors, r.Informer().Key())
+	}
+	c.mu.Unlock()
+	n := 0
+	for _, reg := range parentRegs {
+		for _, key := range reg.Informer().Indexer().ListKeys() {
+			ns, name, _ := cache.SplitMetaNamespaceKey(key)
+			c.queue.Add(Key{Rule: rs.rule.Name, Namespace: ns, Name: name})
+			n++
+		}
+	}
+	klog.FromContext(ctx).Info("Rule running", "rule", rs.rule.Name, "parents", n)
+}
+
+// kindsOf returns the parent's and children's kinds of a rule.
+func kindsOf(rule *rules.Rule) []schema.GroupVersionKind {
+	out := []schema.GroupVersionKind{rule.Parent.GroupVersionKind}
+	for _, c := range rule.Children {
+		if !slices.Contains(out, c.GroupVersionKind) {
+			out = append(out, c.GroupVersionKind)
+		}
+	}
+	return out
 }
 
 func (c *Controller) setWaiting(rs *ruleState, err error) error {
@@ -455,57 +619,122 @@ func (c *Controller) setWaiting(rs *ruleState, err error) error {
 	return err
 }
 
-// parentHandler queues a parent of the rule.
+// parentHandler queues a parent of the rule. A parent that leaves the
+// informer while it carries kgen's finalizer is remembered as leaving: it
+// was relabelled out of the rule's selector (a deleted parent goes only
+// once the finalizer is removed), so its finalizer may have to go.
 func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
-	return func(obj metav1.Object) {
-		c.reconciler.Seen(obj)
-		c.queue.Add(Key{Rule: rule.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()})
+	return func(obj metav1.Object, deleted bool) {
+		key := Key{Rule: rule.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+		if deleted && slices.Contains(obj.GetFinalizers(), reconcile.Finalizer) {
+			c.mu.Lock()
+			c.leaving[key] = obj.GetUID()
+			c.mu.Unlock()
+		}
+		c.queue.Add(key)
 	}
 }
 
-// childHandler queues the parent of a child of the rule, found from the
-// child's own marks, so a child event queues exactly its parent.
+// childHandler queues the parent of a child, if it is a parent of this
+// rule: the one the child's kgen.dev/parent annotation names, if the rule's
+// cache holds it with the UID the child carries. A child whose rule label
+// names another rule (the rule was renamed, or the parent moved to this
+// rule) still reaches its parent.
 func (c *Controller) childHandler(rule string) watch.Handler {
-	return func(obj metav1.Object) {
-		if label(obj, reconcile.LabelRule) != rule {
-			return
-		}
-		c.reconciler.Seen(obj)
-		ref := annotation(obj, reconcile.AnnotationParent)
-		if ref == "" {
+	return func(obj metav1.Object, _ bool) {
+		ref, uid := annotation(obj, reconcile.AnnotationParent), label(obj, reconcile.LabelParentUID)
+		if ref == "" || uid == "" {
 			return
 		}
 		ns, name, found := strings.Cut(ref, "/")
 		if !found {
 			ns, name = "", ref
 		}
-		c.queue.Add(Key{Rule: rule, Namespace: ns, Name: name})
+		c.mu.Lock()
+		rs := c.rules[rule]
+		var reg *watch.Registration
+		if rs != nil {
+			if reg = rs.parentRegs[ns]; reg == nil {
+				reg = rs.parentRegs[""]
+			}
+		}
+		c.mu.Unlock()
+		if reg == nil {
+			return
+		}
+		key := name
+		if ns != "" {
+			key = ns + "/" + name
+		}
+		cached, ok, err := reg.Informer().Indexer().GetByKey(key)
+		if err != nil || !ok {
+			return
+		}
+		if p, ok := cached.(metav1.Object); ok && string(p.GetUID()) == uid {
+			c.queue.Add(Key{Rule: rule, Namespace: ns, Name: name})
+		}
 	}
 }
 
-// onWatchError stops the rules that use a resource that is no longer served,
-// so they wait for it instead of failing forever.
+// onWatchError stops the rules that use a resource that is no longer
+// served, so they wait for it instead of failing forever, and reports (at
+// most once a minute per informer) lists and watches that fail otherwise:
+// the reflector retries them with its backoff.
 func (c *Controller) onWatchError(key watch.Key, err error) {
-	if !apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) {
+		c.mu.Lock()
+		var stopped []*ruleState
+		for _, rs := range c.rules {
+			if rs.active && slices.Contains(rs.gvrs, key.GVR) {
+				stopped = append(stopped, rs)
+			}
+		}
+		delete(c.watchErrors, key)
+		c.mu.Unlock()
+		for _, rs := range stopped {
+			c.deactivate(rs, fmt.Errorf("%s is no longer served: %w", key.GVR, err))
+		}
+		if len(stopped) > 0 {
+			c.cfg.Mapper.Reset()
+			select {
+			case c.kick <- struct{}{}:
+			default:
+			}
+		}
 		return
 	}
 	c.mu.Lock()
-	var stopped []*ruleState
+	prev := c.watchErrors[key]
+	log := time.Since(prev.logged) >= watchErrorLogEvery
+	e := watchError{err: err, logged: prev.logged}
+	if log {
+		e.logged = time.Now()
+	}
+	c.watchErrors[key] = e
+	var names []string
 	for _, rs := range c.rules {
 		if rs.active && slices.Contains(rs.gvrs, key.GVR) {
-			stopped = append(stopped, rs)
+			names = append(names, rs.rule.Name)
 		}
 	}
 	c.mu.Unlock()
-	for _, rs := range stopped {
-		c.deactivate(rs, fmt.Errorf("%s is no longer served: %w", key.GVR, err))
+	slices.Sort(names)
+	for _, name := range names {
+		c.metrics.watchFailed(name, reasonOf(err))
 	}
-	if len(stopped) > 0 {
-		c.cfg.Mapper.Reset()
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
+	if log {
+		klog.Background().Error(err, "Cannot list or watch; retrying with backoff", "resource", key.String(), "rules", names)
+	}
+}
+
+// reasonOf names the cause of a failed list or watch, as the Ready
+// condition of a Rule does.
+func reasonOf(err error) string {
+	switch {
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return "Forbidden"
+	default:
+		return "ListFailed"
 	}
 }
 
@@ -516,8 +745,11 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 		return
 	}
 	regs := append(slices.Clone(rs.childRegs), mapsValues(rs.parentRegs)...)
-	rs.active, rs.waiting = false, why.Error()
-	rs.parentRegs, rs.childRegs, rs.gvrs = nil, nil, nil
+	if rs.stop != nil {
+		rs.stop()
+	}
+	rs.active, rs.synced, rs.waiting = false, false, why.Error()
+	rs.parentRegs, rs.childRegs, rs.gvrs, rs.stop = nil, nil, nil, nil
 	c.mu.Unlock()
 	for _, r := range regs {
 		r.Release()
@@ -534,8 +766,12 @@ func mapsValues(m map[string]*watch.Registration) []*watch.Registration {
 	return out
 }
 
-// Ready returns nil once every rule runs and every informer it uses has
-// synced; otherwise an error that says what is missing.
+// Ready returns nil once the caches of every rule that can run have
+// synced: readiness means able to work. A rule waiting for its kinds to be
+// served, or whose informers cannot list or watch (forbidden, or the
+// server fails), does not make the controller unready: one such rule must
+// not take every replica out of service. Logs and metrics report it. The
+// error says which caches are still syncing.
 func (c *Controller) Ready() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -547,18 +783,59 @@ func (c *Controller) Ready() error {
 	slices.Sort(names)
 	for _, name := range names {
 		rs := c.rules[name]
-		if !rs.active {
-			problems = append(problems, fmt.Sprintf("rule %s is waiting: %s", name, rs.waiting))
+		if !rs.active || rs.synced {
 			continue
 		}
+		failing := false
+		var syncing []string
 		for _, reg := range append(slices.Clone(rs.childRegs), mapsValues(rs.parentRegs)...) {
-			if !reg.HasSynced() {
-				problems = append(problems, fmt.Sprintf("rule %s: cache of %s has not synced", name, reg.Informer().Key()))
+			if reg.HasSynced() {
+				continue
 			}
+			if _, bad := c.watchErrors[reg.Informer().Key()]; bad {
+				failing = true
+			}
+			syncing = append(syncing, reg.Informer().Key().String())
+		}
+		if !failing && len(syncing) > 0 {
+			slices.Sort(syncing)
+			problems = append(problems, fmt.Sprintf("rule %s: caches of %s have not synced", name, strings.Join(syncing, ", ")))
 		}
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// RuleState is what the controller knows of one rule's progress.
+type RuleState struct {
+	// Running is true once the rule's kinds are served and its informers
+	// started.
+	Running bool
+	// Synced is true once its informers have listed everything.
+	Synced bool
+	// Waiting says why a rule does not run yet.
+	Waiting string
+	// Failing says why an informer of the rule cannot list or watch.
+	Failing string
+}
+
+// State returns the state of a rule; false if the controller has no such
+// rule.
+func (c *Controller) State(rule string) (RuleState, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rs, ok := c.rules[rule]
+	if !ok {
+		return RuleState{}, false
+	}
+	s := RuleState{Running: rs.active, Synced: rs.synced, Waiting: rs.waiting}
+	for _, reg := range append(slices.Clone(rs.childRegs), mapsValues(rs.parentRegs)...) {
+		if e, bad := c.watchErrors[reg.Informer().Key()]; bad && !reg.HasSynced() {
+			s.Failing = fmt.Sprintf("%s: %v", reg.Informer().Key(), e.err)
+			break
+		}
+	}
+	return s, true
 }

@@ -5,10 +5,22 @@
 //
 // A rule whose parent or child kinds are not served yet waits: the controller
 // retries it periodically (resetting the mapper's cache), reports it in logs,
-// metrics and Ready, and starts it once its CRDs appear. A rule whose kind
+// metrics and State, and starts it once its CRDs appear. A started rule's
+// parents are reconciled only once all its informers have synced, and then
+// all queued once; an informer that cannot list (forbidden, or failing)
+// retries with client-go's backoff while the parents wait. A rule whose kind
 // stops being served (its CRD deleted) has its informers released and waits
-// again.
+// again. Ready reports whether every rule that can run has synced: waiting
+// and failing rules do not make the controller unready.
+//
+// Children are indexed by their parent's UID, not by rule, so a renamed rule
+// or a parent moved between rules keeps its children. A parent that leaves a
+// rule's informer while it carries kgen's finalizer is read once and released
+// if no rule selects it any more. A parent whose child's name is taken by an
+// object kgen may not touch is looked at again with a backoff of its own.
 //
 // The controller reads only from its caches; every API request it makes is a
-// write by the reconciler, or a list and watch of an informer.
+// write by the reconciler, a list and watch of an informer, a read of a
+// parent that left a rule, or a read the reconciler makes on a rare path
+// (a conflict, a drift repair).
 package controller

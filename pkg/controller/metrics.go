@@ -24,6 +24,8 @@ type Metrics struct {
 	panics     prometheus.Counter
 	waiting    *prometheus.GaugeVec
 	requests   *prometheus.CounterVec
+	backoffs   *prometheus.CounterVec
+	listErrors *prometheus.CounterVec
 
 	watches *watch.Manager
 }
@@ -49,6 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kgen_api_requests_total", Help: "Requests kgen sent to the API server, by Kubernetes verb (get, list, watch, create, patch, delete, ...) and resource (with its subresource, as in webapps/status).",
 		}, []string{"verb", "resource"}),
 	}
+	m.registerHealth(reg)
 	reg.MustRegister(m.reconciles, m.duration, m.panics, m.waiting, m.requests, informerCollector{m})
 	return m
 }

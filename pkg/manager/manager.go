@@ -32,6 +32,8 @@ import (
 	"kgen.dev/kgen/internal/version"
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/schema"
 	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
@@ -79,6 +81,9 @@ type Options struct {
 	// RetryInterval is how often rules whose kinds are not served are
 	// tried again; controller.DefaultRetryInterval when zero.
 	RetryInterval time.Duration
+	// Events says which Events kgen records on parents;
+	// reconcile.EventsNotable when empty.
+	Events reconcile.EventPolicy
 }
 
 // LeaderElection configures the Lease a Manager must hold to run.
@@ -157,6 +162,7 @@ func New(opts Options) (*Manager, error) {
 		ctrl: controller.New(controller.Config{
 			Rules: opts.Rules, Client: dyn, REST: restClient, Mapper: mapper.New(kube.Discovery()),
 			Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
+			Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events,
 		}),
 	}
 	m.state.Store("starting")

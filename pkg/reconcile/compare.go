@@ -4,9 +4,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"hash"
 	"reflect"
+	"slices"
+	"strconv"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"kgen.dev/kgen/pkg/schema"
 )
 
 // AnnotationTemplateHash holds a hash of the desired object kgen last wrote,
@@ -37,25 +44,48 @@ func withHash(desired *unstructured.Unstructured) *unstructured.Unstructured {
 	return out
 }
 
+// templateHash returns the hash an object carries.
+func templateHash(obj *unstructured.Unstructured) string {
+	return obj.GetAnnotations()[AnnotationTemplateHash]
+}
+
 // UpToDate reports whether live already holds everything in desired (which
 // carries its template hash): the hash matches and every field of desired
-// has the same value in live. Fields only live has (defaults, fields of other
-// managers, status) do not matter. A converged child needs no write.
-func UpToDate(desired, live *unstructured.Unstructured) bool {
+// has the same value in live, as Matches compares them. Fields only live
+// has (defaults, fields of other managers, status) do not matter. A
+// converged child needs no write.
+func UpToDate(desired, live *unstructured.Unstructured, kind *schema.Field) bool {
 	if live == nil {
 		return false
 	}
-	if desired.GetAnnotations()[AnnotationTemplateHash] != live.GetAnnotations()[AnnotationTemplateHash] {
+	if templateHash(desired) != templateHash(live) {
 		return false
 	}
-	return subset(desired.Object, live.Object, "")
+	return Matches(desired.Object, live.Object, kind)
 }
 
-// subset reports whether every field of want is in got with the same value.
-// Maps compare key by key; lists element by element with the same length,
-// except the metadata lists other controllers add to (ownerReferences,
-// finalizers), where each wanted element must be somewhere in got.
-func subset(want, got any, field string) bool {
+// Matches reports whether every field of want is in got with an equal
+// value, where kind (nil when unknown) says how to compare:
+//
+//   - maps compare key by key; a key want has and got lacks matters unless
+//     want's value is empty (the API server drops empty values);
+//   - a keyed list (x-kubernetes-list-type: map, or a merge key) matches
+//     each wanted element with the element of got that has the same keys,
+//     so elements other writers added (a sidecar a webhook injected) and
+//     the order do not matter; a set needs each wanted element somewhere in
+//     got; any other list needs the same length and matching elements in
+//     order;
+//   - a resource.Quantity compares by value ("0.5" equals "500m", 1 equals
+//     "1"), as the server stores quantities in canonical form;
+//   - numbers compare by value (a template's 1 equals JSON's 1.0).
+//
+// Without a schema, metadata.ownerReferences and metadata.finalizers, which
+// other controllers add to, are compared as sets.
+func Matches(want, got any, kind *schema.Field) bool {
+	return match(want, got, kind, "")
+}
+
+func match(want, got any, kind *schema.Field, name string) bool {
 	switch w := want.(type) {
 	case map[string]any:
 		g, ok := got.(map[string]any)
@@ -66,11 +96,11 @@ func subset(want, got any, field string) bool {
 			gv, ok := g[k]
 			if !ok {
 				if isEmpty(wv) {
-					continue // the API server drops empty values
+					continue
 				}
 				return false
 			}
-			if !subset(wv, gv, k) {
+			if !match(wv, gv, kind.Property(k), k) {
 				return false
 			}
 		}
@@ -80,16 +110,22 @@ func subset(want, got any, field string) bool {
 		if !ok {
 			return len(w) == 0 && got == nil
 		}
-		if field == "ownerReferences" || field == "finalizers" {
+		listType, keys := kind.Keys()
+		if kind == nil && (name == "ownerReferences" || name == "finalizers") {
+			listType = schema.ListSet
+		}
+		switch listType {
+		case schema.ListMap:
+			elem := kind.Element()
 			for _, wv := range w {
-				found := false
-				for _, gv := range g {
-					if subset(wv, gv, "") {
-						found = true
-						break
-					}
+				if keyed(wv, g, keys, elem) < 0 {
+					return false
 				}
-				if !found {
+			}
+			return true
+		case schema.ListSet:
+			for _, wv := range w {
+				if !slices.ContainsFunc(g, func(gv any) bool { return match(wv, gv, kind.Element(), "") }) {
 					return false
 				}
 			}
@@ -99,14 +135,67 @@ func subset(want, got any, field string) bool {
 			return false
 		}
 		for i := range w {
-			if !subset(w[i], g[i], "") {
+			if !match(w[i], g[i], kind.Element(), "") {
 				return false
 			}
 		}
 		return true
 	default:
+		if kind.IsQuantity() {
+			if a, ok := quantity(want); ok {
+				b, ok := quantity(got)
+				return ok && a.Cmp(b) == 0
+			}
+		}
 		return scalarEqual(want, got)
 	}
+}
+
+// keyed returns the index of the element of got that wv's keys select and
+// that wv matches, or -1. A key field wv leaves out (one the server
+// defaults, such as a port's protocol) matches any value.
+func keyed(wv any, got []any, keys []string, elem *schema.Field) int {
+	wm, ok := wv.(map[string]any)
+	if !ok {
+		return slices.IndexFunc(got, func(gv any) bool { return match(wv, gv, elem, "") })
+	}
+	for i, gv := range got {
+		gm, ok := gv.(map[string]any)
+		if !ok {
+			continue
+		}
+		same := true
+		for _, k := range keys {
+			if v, set := wm[k]; set && !match(v, gm[k], elem.Property(k), k) {
+				same = false
+				break
+			}
+		}
+		if same && match(wm, gm, elem, "") {
+			return i
+		}
+	}
+	return -1
+}
+
+func quantity(v any) (resource.Quantity, bool) {
+	var s string
+	switch n := v.(type) {
+	case string:
+		s = n
+	case int64:
+		s = strconv.FormatInt(n, 10)
+	case int:
+		s = strconv.Itoa(n)
+	case float64:
+		s = strconv.FormatFloat(n, 'f', -1, 64)
+	case json.Number:
+		s = n.String()
+	default:
+		return resource.Quantity{}, false
+	}
+	q, err := resource.ParseQuantity(s)
+	return q, err == nil
 }
 
 func isEmpty(v any) bool {
@@ -148,4 +237,97 @@ func number(v any) (float64, bool) {
 		return f, err == nil
 	}
 	return 0, false
+}
+
+// Digest is a fingerprint of the part of an object a template sets.
+type Digest [16]byte
+
+// Project fingerprints the values got holds at the fields want sets,
+// walking want's shape and reading got's values, with lists matched as in
+// Matches. Two objects have the same projection when nothing a template
+// sets differs between them, whatever else they hold.
+//
+// kgen remembers the projection of the object the server returned after
+// each write. When the live object later has that same projection, the
+// fields kgen set still hold what the server made of them: a difference
+// between template and live that the server made (a default, a
+// normalisation Matches does not know) is then not a reason to write again.
+func Project(want, got any, kind *schema.Field) Digest {
+	h := sha256.New()
+	project(h, want, got, kind)
+	var d Digest
+	copy(d[:], h.Sum(nil))
+	return d
+}
+
+func project(h hash.Hash, want, got any, kind *schema.Field) {
+	switch w := want.(type) {
+	case map[string]any:
+		g, _ := got.(map[string]any)
+		keys := make([]string, 0, len(w))
+		for k := range w {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		h.Write([]byte{'{'})
+		for _, k := range keys {
+			fmt.Fprintf(h, "%q:", k)
+			gv, ok := g[k]
+			if !ok {
+				h.Write([]byte{0})
+				continue
+			}
+			project(h, w[k], gv, kind.Property(k))
+		}
+		h.Write([]byte{'}'})
+	case []any:
+		g, _ := got.([]any)
+		h.Write([]byte{'['})
+		listType, keys := kind.Keys()
+		for i, wv := range w {
+			var gv any
+			switch {
+			case listType == schema.ListMap:
+				if j := keyedLoose(wv, g, keys); j >= 0 {
+					gv = g[j]
+				}
+			case i < len(g):
+				gv = g[i]
+			}
+			project(h, wv, gv, kind.Element())
+		}
+		if listType == "" {
+			fmt.Fprintf(h, "#%d", len(g))
+		}
+		h.Write([]byte{']'})
+	default:
+		b, _ := json.Marshal(got)
+		h.Write(b)
+		h.Write([]byte{','})
+	}
+}
+
+// keyedLoose returns the index of the element of got with wv's keys, or -1.
+func keyedLoose(wv any, got []any, keys []string) int {
+	wm, ok := wv.(map[string]any)
+	if !ok {
+		return -1
+	}
+	for i, gv := range got {
+		gm, ok := gv.(map[string]any)
+		if !ok {
+			continue
+		}
+		same := true
+		for _, k := range keys {
+			if v, set := wm[k]; set && !scalarEqual(v, gm[k]) {
+				same = false
+				break
+			}
+		}
+		if same {
+			return i
+		}
+	}
+	return -1
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"kgen.dev/kgen/pkg/schema"
 )
 
 func obj(m map[string]any) *unstructured.Unstructured { return &unstructured.Unstructured{Object: m} }
@@ -54,12 +56,12 @@ func TestUpToDate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := UpToDate(desired, tt.live); got != tt.want {
+			if got := UpToDate(desired, tt.live, nil); got != tt.want {
 				t.Errorf("UpToDate = %t, want %t", got, tt.want)
 			}
 		})
 	}
-	if UpToDate(desired, nil) {
+	if UpToDate(desired, nil, nil) {
 		t.Error("UpToDate(nil live) = true")
 	}
 	if hash == "" || withHash(desired).GetAnnotations()[AnnotationTemplateHash] != hash {
@@ -67,87 +69,86 @@ func TestUpToDate(t *testing.T) {
 	}
 }
 
-func TestRecentWrites(t *testing.T) {
-	mk := func(uid, rv string) *unstructured.Unstructured {
-		u := obj(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{
-			"name": "c", "namespace": "n", "uid": uid, "resourceVersion": rv}})
-		return u
+// The schema says how the server stores a kind: keyed lists match by key,
+// sets by value, quantities by value. These are the differences a server
+// makes that are not changes.
+func TestMatchesWithSchema(t *testing.T) {
+	kind := &schema.Field{Properties: map[string]*schema.Field{
+		"spec": {Properties: map[string]*schema.Field{
+			"containers": {ListType: schema.ListMap, ListMapKeys: []string{"name"}, Items: &schema.Field{Properties: map[string]*schema.Field{
+				"resources": {Properties: map[string]*schema.Field{
+					"requests": {AdditionalProperties: &schema.Field{Quantity: true}},
+					"limits":   {AdditionalProperties: &schema.Field{Quantity: true}},
+				}},
+				"ports": {ListType: schema.ListMap, ListMapKeys: []string{"containerPort", "protocol"}},
+			}}},
+			"finalizers": {ListType: schema.ListSet},
+		}},
+	}}
+	container := func(name string, extra map[string]any) map[string]any {
+		c := map[string]any{"name": name, "image": "i"}
+		for k, v := range extra {
+			c[k] = v
+		}
+		return c
 	}
-	r := newRecentWrites()
-	if got := r.freshest(nil, mk("", "")); got != nil {
-		t.Fatalf("nothing written yet: got %v", got)
+	spec := func(containers ...any) map[string]any {
+		return map[string]any{"spec": map[string]any{"containers": containers}}
 	}
-	r.remember(mk("u1", "10"))
-	if got := r.freshest(nil, mk("", "")); got == nil || got.GetResourceVersion() != "10" {
-		t.Fatalf("a created object the cache has not seen: got %v", got)
+	tests := []struct {
+		name      string
+		want, got map[string]any
+		match     bool
+	}{
+		{"quantities stored canonically", spec(container("app", map[string]any{"resources": map[string]any{
+			"requests": map[string]any{"cpu": 0.5, "memory": "1Gi"}, "limits": map[string]any{"cpu": int64(1)}}})),
+			spec(container("app", map[string]any{"resources": map[string]any{
+				"requests": map[string]any{"cpu": "500m", "memory": "1Gi"}, "limits": map[string]any{"cpu": "1"}}})), true},
+		{"a quantity changed", spec(container("app", map[string]any{"resources": map[string]any{"limits": map[string]any{"cpu": "1"}}})),
+			spec(container("app", map[string]any{"resources": map[string]any{"limits": map[string]any{"cpu": "2"}}})), false},
+		{"a sidecar injected into a keyed list", spec(container("app", nil)),
+			spec(container("istio-proxy", nil), container("app", map[string]any{"terminationMessagePath": "/dev/termination-log"})), true},
+		{"reordered keyed list", spec(container("a", nil), container("b", nil)), spec(container("b", nil), container("a", nil)), true},
+		{"keyed element missing", spec(container("a", nil), container("b", nil)), spec(container("a", nil)), false},
+		{"keyed element changed", spec(container("a", nil)), spec(container("a", map[string]any{"image": "j"})), false},
+		{"defaulted key field", spec(container("a", map[string]any{"ports": []any{map[string]any{"containerPort": int64(80)}}})),
+			spec(container("a", map[string]any{"ports": []any{map[string]any{"containerPort": float64(80), "protocol": "TCP"}}})), true},
+		{"set with extra values", map[string]any{"spec": map[string]any{"finalizers": []any{"a"}}},
+			map[string]any{"spec": map[string]any{"finalizers": []any{"b", "a"}}}, true},
+		{"set missing a value", map[string]any{"spec": map[string]any{"finalizers": []any{"a", "c"}}},
+			map[string]any{"spec": map[string]any{"finalizers": []any{"b", "a"}}}, false},
+		{"a string that looks like a quantity is compared as a string", map[string]any{"data": map[string]any{"x": "0.5"}},
+			map[string]any{"data": map[string]any{"x": "500m"}}, false},
 	}
-	if got := r.freshest(mk("u1", "9"), nil); got.GetResourceVersion() != "10" {
-		t.Errorf("stale cache: got rv %s, want 10", got.GetResourceVersion())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Matches(tt.want, tt.got, kind); got != tt.match {
+				t.Errorf("Matches = %t, want %t", got, tt.match)
+			}
+		})
 	}
-	if got := r.freshest(mk("u1", "10"), nil); got.GetResourceVersion() != "10" {
-		t.Errorf("caught-up cache: got rv %s", got.GetResourceVersion())
-	}
-	if got := r.freshest(nil, mk("", "")); got != nil {
-		t.Errorf("once the cache caught up nothing is remembered, got %v", got)
-	}
-	r.remember(mk("u3", "30"))
-	r.seen("u3", "29")
-	if got := r.freshest(nil, mk("", "")); got == nil {
-		t.Error("an older version in the cache must not drop a newer write")
-	}
-	r.seen("u3", "30")
-	if got := r.freshest(nil, mk("", "")); got != nil {
-		t.Errorf("once the cache has seen the write it is dropped, got %v", got)
-	}
-	r.remember(mk("u2", "20"))
-	r.forget(mk("u2", "20"))
-	if got := r.freshest(nil, mk("", "")); got != nil {
-		t.Errorf("forgotten object returned: %v", got)
-	}
-
-	// A fresh child of another parent with the same name is not this one's.
-	other := mk("u4", "40")
-	other.SetLabels(map[string]string{LabelRule: "r", LabelParentUID: "a", LabelChild: "c"})
-	r.remember(other)
-	mine := mk("", "")
-	mine.SetLabels(map[string]string{LabelRule: "r", LabelParentUID: "b", LabelChild: "c"})
-	if got := r.freshest(nil, mine); got != nil {
-		t.Errorf("another parent's child was taken for this parent's: %v", got.GetLabels())
-	}
-	mine.SetLabels(other.GetLabels())
-	if got := r.freshest(nil, mine); got == nil {
-		t.Error("the parent's own fresh child was not found")
+	// Without a schema the same lists are atomic.
+	if Matches(spec(container("app", nil)), spec(container("sidecar", nil), container("app", nil)), nil) {
+		t.Error("without a schema a longer list matched")
 	}
 }
 
-// A write whose watch event the cache processed before the write's response
-// came back is not remembered: no later event would drop it.
-func TestRecentWritesAlreadyCached(t *testing.T) {
-	mk := func(uid, rv string) *unstructured.Unstructured {
-		return obj(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{
-			"name": "c", "namespace": "n", "uid": uid, "resourceVersion": rv}})
+// Project fingerprints only what a template sets: other fields, and their
+// changes, do not change it; a change of a set field does.
+func TestProject(t *testing.T) {
+	want := map[string]any{"spec": map[string]any{"replicas": int64(1), "list": []any{"a"}}}
+	base := map[string]any{"spec": map[string]any{"replicas": int64(1), "list": []any{"a"}, "other": "x"}, "status": map[string]any{"n": int64(1)}}
+	d := Project(want, base, nil)
+	churn := map[string]any{"spec": map[string]any{"replicas": int64(1), "list": []any{"a"}, "other": "y"}, "status": map[string]any{"n": int64(2)}}
+	if Project(want, churn, nil) != d {
+		t.Error("a change of fields the template does not set changed the projection")
 	}
-	cachedRV := ""
-	r := newRecentWrites()
-	r.cached = func(apiVersion, kind, namespace, name string) string {
-		if apiVersion != "v1" || kind != "ConfigMap" || namespace != "n" || name != "c" {
-			t.Errorf("asked the cache for %s %s %s/%s", apiVersion, kind, namespace, name)
-		}
-		return cachedRV
+	changed := map[string]any{"spec": map[string]any{"replicas": int64(2), "list": []any{"a"}}}
+	if Project(want, changed, nil) == d {
+		t.Error("a changed replicas kept the projection")
 	}
-	cachedRV = "10"
-	r.remember(mk("u1", "10"))
-	if n := len(r.objects); n != 0 {
-		t.Errorf("a write the cache holds was remembered (%d entries)", n)
-	}
-	cachedRV = "9"
-	r.remember(mk("u1", "11"))
-	if got := r.freshest(mk("u1", "9"), nil); got.GetResourceVersion() != "11" {
-		t.Errorf("a write the cache does not show yet was not remembered: got rv %s", got.GetResourceVersion())
-	}
-	cachedRV = ""
-	r.remember(mk("u2", "20"))
-	if got := r.freshest(nil, mk("", "")); got == nil || got.GetResourceVersion() != "20" {
-		t.Errorf("a created object the cache has not seen was not remembered: got %v", got)
+	longer := map[string]any{"spec": map[string]any{"replicas": int64(1), "list": []any{"a", "b"}}}
+	if Project(want, longer, nil) == d {
+		t.Error("an atomic list that grew kept the projection")
 	}
 }

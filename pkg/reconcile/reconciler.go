@@ -19,11 +19,18 @@ import (
 	"k8s.io/klog/v2"
 
 	"kgen.dev/kgen/pkg/mapper"
+	kschema "kgen.dev/kgen/pkg/schema"
+	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
 
 // FieldManager is the server-side apply field manager of everything kgen writes.
 const FieldManager = "kgen"
+
+// finalizerManager is the field manager of kgen's finalizer on parents, apart
+// from FieldManager so that adding and removing it never touches anything
+// else kgen applies to a parent.
+const finalizerManager = FieldManager + "-finalizer"
 
 // Finalizer is put on a parent that has children Kubernetes cannot
 // garbage-collect for it (no ownerReference allowed), so kgen can delete
@@ -35,21 +42,37 @@ const ConditionReady = "Ready"
 
 // Reasons of the Ready condition.
 const (
-	ReasonReady         = "Ready"
-	ReasonNotReady      = "ChildNotReady"
-	ReasonWaiting       = "WaitingForDependency"
-	ReasonInvalid       = "InvalidSpec"
-	ReasonConflict      = "Conflict"
-	ReasonForbidden     = "Forbidden"
-	ReasonApplyFailed   = "ApplyFailed"
-	conflictRecheck     = 30 * time.Second
-	notReadyRecheckNone = 0
+	ReasonReady       = "Ready"
+	ReasonNotReady    = "ChildNotReady"
+	ReasonWaiting     = "WaitingForDependency"
+	ReasonInvalid     = "InvalidSpec"
+	ReasonConflict    = "Conflict"
+	ReasonForbidden   = "Forbidden"
+	ReasonApplyFailed = "ApplyFailed"
 )
 
+// Reasons of the Normal events kgen records (see EventPolicy).
+const (
+	EventCreated  = "Created"
+	EventUpdated  = "Updated"
+	EventRepaired = "Repaired"
+	EventDeleted  = "Deleted"
+	EventAdopted  = "Adopted"
+)
+
+// createOnlyResourceVersion is the resourceVersion kgen puts in a
+// server-side apply that must create its object. The API server ignores a
+// resourceVersion when an apply creates an object, and treats it as a
+// precondition when the object exists; no object ever has this one, so the
+// apply fails with a conflict instead of taking over an object kgen did not
+// make. The child is then owned by kgen's apply from its first write, and a
+// field a later template drops is removed (a POST would leave it owned by
+// an Update entry that no apply removes).
+const createOnlyResourceVersion = "18446744073709551615"
+
 // ErrTerminal is matched, with errors.Is, by errors that retrying soon will
-// not fix: a bad rule or parent, or an object kgen must not take over. The
-// parent's status says what is wrong; a change to the parent, its children
-// or the rules starts a new attempt.
+// not fix: a bad rule or parent. The parent's status says what is wrong; a
+// change to the parent, its children or the rules starts a new attempt.
 var ErrTerminal = errors.New("terminal error")
 
 type terminalError struct{ err error }
@@ -65,12 +88,17 @@ func Terminal(err error) error { return &terminalError{err: err} }
 type Result struct {
 	// RequeueAfter, when positive, asks for another reconcile after it.
 	RequeueAfter time.Duration
+	// Conflict reports that an object kgen must not take over stands where
+	// a child should be. kgen cannot watch it, so the caller looks again
+	// later, backing off while the conflict stays.
+	Conflict bool
 }
 
 // ChildLister reads a parent's children from the informer cache.
 type ChildLister interface {
-	// Children returns the cached children of the rule's parent with the
-	// given UID, in any order. Callers must not modify them.
+	// Children returns the cached objects, of the kinds the rule watches,
+	// that carry the parent's UID (in kgen.dev/parent-uid), in any order.
+	// Callers must not modify them.
 	Children(rule string, parent types.UID) []*unstructured.Unstructured
 }
 
@@ -79,54 +107,61 @@ type Resources interface {
 	ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error)
 }
 
-// Cache tells what version of an object the informer cache holds.
-type Cache interface {
-	// CachedResourceVersion returns the resource version of the cached
-	// object of that resource, namespace and name, or "" if none is cached.
-	CachedResourceVersion(gvr schema.GroupVersionResource, namespace, name string) string
+// Schemas tells what is known of a kind's fields; *schema.Source is one.
+// A nil *schema.Field, or an error, means nothing is known.
+type Schemas interface {
+	Kind(gvk schema.GroupVersionKind) (*kschema.Field, error)
 }
 
-// Config holds a Reconciler's dependencies. All but Cache are required.
+// Observer is told of what kgen backs off from, for metrics.
+type Observer interface {
+	// StatusBackoff is called when kgen stops writing a parent's status for
+	// a while: reason is ReasonStatusContended or ReasonStatusLoop.
+	StatusBackoff(rule, reason string)
+}
+
+// Config holds a Reconciler's dependencies. Client, Resources, Children,
+// Writes and Recorder are required.
 type Config struct {
 	Client    dynamic.Interface
 	Resources Resources
-	Children  ChildLister
-	Recorder  record.EventRecorder
-	// Cache, when set, lets the Reconciler forget at once a write the
-	// cache already shows (its watch event came before the response).
-	Cache Cache
+	// Schemas, when set, tells which lists are keyed and which fields are
+	// quantities, so that differences the API server made are not taken
+	// for changes, and how to write a parent's status.
+	Schemas  Schemas
+	Children ChildLister
+	// Writes remembers kgen's own writes until the caches show them.
+	Writes   *watch.Writes
+	Recorder record.EventRecorder
+	// Events says which events to record; EventsNotable when empty.
+	Events   EventPolicy
+	Observer Observer
+	// Now returns the time; time.Now when nil.
+	Now func() time.Time
 }
 
 // Reconciler makes one parent's children equal to its rule's templates. It
-// reads only from the informer cache (through ChildLister and the parent it
-// is given) and writes with server-side apply. It is safe for concurrent use
-// on different parents.
+// reads only from the informer caches (through ChildLister, Writes and the
+// parent it is given) and writes with server-side apply. It is safe for
+// concurrent use on different parents.
 type Reconciler struct {
 	cfg    Config
-	recent *recentWrites
+	events EventPolicy
 	scope  Scoper
+	normal *normalized
+	status *statusGuard
 }
 
 // New returns a Reconciler.
 func New(cfg Config) *Reconciler {
-	r := &Reconciler{cfg: cfg, recent: newRecentWrites(), scope: resourceScoper{cfg.Resources}}
-	if cfg.Cache != nil {
-		r.recent.cached = func(apiVersion, kind, namespace, name string) string {
-			m, err := cfg.Resources.ResourceFor(schema.FromAPIVersionAndKind(apiVersion, kind))
-			if err != nil {
-				return ""
-			}
-			return cfg.Cache.CachedResourceVersion(m.GroupVersionResource(), namespace, name)
-		}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	return r
-}
-
-// Seen tells the Reconciler that the informer cache now holds this version
-// of an object, so what it remembered of its own writes to it can go. Call it
-// from the informers' event handlers.
-func (r *Reconciler) Seen(obj metav1.Object) {
-	r.recent.seen(obj.GetUID(), obj.GetResourceVersion())
+	if cfg.Events == "" {
+		cfg.Events = EventsNotable
+	}
+	cfg.Recorder = filteredRecorder{EventRecorder: cfg.Recorder, policy: cfg.Events}
+	return &Reconciler{cfg: cfg, events: cfg.Events, scope: resourceScoper{cfg.Resources}, normal: newNormalized(cfg.Now), status: newStatusGuard(cfg.Now)}
 }
 
 // resourceScoper answers scope questions from discovery.
@@ -137,33 +172,36 @@ func (s resourceScoper) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	return m.Namespaced, err
 }
 
-// childOutcome is what happened to one child in one reconcile.
-type childOutcome struct {
+// kind returns what is known of a kind's fields, or nil.
+func (r *Reconciler) kind(gvk schema.GroupVersionKind) *kschema.Field {
+	if r.cfg.Schemas == nil {
+		return nil
+	}
+	f, _ := r.cfg.Schemas.Kind(gvk)
+	return f
+}
+
+// judge compares a desired child with its live object: up to date when
+// Matches says so, or when the live object still shows what the server
+// made of kgen's last write of the same template.
+func (r *Reconciler) judge(desired, live *unstructured.Unstructured) Op {
+	kind := r.kind(desired.GroupVersionKind())
+	if templateHash(desired) != templateHash(live) {
+		return OpUpdate
+	}
+	if Matches(desired.Object, live.Object, kind) || r.normal.same(live.GetUID(), templateHash(desired), Project(desired.Object, live.Object, kind)) {
+		return OpKeep
+	}
+	return OpRepair
+}
+
+// outcome is what happened to one child in one reconcile.
+type outcome struct {
 	id     string
-	live   *unstructured.Unstructured
-	reason string // a Ready reason when the child is not fine
+	live   *unstructured.Unstructured // the child as it now is; nil if it does not exist
+	reason string                     // a Ready reason when the child is not fine
 	msg    string
-	change string // "Created" or "Updated" when kgen wrote the child
-	ref    string // the child as kubectl names it
-}
-
-// changes collects the child writes of one reconcile, so they are reported
-// in one Event per kind of change rather than one per child: events are
-// writes too, and would otherwise double kgen's load on the API server.
-type changes map[string][]string
-
-func (c changes) add(change, what string) {
-	if change != "" {
-		c[change] = append(c[change], what)
-	}
-}
-
-func (c changes) record(recorder record.EventRecorder, parent *unstructured.Unstructured) {
-	for _, change := range []string{"Created", "Updated", "Deleted"} {
-		if list := c[change]; len(list) > 0 {
-			recorder.Eventf(parent, corev1.EventTypeNormal, change, "%s %s", change, strings.Join(list, ", "))
-		}
-	}
+	ok     bool // the wanted object exists and is kgen's
 }
 
 // Reconcile brings the children of one parent in line with the rule, prunes
@@ -171,102 +209,114 @@ func (c changes) record(recorder record.EventRecorder, parent *unstructured.Unst
 // cached parent object and mapping its resource.
 //
 // After a child fails, the others are still tried and the parent's status is
-// still written; the first error is returned.
+// still written; the errors are returned joined.
 func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured) (Result, error) {
-	logger := klog.FromContext(ctx)
-	// The cache may not show kgen's own last status write yet.
-	parent = r.recent.freshest(parent, parent)
+	// The cache may not show kgen's own last writes yet.
+	parent = r.cfg.Writes.Latest(parent)
 	observed := r.observed(rule, parent)
 	if parent.GetDeletionTimestamp() != nil {
-		return r.finalize(ctx, rule, mapping, parent, observed)
+		return r.finalize(ctx, mapping, parent, observed)
 	}
-
-	liveByID := map[string]*unstructured.Unstructured{}
-	for _, obj := range observed {
-		id := obj.GetLabels()[LabelChild]
-		if prev, dup := liveByID[id]; !dup || prev.GetCreationTimestamp().After(obj.GetCreationTimestamp().Time) {
-			liveByID[id] = obj
-		}
-	}
-	rendered, err := Render(rule, parent, liveByID, r.scope)
+	plan, err := MakePlan(rule, parent, observed, r.scope, r.judge)
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonInvalid, err.Error())
-			if statusErr := r.writeStatus(ctx, rule, mapping, parent, nil, readyCondition(ReasonInvalid, err.Error())); statusErr != nil {
-				return Result{}, statusErr // retried: the parent must show why
+			res, statusErr := r.writeStatus(ctx, rule, mapping, parent, nil, readyCondition(ReasonInvalid, err.Error()), observed)
+			if statusErr != nil {
+				return res, statusErr // retried: the parent must show why
 			}
-			return Result{}, Terminal(err)
+			return res, Terminal(err)
 		}
 		return Result{}, err
 	}
+	return r.execute(ctx, rule, mapping, parent, plan, observed)
+}
 
-	var errs []error
-	var outcomes []childOutcome
-	changed := changes{}
-	defer changed.record(r.cfg.Recorder, parent)
-	keep := map[types.UID]bool{}
-	needFinalizer := false
-	for _, c := range rendered.Children {
-		if !c.OwnerReference {
-			needFinalizer = true
-		}
+// observed returns the parent's children from the cache, each replaced by
+// what kgen last wrote to it when that is newer.
+func (r *Reconciler) observed(rule *rules.Rule, parent *unstructured.Unstructured) []*unstructured.Unstructured {
+	cached := r.cfg.Children.Children(rule.Name, parent.GetUID())
+	out := make([]*unstructured.Unstructured, 0, len(cached))
+	for _, obj := range cached {
+		out = append(out, r.cfg.Writes.Latest(obj))
 	}
-	finalizerErr := error(nil)
-	if needFinalizer {
+	return out
+}
+
+// execute carries out a plan: the finalizer first when a child needs it,
+// then the children in order, the prunes, and the parent's status.
+func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, plan *Plan, observed []*unstructured.Unstructured) (Result, error) {
+	var errs []error
+	var outcomes []outcome
+	var finalizerErr error
+	if plan.Finalizer {
 		if finalizerErr = r.setFinalizer(ctx, mapping, parent, true); finalizerErr != nil {
 			errs = append(errs, finalizerErr)
 		}
 	}
-	for _, c := range rendered.Children {
-		if finalizerErr != nil && !c.OwnerReference {
+	live := map[string]*unstructured.Unstructured{}
+	for _, obj := range plan.Keep {
+		live[obj.GetLabels()[LabelChild]] = obj
+	}
+	for _, step := range plan.Steps {
+		var out outcome
+		var err error
+		if finalizerErr != nil && !step.OwnerReference {
 			// Without the finalizer such a child could never be cleaned
 			// up: do not write it, but keep what exists of it.
-			reason, msg := failure(c.ID, "the parent", "set the finalizer on", finalizerErr)
-			out := childOutcome{id: c.ID, live: liveByID[c.ID], reason: reason, msg: msg}
-			if out.live != nil {
-				keep[out.live.GetUID()] = true
-			}
-			outcomes = append(outcomes, out)
-			continue
+			out = outcome{id: step.ID, live: step.Live}
+			out.reason, out.msg = failure(step.ID, "the parent", "set the finalizer on", finalizerErr)
+		} else {
+			out, err = r.writeChild(ctx, rule, parent, step)
+			errs = append(errs, err)
 		}
-		out, err := r.applyChild(ctx, rule, parent, c, liveByID[c.ID])
-		changed.add(out.change, fmt.Sprintf("%s (child %s)", out.ref, c.ID))
 		if out.live != nil {
-			keep[out.live.GetUID()] = true
-			liveByID[c.ID] = out.live
+			live[step.ID] = out.live
 		}
 		outcomes = append(outcomes, out)
-		errs = append(errs, err)
-	}
-	// A child waiting for a dependency keeps what exists of it.
-	for id := range rendered.Waiting {
-		if live := liveByID[id]; live != nil {
-			keep[live.GetUID()] = true
+		// A renamed child's old object goes only once the new one exists.
+		if out.ok {
+			for _, old := range step.Replaces {
+				errs = append(errs, r.prune(ctx, parent, old, step.ID, "the child was renamed to "+step.Object.GetName()))
+			}
+		} else if len(step.Replaces) > 0 && live[step.ID] == nil {
+			live[step.ID] = step.Replaces[0]
 		}
 	}
-	for _, obj := range observed {
-		if keep[obj.GetUID()] {
-			continue
-		}
-		ref, err := r.prune(ctx, parent, obj)
-		if err == nil && ref != "" {
-			changed.add("Deleted", fmt.Sprintf("%s (child %s is no longer wanted)", ref, obj.GetLabels()[LabelChild]))
-		}
-		errs = append(errs, err)
+	for _, p := range plan.Prunes {
+		errs = append(errs, r.prune(ctx, parent, p.Object, p.ID, p.Why))
+	}
+	if !plan.Finalizer && finalizerErr == nil {
+		errs = append(errs, r.setFinalizer(ctx, mapping, parent, false))
 	}
 
-	cond := r.readiness(rule, parent, rendered, outcomes, liveByID)
-	errs = append(errs, r.writeStatus(ctx, rule, mapping, parent, rendered.Status, cond))
-	err = classify(errs)
+	status := plan.Rendered.Status
+	if len(plan.Rendered.StatusOmitted) > 0 && created(outcomes, plan.Steps) {
+		// Status fields that read a child this reconcile created can be
+		// computed now, rather than in one more status write once the
+		// cache shows the child.
+		if again, err := Render(rule, parent, live, r.scope); err == nil {
+			status = again.Status
+		}
+	}
+	cond := r.readiness(rule, parent, plan.Rendered, outcomes, live)
+	res, statusErr := r.writeStatus(ctx, rule, mapping, parent, status, cond, observed)
+	errs = append(errs, statusErr)
+	err := classify(errs)
 	if err == nil && cond.Reason == ReasonConflict {
-		// The object in the way is not in kgen's cache, so no event will say
-		// when it goes: look again later.
-		return Result{RequeueAfter: conflictRecheck}, nil
+		res.Conflict = true
 	}
-	if err != nil {
-		logger.V(2).Info("Reconcile failed", "parent", klog.KObj(parent), "err", err)
+	return res, err
+}
+
+// created reports whether a step created its child.
+func created(outcomes []outcome, steps []Step) bool {
+	for i, o := range outcomes {
+		if o.ok && steps[i].Op == OpCreate {
+			return true
+		}
 	}
-	return Result{}, err
+	return false
 }
 
 // classify joins the errors of one reconcile so that it is terminal only when
@@ -291,97 +341,143 @@ func classify(errs []error) error {
 	return nil
 }
 
-// observed returns the parent's children from the cache, each replaced by
-// what kgen last wrote to it when that is newer.
-func (r *Reconciler) observed(rule *rules.Rule, parent *unstructured.Unstructured) []*unstructured.Unstructured {
-	cached := r.cfg.Children.Children(rule.Name, parent.GetUID())
-	out := make([]*unstructured.Unstructured, 0, len(cached))
-	for _, obj := range cached {
-		out = append(out, r.recent.freshest(obj, obj))
-	}
-	return out
-}
-
-// applyChild creates the child if it does not exist, applies it if it
-// differs from the template, and leaves it alone otherwise.
-func (r *Reconciler) applyChild(ctx context.Context, rule *rules.Rule, parent *unstructured.Unstructured, c Child, live *unstructured.Unstructured) (childOutcome, error) {
+// writeChild creates, applies or keeps one child, as its step says.
+func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *unstructured.Unstructured, step Step) (outcome, error) {
 	logger := klog.FromContext(ctx)
-	out := childOutcome{id: c.ID}
-	desired := withHash(c.Object) // Render's objects are ours to change
-	if live != nil && (live.GetName() != desired.GetName() || live.GetNamespace() != desired.GetNamespace()) {
-		live = nil // renamed: create the new one; the old one is pruned
-	}
-	if live == nil {
-		live = r.recent.freshest(nil, desired)
-	}
+	out := outcome{id: step.ID, live: step.Live}
+	desired := step.Object
 	mapping, err := r.cfg.Resources.ResourceFor(desired.GroupVersionKind())
 	if err != nil {
-		// Keep what exists: a failure to write must never turn into a prune.
-		out.live = live
-		out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: %v", c.ID, err)
+		out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: %v", step.ID, err)
 		return out, err
 	}
+	gvr := mapping.GroupVersionResource()
 	client := r.resource(mapping, desired.GetNamespace())
 	ref := describeObject(mapping, desired)
-	out.ref = ref
+	kind := r.kind(desired.GroupVersionKind())
 
+	live := step.Live
+	op := step.Op
 	if live == nil {
-		created, err := client.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+		// Created by an earlier reconcile that the cache does not show yet?
+		if fresh := r.cfg.Writes.Created(gvr, desired.GetNamespace(), desired.GetName(), sameChild(parent.GetUID(), step.ID)); fresh != nil {
+			live = fresh
+			op = r.judge(desired, live)
+		}
+	}
+	if op == OpKeep {
+		out.live, out.ok = live, true
+		return out, nil
+	}
+
+	adopted := false
+	if live == nil {
+		created, err := r.create(ctx, client, desired)
 		switch {
 		case err == nil:
-			r.recent.remember(created)
-			logger.V(2).Info("Created child", "parent", klog.KObj(parent), "child", c.ID, "object", ref)
-			out.live, out.change = created, "Created"
+			r.wrote(gvr, created, desired, kind)
+			logger.V(2).Info("Created child", "child", step.ID, "object", ref)
+			r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventCreated, "Created %s (child %s)", ref, step.ID)
+			out.live, out.ok = created, true
 			return out, nil
-		case apierrors.IsAlreadyExists(err):
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 			// Not in the cache: either the cache is behind, or the object
-			// is not kgen's. Only on this rare path is one read worth it.
+			// is not this parent's child. Only on this rare path is a read
+			// worth it.
 			existing, getErr := client.Get(ctx, desired.GetName(), metav1.GetOptions{})
 			if getErr != nil {
-				out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: %s: %v", c.ID, ref, getErr)
-				return out, getErr
+				out.reason, out.msg = failure(step.ID, ref, "read", getErr)
+				return out, fmt.Errorf("get %s: %w", ref, getErr)
 			}
-			if !ownedBy(existing, rule.Name, parent.GetUID(), c.ID) {
+			switch who := r.owner(ctx, existing, parent); who {
+			case ownerThis:
+				live = existing
+			case ownerGone:
+				live, adopted = existing, true
+			default:
+				out.live = nil
 				out.reason = ReasonConflict
-				out.msg = fmt.Sprintf("child %s: %s exists and is not managed by kgen for this parent; kgen leaves it untouched", c.ID, ref)
+				out.msg = fmt.Sprintf("child %s: %s exists and %s; kgen leaves it untouched", step.ID, ref, who)
 				r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonConflict, out.msg)
 				return out, nil
 			}
-			live = existing
+			op = OpUpdate
+			if !adopted && templateHash(live) == templateHash(desired) {
+				op = r.judge(desired, live)
+				if op == OpKeep {
+					out.live, out.ok = live, true
+					return out, nil
+				}
+			}
 		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && desired.GetNamespace() == parent.GetNamespace():
 			// The parent's namespace, and so the parent, is going away.
-			out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: namespace %s is being deleted", c.ID, desired.GetNamespace())
+			out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: namespace %s is being deleted", step.ID, desired.GetNamespace())
 			return out, Terminal(fmt.Errorf("create %s: %w", ref, err))
 		default:
-			out.reason, out.msg = failure(c.ID, ref, "create", err)
+			out.reason, out.msg = failure(step.ID, ref, "create", err)
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
 			return out, wrapFailure(fmt.Errorf("create %s: %w", ref, err))
 		}
 	}
-	if UpToDate(desired, live) {
-		out.live = live
-		return out, nil
+
+	var who string
+	if op == OpRepair {
+		who = r.lastWriter(ctx, client, live)
+	}
+	if err := r.upgradeOwnership(ctx, client, live); err != nil {
+		out.reason, out.msg = failure(step.ID, ref, "migrate the field ownership of", err)
+		return out, fmt.Errorf("migrate field ownership of %s: %w", ref, err)
 	}
 	// The UID pins the write to the object seen: if it was replaced by
 	// someone else's meanwhile, the apply fails instead of taking it over.
 	desired.SetUID(live.GetUID())
 	applied, err := client.Apply(ctx, desired.GetName(), desired, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	desired.SetUID("")
 	if err != nil {
-		out.live = live
-		out.reason, out.msg = failure(c.ID, ref, "apply", err)
+		out.reason, out.msg = failure(step.ID, ref, "apply", err)
 		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
 		return out, wrapFailure(fmt.Errorf("apply %s: %w", ref, err))
 	}
-	out.live = applied
+	r.wrote(gvr, applied, desired, kind)
+	out.live, out.ok = applied, true
 	if applied.GetResourceVersion() == live.GetResourceVersion() {
 		// The server found nothing to change (it normalises a value the
 		// template spells differently): not a change worth an event.
 		return out, nil
 	}
-	r.recent.remember(applied)
-	logger.V(2).Info("Applied child", "parent", klog.KObj(parent), "child", c.ID, "object", ref)
-	out.change = "Updated"
+	logger.V(2).Info("Applied child", "child", step.ID, "object", ref, "op", op.String())
+	switch {
+	case adopted:
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventAdopted, "Adopted %s (child %s): its owner no longer exists", ref, step.ID)
+	case op == OpRepair:
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s)%s", ref, step.ID, who)
+	default:
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventUpdated, "Updated %s (child %s)", ref, step.ID)
+	}
 	return out, nil
+}
+
+// create creates a child with a server-side apply that cannot take over an
+// existing object (see createOnlyResourceVersion).
+func (r *Reconciler) create(ctx context.Context, client dynamic.ResourceInterface, desired *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	desired.SetResourceVersion(createOnlyResourceVersion)
+	defer desired.SetResourceVersion("")
+	return client.Apply(ctx, desired.GetName(), desired, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+}
+
+// wrote records a write: for reading it back before the cache shows it, and
+// what the server made of the fields the template sets.
+func (r *Reconciler) wrote(gvr schema.GroupVersionResource, obj, desired *unstructured.Unstructured, kind *kschema.Field) {
+	r.cfg.Writes.Wrote(gvr, obj)
+	r.normal.remember(obj.GetUID(), templateHash(desired), Project(desired.Object, obj.Object, kind))
+}
+
+// sameChild accepts a remembered object that carries the parent's UID and
+// the child's id.
+func sameChild(parent types.UID, id string) func(*watch.Object) bool {
+	return func(o *watch.Object) bool {
+		return o.Label(LabelParentUID) == string(parent) && o.Label(LabelChild) == id
+	}
 }
 
 // failure turns an API error into a Ready reason and message.
@@ -406,44 +502,71 @@ func wrapFailure(err error) error {
 	return err
 }
 
-// ownedBy reports whether obj carries kgen's marks for this rule, parent and child.
-func ownedBy(obj *unstructured.Unstructured, rule string, parent types.UID, id string) bool {
-	l := obj.GetLabels()
-	return l[LabelManagedBy] == ManagedBy && l[LabelRule] == rule && l[LabelParentUID] == string(parent) && l[LabelChild] == id
-}
-
 // prune deletes a child that is no longer wanted, only if it is still the
-// object kgen saw. It returns the child's name as kubectl gives it when this
-// call deleted it.
-func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstructured) (string, error) {
+// object kgen saw and still carries this parent's UID.
+func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstructured, id, why string) error {
+	if obj.GetDeletionTimestamp() != nil {
+		return nil // already going
+	}
+	if !ownedBy(obj, parent) {
+		return nil // not this parent's: never deleted
+	}
 	mapping, err := r.cfg.Resources.ResourceFor(obj.GroupVersionKind())
 	if err != nil {
-		return "", err
+		return err
 	}
 	ref := describeObject(mapping, obj)
-	if obj.GetDeletionTimestamp() != nil {
-		return "", nil // already going
-	}
 	uid := obj.GetUID()
 	propagation := metav1.DeletePropagationBackground
 	err = r.resource(mapping, obj.GetNamespace()).Delete(ctx, obj.GetName(), metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &propagation,
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, "DeleteFailed", "Deleting %s: %v", ref, err)
-		return "", fmt.Errorf("delete %s: %w", ref, err)
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, "DeleteFailed", "Deleting %s (child %s): %v", ref, id, err)
+		return fmt.Errorf("delete %s: %w", ref, err)
 	}
-	r.recent.forget(obj)
+	r.cfg.Writes.Deleted(uid)
+	r.normal.forget(uid)
 	if err != nil {
-		return "", nil // gone or replaced already: not kgen's doing
+		return nil // gone or replaced already: not kgen's doing
 	}
-	klog.FromContext(ctx).V(2).Info("Pruned child", "parent", klog.KObj(parent), "object", ref)
-	return ref, nil
+	klog.FromContext(ctx).V(2).Info("Pruned child", "child", id, "object", ref)
+	r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventDeleted, "Deleted %s (child %s): %s", ref, id, why)
+	return nil
+}
+
+// ownedBy reports whether obj is a child of parent: its controller
+// ownerReference names the parent's UID, or, where Kubernetes allows the
+// child no ownerReference to the parent (another namespace, or a
+// cluster-scoped child of a namespaced parent), it carries kgen's mark and
+// the parent's UID and name. kgen gives every child an ownerReference where
+// one is allowed, so labels alone, which anyone who may patch an object can
+// add, never make an object kgen's to delete: an object that names the
+// parent its controller is deleted with the parent by the garbage collector
+// anyway.
+func ownedBy(obj, parent *unstructured.Unstructured) bool {
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		return ref.UID == parent.GetUID()
+	}
+	if parent.GetNamespace() == "" || obj.GetNamespace() == parent.GetNamespace() {
+		return false // an ownerReference was allowed, and it has none
+	}
+	return obj.GetLabels()[LabelManagedBy] == ManagedBy && obj.GetLabels()[LabelParentUID] == string(parent.GetUID()) &&
+		obj.GetAnnotations()[AnnotationParent] == parentRef(parent)
+}
+
+// parentRef is the value of AnnotationParent for a parent.
+func parentRef(parent *unstructured.Unstructured) string {
+	if ns := parent.GetNamespace(); ns != "" {
+		return ns + "/" + parent.GetName()
+	}
+	return parent.GetName()
 }
 
 // finalize deletes the children Kubernetes will not garbage-collect for a
 // parent that is being deleted, then releases the parent.
-func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, observed []*unstructured.Unstructured) (Result, error) {
+func (r *Reconciler) finalize(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, observed []*unstructured.Unstructured) (Result, error) {
+	r.status.forget(parent.GetUID())
 	if !slices.Contains(parent.GetFinalizers(), Finalizer) {
 		return Result{}, nil // owner references do the rest
 	}
@@ -454,9 +577,7 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 			continue // the garbage collector's job
 		}
 		remaining++
-		if _, err := r.prune(ctx, parent, obj); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, r.prune(ctx, parent, obj, obj.GetLabels()[LabelChild], "its parent is being deleted"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Result{}, err
@@ -469,13 +590,18 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 	return Result{}, r.setFinalizer(ctx, mapping, parent, false)
 }
 
-func hasOwner(obj *unstructured.Unstructured, uid types.UID) bool {
-	for _, o := range obj.GetOwnerReferences() {
-		if o.UID == uid {
-			return true
-		}
+// Release removes kgen's finalizer from a parent that no rule selects any
+// more (relabelled, or its rule's scope narrowed or removed). Its children
+// stay; if the parent is being deleted, the children that only the
+// finalizer guards are deleted first, as when a rule still selected it.
+// children are the parent's children as cached, possibly none.
+func (r *Reconciler) Release(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, children []*unstructured.Unstructured) error {
+	r.status.forget(parent.GetUID())
+	if parent.GetDeletionTimestamp() != nil {
+		_, err := r.finalize(ctx, mapping, parent, children)
+		return err
 	}
-	return false
+	return r.setFinalizer(ctx, mapping, parent, false)
 }
 
 // setFinalizer adds or removes kgen's finalizer on the parent with
@@ -494,7 +620,7 @@ func (r *Reconciler) setFinalizer(ctx context.Context, mapping mapper.Mapping, p
 		patch.SetFinalizers([]string{Finalizer})
 	}
 	updated, err := r.resource(mapping, parent.GetNamespace()).Apply(ctx, parent.GetName(), patch,
-		metav1.ApplyOptions{FieldManager: FieldManager + "-finalizer", Force: true})
+		metav1.ApplyOptions{FieldManager: finalizerManager, Force: true})
 	if apierrors.IsNotFound(err) && !want {
 		return nil
 	}
@@ -502,12 +628,17 @@ func (r *Reconciler) setFinalizer(ctx context.Context, mapping mapper.Mapping, p
 		return fmt.Errorf("set finalizer on %s: %w", describeObject(mapping, parent), err)
 	}
 	// Until the cache shows it, the next reconcile must not patch again.
-	r.recent.remember(updated)
+	r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
+	if want {
+		klog.FromContext(ctx).V(2).Info("Added finalizer", "finalizer", Finalizer)
+	} else {
+		klog.FromContext(ctx).V(2).Info("Removed finalizer", "finalizer", Finalizer)
+	}
 	return nil
 }
 
 // readiness computes the parent's Ready condition.
-func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructured, rendered *Rendered, outcomes []childOutcome, live map[string]*unstructured.Unstructured) metav1.Condition {
+func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructured, rendered *Rendered, outcomes []outcome, live map[string]*unstructured.Unstructured) metav1.Condition {
 	// Failures first, in child order: they are what needs attention.
 	for _, reason := range []string{ReasonForbidden, ReasonInvalid, ReasonConflict, ReasonApplyFailed} {
 		for _, o := range outcomes {

@@ -2,89 +2,271 @@ package reconcile
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/pkg/mapper"
+	kschema "kgen.dev/kgen/pkg/schema"
 	"kgen.dev/kgen/rules"
 )
 
-// writeStatus writes observedGeneration, the Ready condition and the rule's
-// status fields under the parent's .status, through the status subresource
-// with server-side apply, and only when they differ from what is there.
+// Reasons of the Warning events kgen records when it stops writing a
+// parent's status for a while.
+const (
+	// ReasonStatusContended: another writer keeps changing kgen's Ready
+	// condition or observedGeneration (a parent kind with a controller of
+	// its own).
+	ReasonStatusContended = "StatusContended"
+	// ReasonStatusLoop: kgen rewrote the status many times while nothing it
+	// is computed from changed (a rule whose status reads the status).
+	ReasonStatusLoop = "StatusLoop"
+)
+
+// Limits of the status guard.
+const (
+	// contendedAfter overwrites of kgen's status by another writer within
+	// contendedWindow start a backoff.
+	contendedAfter  = 3
+	contendedWindow = 5 * time.Minute
+	// loopAfter status writes within loopWindow, with nothing they are
+	// computed from changed, start a backoff (contract: more than 10 in a
+	// minute).
+	loopAfter  = 10
+	loopWindow = time.Minute
+	// Backoffs start at minBackoff and double, up to maxBackoff, while the
+	// cause persists.
+	minBackoff = time.Minute
+	maxBackoff = 16 * time.Minute
+)
+
+// writeStatus writes the parent's status when it differs from what is
+// there: status.observedGeneration, the single condition of type Ready,
+// and the rule's status fields; nothing else. Other conditions, written by
+// other controllers, are neither rewritten nor co-owned: where the parent's
+// schema keys its conditions by type (x-kubernetes-list-type: map), kgen
+// applies only its Ready condition with server-side apply; otherwise it
+// sends a JSON patch that replaces only that condition, guarded by the
+// resourceVersion it read, so it never writes back a stale copy.
+//
 // A parent kind without a status subresource gets no status, and neither
 // does a built-in kind: its status has a fixed schema (no Ready condition of
 // kgen's) and belongs to Kubernetes' own controllers.
-func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, fields map[string]any, ready metav1.Condition) error {
+//
+// fields nil means the rule's fields could not be computed: the values
+// there are kept. children are the parent's children as observed, part of
+// what the status is computed from (see statusGuard).
+func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, fields map[string]any, ready metav1.Condition, children []*unstructured.Unstructured) (Result, error) {
 	if !mapping.HasSubresource("status") {
-		return nil
+		return Result{}, nil
 	}
 	if _, builtin := kinds.Builtin(parent.GroupVersionKind().GroupKind()); builtin {
-		return nil
+		return Result{}, nil
 	}
 	current, _, _ := unstructured.NestedMap(parent.Object, "status")
-	status := map[string]any{}
-	for k, v := range fields {
-		status[k] = v
-	}
 	if fields == nil {
-		// The rule's fields could not be computed: keep what is there
-		// rather than blank it.
+		fields = map[string]any{}
 		for _, f := range rule.Status {
 			if v, ok := current[f.Name]; ok {
-				status[f.Name] = v
+				fields[f.Name] = v
 			}
 		}
 	}
-	ready.ObservedGeneration = parent.GetGeneration()
-	ready.LastTransitionTime = metav1.Now()
-	var conditions []any
-	replaced := false
-	if list, ok := current["conditions"].([]any); ok {
-		for _, c := range list {
-			m, ok := c.(map[string]any)
-			if !ok || m["type"] != ConditionReady {
-				conditions = append(conditions, c)
-				continue
+	gen := parent.GetGeneration()
+	ready.ObservedGeneration = gen
+	ready.LastTransitionTime = metav1.NewTime(r.cfg.Now().Truncate(time.Second))
+	currentReady, index := findCondition(current)
+	if currentReady != nil && currentReady["status"] == string(ready.Status) {
+		// metav1.Condition: the time changes only on a transition.
+		if t, ok := currentReady["lastTransitionTime"].(string); ok {
+			if parsed, err := parseTime(t); err == nil {
+				ready.LastTransitionTime = parsed
 			}
-			if m["status"] == string(ready.Status) {
-				// metav1.Condition: the time changes only on a transition.
-				if t, ok := m["lastTransitionTime"].(string); ok {
-					if parsed, err := parseTime(t); err == nil {
-						ready.LastTransitionTime = parsed
-					}
-				}
-			}
-			conditions = append(conditions, conditionMap(ready))
-			replaced = true
 		}
 	}
-	if !replaced {
-		conditions = append(conditions, conditionMap(ready))
+	want := statusOf(conditionMap(ready), gen, fields)
+	have := statusOf(currentReady, observedGeneration(current), current)
+	if sameStatus(want, have) {
+		return Result{}, nil
 	}
-	status["conditions"] = conditions
-	status["observedGeneration"] = parent.GetGeneration()
-	if subset(status, current, "") && len(current) > 0 {
-		return nil
+
+	inputs := statusInputs(rule, parent, children)
+	allowed, wait, reason := r.status.check(parent.GetUID(), want.digest(), have.digest(), inputs)
+	if reason != "" {
+		msg := map[string]string{
+			ReasonStatusContended: "another writer keeps changing the Ready condition or observedGeneration that kgen writes; kgen stops writing the status for %s",
+			ReasonStatusLoop:      "kgen rewrote the status more than %d times in a minute while the parent's spec, its children and the rule stayed the same; kgen stops writing it for %s",
+		}[reason]
+		if reason == ReasonStatusLoop {
+			msg = fmt.Sprintf(msg, loopAfter, wait.Round(time.Second))
+		} else {
+			msg = fmt.Sprintf(msg, wait.Round(time.Second))
+		}
+		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, reason, msg)
+		klog.FromContext(ctx).Info("Backing off writing the parent's status", "reason", reason, "for", wait.Round(time.Second))
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.StatusBackoff(rule.Name, reason)
+		}
 	}
-	patch := &unstructured.Unstructured{Object: map[string]any{"status": status}}
-	patch.SetAPIVersion(parent.GetAPIVersion())
-	patch.SetKind(parent.GetKind())
-	patch.SetName(parent.GetName())
-	patch.SetNamespace(parent.GetNamespace())
-	patch.SetUID(parent.GetUID())
-	updated, err := r.resource(mapping, parent.GetNamespace()).ApplyStatus(ctx, parent.GetName(), patch,
-		metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if !allowed {
+		return Result{RequeueAfter: wait}, nil
+	}
+
+	client := r.resource(mapping, parent.GetNamespace())
+	var updated *unstructured.Unstructured
+	var err error
+	if keyedConditions(r.kind(parent.GroupVersionKind())) {
+		patch := &unstructured.Unstructured{Object: map[string]any{"status": want.applyConfiguration()}}
+		patch.SetAPIVersion(parent.GetAPIVersion())
+		patch.SetKind(parent.GetKind())
+		patch.SetName(parent.GetName())
+		patch.SetNamespace(parent.GetNamespace())
+		patch.SetUID(parent.GetUID())
+		updated, err = client.ApplyStatus(ctx, parent.GetName(), patch, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	} else {
+		var body []byte
+		body, err = json.Marshal(jsonPatch(parent, current, index, ready, gen, fields))
+		if err == nil {
+			updated, err = client.Patch(ctx, parent.GetName(), types.JSONPatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+		}
+		if apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
+			// The parent changed since it was cached: its event brings
+			// the change, and another reconcile.
+			return Result{RequeueAfter: time.Second}, nil
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
+		return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
 	}
-	r.recent.remember(updated)
-	return nil
+	r.status.wrote(parent.GetUID(), want.digest(), inputs)
+	r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
+	return Result{}, nil
+}
+
+// keyedConditions reports whether a kind's status.conditions is a list
+// keyed by type, so that applying one condition leaves the others alone.
+func keyedConditions(kind *kschema.Field) bool {
+	listType, keys := kind.Property("status").Property("conditions").Keys()
+	return listType == kschema.ListMap && slices.Equal(keys, []string{"type"})
+}
+
+// parentStatus is the part of a parent's status kgen writes.
+type parentStatus struct {
+	ready      map[string]any // nil when absent
+	generation int64
+	fields     map[string]any
+}
+
+func statusOf(ready map[string]any, generation int64, fields map[string]any) parentStatus {
+	own := map[string]any{}
+	for k, v := range fields {
+		if k != "conditions" && k != "observedGeneration" {
+			own[k] = v
+		}
+	}
+	return parentStatus{ready: ready, generation: generation, fields: own}
+}
+
+// sameStatus reports whether have already holds everything want sets.
+func sameStatus(want, have parentStatus) bool {
+	if want.generation != have.generation || have.ready == nil {
+		return false
+	}
+	for _, k := range []string{"type", "status", "reason", "message", "observedGeneration"} {
+		if !scalarEqual(want.ready[k], have.ready[k]) {
+			return false
+		}
+	}
+	return Matches(want.fields, have.fields, nil)
+}
+
+// digest fingerprints what kgen writes, without the transition time.
+func (s parentStatus) digest() Digest {
+	ready := map[string]any{}
+	for k, v := range s.ready {
+		if k != "lastTransitionTime" {
+			ready[k] = v
+		}
+	}
+	b, _ := json.Marshal([]any{ready, s.generation}) // JSON values: no error
+	sum := sha256.Sum256(b)
+	return Digest(sum[:16])
+}
+
+func (s parentStatus) applyConfiguration() map[string]any {
+	out := map[string]any{}
+	for k, v := range s.fields {
+		out[k] = v
+	}
+	out["observedGeneration"] = s.generation
+	out["conditions"] = []any{s.ready}
+	return out
+}
+
+// jsonPatch returns the JSON patch that writes kgen's part of the status of
+// a parent whose conditions are not keyed: it tests the resourceVersion it
+// read and the type of the condition it replaces, so it fails rather than
+// write over a change it has not seen.
+func jsonPatch(parent *unstructured.Unstructured, current map[string]any, index int, ready metav1.Condition, gen int64, fields map[string]any) []map[string]any {
+	ops := []map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": parent.GetResourceVersion()}}
+	cond := conditionMap(ready)
+	switch {
+	case current == nil:
+		ops = append(ops, map[string]any{"op": "add", "path": "/status", "value": map[string]any{"conditions": []any{cond}}})
+	case index >= 0:
+		path := fmt.Sprintf("/status/conditions/%d", index)
+		ops = append(ops,
+			map[string]any{"op": "test", "path": path + "/type", "value": ConditionReady},
+			map[string]any{"op": "replace", "path": path, "value": cond})
+	case current["conditions"] != nil:
+		ops = append(ops, map[string]any{"op": "add", "path": "/status/conditions/-", "value": cond})
+	default:
+		ops = append(ops, map[string]any{"op": "add", "path": "/status/conditions", "value": []any{cond}})
+	}
+	ops = append(ops, map[string]any{"op": "add", "path": "/status/observedGeneration", "value": gen})
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		ops = append(ops, map[string]any{"op": "add", "path": "/status/" + escapePointer(k), "value": fields[k]})
+	}
+	return ops
+}
+
+// escapePointer escapes a key for a JSON pointer (RFC 6901).
+func escapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// findCondition returns the Ready condition of a status and its index.
+func findCondition(status map[string]any) (map[string]any, int) {
+	list, _ := status["conditions"].([]any)
+	for i, c := range list {
+		if m, ok := c.(map[string]any); ok && m["type"] == ConditionReady {
+			return m, i
+		}
+	}
+	return nil, -1
+}
+
+func observedGeneration(status map[string]any) int64 {
+	f, _ := number(status["observedGeneration"])
+	return int64(f)
 }
 
 func conditionMap(c metav1.Condition) map[string]any {
@@ -99,4 +281,204 @@ func parseTime(s string) (metav1.Time, error) {
 	var t metav1.Time
 	err := json.Unmarshal([]byte(`"`+s+`"`), &t)
 	return t, err
+}
+
+// statusInputs fingerprints what a parent's status is computed from: the
+// rule, the parent's spec (its generation), labels and annotations, and its
+// children's versions. Not the parent's status, resourceVersion or managed
+// fields: a status that changes while these stay the same is a loop.
+func statusInputs(rule *rules.Rule, parent *unstructured.Unstructured, children []*unstructured.Unstructured) Digest {
+	h := sha256.New()
+	fmt.Fprintf(h, "%p/%s/%d\n", rule, rule.Name, parent.GetGeneration())
+	b, _ := json.Marshal([]any{parent.GetLabels(), parent.GetAnnotations()})
+	h.Write(b)
+	versions := make([]string, 0, len(children))
+	for _, c := range children {
+		versions = append(versions, string(c.GetUID())+"="+c.GetResourceVersion())
+	}
+	slices.Sort(versions)
+	fmt.Fprintln(h, strings.Join(versions, ","))
+	var d Digest
+	copy(d[:], h.Sum(nil))
+	return d
+}
+
+// statusGuard keeps kgen from fighting another writer of a parent's status,
+// and from a status that triggers its own rewrite: it remembers, per
+// parent, what kgen last wrote and when, and stops status writes for a
+// growing while when either pattern shows.
+type statusGuard struct {
+	now     func() time.Time
+	mu      sync.Mutex
+	parents map[types.UID]*statusHistory
+}
+
+type statusHistory struct {
+	written    Digest    // what kgen last wrote
+	inputs     Digest    // what it was computed from
+	at         time.Time // when
+	loops      []time.Time
+	overwrites []time.Time
+	until      time.Time // no writes before this
+	backoff    time.Duration
+}
+
+func newStatusGuard(now func() time.Time) *statusGuard {
+	return &statusGuard{now: now, parents: map[types.UID]*statusHistory{}}
+}
+
+// check tells whether kgen may write a parent's status now (want, where the
+// parent has have and it was computed from inputs), and else how long to
+// wait. reason is set when this check starts a backoff.
+func (g *statusGuard) check(uid types.UID, want, have, inputs Digest) (allowed bool, wait time.Duration, reason string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	h := g.parents[uid]
+	if h == nil {
+		return true, 0, ""
+	}
+	if now.Before(h.until) {
+		return false, h.until.Sub(now), ""
+	}
+	switch {
+	case want == h.written && have != h.written:
+		// kgen would write again what it wrote, and someone else changed it.
+		h.overwrites = append(recent(h.overwrites, now, contendedWindow), now)
+		if len(h.overwrites) >= contendedAfter {
+			h.overwrites = nil
+			return false, h.startBackoff(now), ReasonStatusContended
+		}
+	case inputs == h.inputs:
+		h.loops = append(recent(h.loops, now, loopWindow), now)
+		if len(h.loops) > loopAfter {
+			h.loops = nil
+			return false, h.startBackoff(now), ReasonStatusLoop
+		}
+	default:
+		h.loops = nil
+	}
+	return true, 0, ""
+}
+
+// startBackoff stops writes for the next backoff, doubling it if the last
+// one ended recently.
+func (h *statusHistory) startBackoff(now time.Time) time.Duration {
+	switch {
+	case h.backoff == 0 || now.Sub(h.until) > 2*maxBackoff:
+		h.backoff = minBackoff
+	case h.backoff < maxBackoff:
+		h.backoff *= 2
+	}
+	h.until = now.Add(h.backoff)
+	return h.backoff
+}
+
+// wrote records a status write.
+func (g *statusGuard) wrote(uid types.UID, written, inputs Digest) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.parents[uid]
+	if h == nil {
+		h = &statusHistory{}
+		g.parents[uid] = h
+	}
+	h.written, h.inputs, h.at = written, inputs, g.now()
+}
+
+// forget drops what is known of a parent that is going.
+func (g *statusGuard) forget(uid types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.parents, uid)
+}
+
+// sweep drops the histories of parents whose status kgen has not written
+// for a while and that are not backing off.
+func (g *statusGuard) sweep(olderThan time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	for uid, h := range g.parents {
+		if now.Sub(h.at) > olderThan && now.After(h.until) {
+			delete(g.parents, uid)
+		}
+	}
+}
+
+// recent returns the times within window before now.
+func recent(times []time.Time, now time.Time, window time.Duration) []time.Time {
+	out := times[:0]
+	for _, t := range times {
+		if now.Sub(t) < window {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// normalized remembers, per child, what the server made of the fields
+// kgen's last write of a template set (see Project), so that a difference
+// between template and live object that the server made is not written
+// again.
+type normalized struct {
+	now     func() time.Time
+	mu      sync.Mutex
+	objects map[types.UID]normal
+}
+
+type normal struct {
+	hash   string // the template hash written
+	digest Digest
+	used   time.Time
+}
+
+func newNormalized(now func() time.Time) *normalized {
+	return &normalized{now: now, objects: map[types.UID]normal{}}
+}
+
+func (n *normalized) remember(uid types.UID, hash string, d Digest) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.objects[uid] = normal{hash: hash, digest: d, used: n.now()}
+}
+
+// same reports whether kgen's last write of the template with this hash
+// left the child with this projection.
+func (n *normalized) same(uid types.UID, hash string, d Digest) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.objects[uid]
+	if !ok || e.hash != hash || e.digest != d {
+		return false
+	}
+	e.used = n.now()
+	n.objects[uid] = e
+	return true
+}
+
+func (n *normalized) forget(uid types.UID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.objects, uid)
+}
+
+// sweep drops what was not used for a while (children deleted by others).
+func (n *normalized) sweep(olderThan time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	for uid, e := range n.objects {
+		if now.Sub(e.used) > olderThan {
+			delete(n.objects, uid)
+		}
+	}
+}
+
+// Sweep drops what the Reconciler remembers of parents and children it has
+// not looked at for a while; call it now and then (the controller does,
+// hourly).
+func (r *Reconciler) Sweep() {
+	r.status.sweep(time.Hour)
+	r.normal.sweep(24 * time.Hour)
 }

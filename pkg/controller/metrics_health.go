@@ -1,0 +1,31 @@
+package controller
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// registerHealth creates the metrics of what kgen backs off from: lists and
+// watches that fail, and parents whose status it stops writing for a while.
+func (m *Metrics) registerHealth(reg prometheus.Registerer) {
+	m.backoffs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kgen_status_backoffs_total",
+		Help: "Times kgen stopped writing a parent's status for a while, by rule and reason: StatusContended (another writer keeps changing kgen's Ready condition) or StatusLoop (the status changed with nothing it is computed from).",
+	}, []string{"rule", "reason"})
+	m.listErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kgen_watch_errors_total",
+		Help: "Failed lists and watches of a rule's informers, by rule and reason (Forbidden, ListFailed); the informers retry with backoff and the rule's parents wait.",
+	}, []string{"rule", "reason"})
+	reg.MustRegister(m.backoffs, m.listErrors)
+}
+
+// StatusBackoff counts a status backoff; it makes *Metrics a
+// reconcile.Observer.
+func (m *Metrics) StatusBackoff(rule, reason string) {
+	if m != nil {
+		m.backoffs.WithLabelValues(rule, reason).Inc()
+	}
+}
+
+func (m *Metrics) watchFailed(rule, reason string) {
+	if m != nil {
+		m.listErrors.WithLabelValues(rule, reason).Inc()
+	}
+}

@@ -1,0 +1,139 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/csaupgrade"
+)
+
+// Who an existing object that stands where a child should be belongs to.
+const (
+	ownerThis = "this parent's"
+	ownerGone = "a parent that no longer exists"
+)
+
+// owner tells whose an object found under a child's name is: this parent's
+// (ownerThis: the cache was behind), a kgen parent's that no longer exists
+// (ownerGone: a parent restored from a backup with a new UID, or a rule
+// renamed or changed so another parent renders the same name; it may be
+// adopted), or else a sentence saying why kgen must leave it alone.
+//
+// An object is adopted only when its owner is known to be gone: any doubt
+// (the owner cannot be read) leaves it alone.
+func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstructured) string {
+	if ownedBy(obj, parent) {
+		return ownerThis
+	}
+	labels := obj.GetLabels()
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if labels[LabelManagedBy] != ManagedBy && ref == nil {
+		return "is not managed by kgen"
+	}
+	// The owner: the controller reference names it; without one (a child
+	// in another namespace) the parent annotation does, and its kind is the
+	// parent kind of the rule that wants the object now.
+	var gvk schema.GroupVersionKind
+	var namespace, name string
+	var uid types.UID
+	switch {
+	case ref != nil:
+		gvk = schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind)
+		namespace, name, uid = obj.GetNamespace(), ref.Name, ref.UID
+	case labels[LabelParentUID] != "" && obj.GetAnnotations()[AnnotationParent] != "":
+		gvk = parent.GroupVersionKind()
+		namespace, name, _ = strings.Cut(obj.GetAnnotations()[AnnotationParent], "/")
+		if name == "" {
+			namespace, name = "", namespace
+		}
+		uid = types.UID(labels[LabelParentUID])
+	default:
+		return "is not managed by kgen"
+	}
+	if uid == parent.GetUID() {
+		return ownerThis // its ownerReference was taken away: kgen applies it back
+	}
+	mapping, err := r.cfg.Resources.ResourceFor(gvk)
+	if err != nil {
+		return fmt.Sprintf("belongs to %s %s, whose kind kgen cannot resolve (%v)", gvk.Kind, name, err)
+	}
+	if !mapping.Namespaced {
+		namespace = ""
+	}
+	live, err := r.resource(mapping, namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return ownerGone
+	case err != nil:
+		return fmt.Sprintf("belongs to %s %s, which kgen cannot read (%v)", gvk.Kind, name, err)
+	case live.GetUID() != uid:
+		return ownerGone // the name now belongs to another object
+	}
+	where := name
+	if namespace != "" {
+		where = namespace + "/" + name
+	}
+	return fmt.Sprintf("belongs to %s %s, which exists", gvk.Kind, where)
+}
+
+// lastWriter names who most recently changed an object other than kgen,
+// from its managed fields, as " (changed by NAME)"; "" when they do not say.
+// It reads the object: the cache keeps no managed fields.
+func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInterface, obj *unstructured.Unstructured) string {
+	if !r.events.records(EventRepaired) {
+		return ""
+	}
+	live, err := client.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	var newest *metav1.ManagedFieldsEntry
+	fields := live.GetManagedFields()
+	for i, e := range fields {
+		if e.Manager == FieldManager || e.Manager == finalizerManager || e.Subresource != "" || e.Time == nil {
+			continue
+		}
+		if newest == nil || e.Time.After(newest.Time.Time) {
+			newest = &fields[i]
+		}
+	}
+	if newest == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (changed by %s)", newest.Manager)
+}
+
+// upgradeOwnership moves the fields an older kgen owns through an Update
+// entry (it created children with POST) into kgen's apply entry, once per
+// such child, before kgen first applies it: otherwise a field a later
+// template drops would stay. The cache keeps exactly that entry of an
+// object's managed fields (see watch), so most children need nothing.
+func (r *Reconciler) upgradeOwnership(ctx context.Context, client dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+	legacy := false
+	for _, e := range obj.GetManagedFields() {
+		if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate && e.Subresource == "" {
+			legacy = true
+		}
+	}
+	if !legacy {
+		return nil
+	}
+	live, err := client.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(FieldManager), FieldManager)
+	if err != nil || patch == nil {
+		return err
+	}
+	_, err = client.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{})
+	return err
+}

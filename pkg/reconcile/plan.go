@@ -1,0 +1,195 @@
+package reconcile
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kgen.dev/kgen/rules"
+)
+
+// Op is what a Step does to its child.
+type Op int
+
+const (
+	// OpKeep leaves the child alone: it is up to date.
+	OpKeep Op = iota
+	// OpCreate creates the child: no object of it exists.
+	OpCreate
+	// OpUpdate applies the child because the template, or the parent it is
+	// rendered from, changed.
+	OpUpdate
+	// OpRepair applies the child because a field kgen manages was changed
+	// by someone else (drift).
+	OpRepair
+)
+
+func (o Op) String() string {
+	return [...]string{"keep", "create", "update", "repair"}[o]
+}
+
+// Plan is what one reconcile of one parent must do, computed from the
+// parent, its rule and its children as cached, without a request. Executing
+// it is the Reconciler's job; the plan is what most tests check.
+type Plan struct {
+	// Rendered is the rule's rendering for the parent.
+	Rendered *Rendered
+	// Steps are the wanted children, in the order to write them.
+	Steps []Step
+	// Prunes are observed children no longer wanted at all (their
+	// includeWhen is false, or their id or kind left the rule): delete
+	// them.
+	Prunes []Prune
+	// Keep are observed children that are neither written nor pruned this
+	// time: they wait for a child they read.
+	Keep []*unstructured.Unstructured
+	// Finalizer tells whether the parent needs kgen's finalizer: some child
+	// it wants, or still has, cannot carry an ownerReference to it.
+	Finalizer bool
+}
+
+// Step is one wanted child.
+type Step struct {
+	Child
+	// Live is the observed object the child is, or nil when it must be
+	// created.
+	Live *unstructured.Unstructured
+	// Op says what to do.
+	Op Op
+	// Replaces are observed objects of the same child under another name
+	// (the template renders a new name): they are deleted only once the
+	// new object exists, so the parent is never left without the child.
+	Replaces []*unstructured.Unstructured
+}
+
+// Prune is one observed child to delete.
+type Prune struct {
+	Object *unstructured.Unstructured
+	// ID is the child id the object carries.
+	ID string
+	// Why says why it is no longer wanted, for events and logs.
+	Why string
+}
+
+// Judge tells whether a live child still holds what its desired object
+// sets, and if not, whether the template changed (OpUpdate) or someone
+// changed the child (OpRepair). desired carries its template hash.
+type Judge func(desired, live *unstructured.Unstructured) Op
+
+// MakePlan decides what to do for one parent. observed are the parent's
+// children as cached (those marked with its UID, of the kinds the rule
+// watches), newest writes included; scope answers whether kinds are
+// namespaced; judge compares a desired child with its live object.
+//
+// An error comes from rendering: a *RenderError (ErrInvalid) for a problem
+// of the rule or the parent's data, or the Scoper's error.
+func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*unstructured.Unstructured, scope Scoper, judge Judge) (*Plan, error) {
+	// Only the parent's own children count: an object that merely carries
+	// its marks (someone added kgen's labels to an object of theirs) is
+	// neither read, written, nor pruned.
+	observed = slices.DeleteFunc(slices.Clone(observed), func(obj *unstructured.Unstructured) bool { return !ownedBy(obj, parent) })
+	byID := map[string][]*unstructured.Unstructured{}
+	for _, obj := range observed {
+		if obj.GetDeletionTimestamp() != nil {
+			continue // going already
+		}
+		id := obj.GetLabels()[LabelChild]
+		byID[id] = append(byID[id], obj)
+	}
+	for _, objs := range byID {
+		// The oldest object of a child is the one a template reads.
+		slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+			return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
+		})
+	}
+	reads := map[string]*unstructured.Unstructured{}
+	for _, c := range rule.Children {
+		for _, obj := range byID[c.ID] {
+			if sameKind(obj, c.GroupVersionKind) {
+				reads[c.ID] = obj
+				break
+			}
+		}
+	}
+	rendered, err := Render(rule, parent, reads, scope)
+	if err != nil {
+		return nil, err
+	}
+
+	p := &Plan{Rendered: rendered}
+	handled := map[types.UID]bool{}
+	for _, c := range rendered.Children {
+		desired := withHash(c.Object) // Render's objects are ours to change
+		step := Step{Child: c}
+		step.Object = desired
+		for _, obj := range byID[c.ID] {
+			if !sameKind(obj, desired.GroupVersionKind()) {
+				continue
+			}
+			handled[obj.GetUID()] = true
+			if step.Live == nil && obj.GetName() == desired.GetName() && obj.GetNamespace() == desired.GetNamespace() {
+				step.Live = obj
+				continue
+			}
+			step.Replaces = append(step.Replaces, obj)
+		}
+		switch {
+		case step.Live == nil:
+			step.Op = OpCreate
+		default:
+			step.Op = judge(desired, step.Live)
+		}
+		if !c.OwnerReference {
+			p.Finalizer = true
+		}
+		p.Steps = append(p.Steps, step)
+	}
+	excluded := map[string]bool{}
+	for _, id := range rendered.Excluded {
+		excluded[id] = true
+	}
+	for _, obj := range observed {
+		if handled[obj.GetUID()] || obj.GetDeletionTimestamp() != nil {
+			continue
+		}
+		id := obj.GetLabels()[LabelChild]
+		c := rule.Child(id)
+		switch {
+		case c != nil && !sameKind(obj, c.GroupVersionKind):
+			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its kind is no longer the child's"})
+		case c == nil:
+			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "the rule has no child " + id + " any more"})
+		case excluded[id]:
+			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its includeWhen is false"})
+		default:
+			// Waiting for a dependency: keep what exists of it.
+			p.Keep = append(p.Keep, obj)
+		}
+	}
+	// A child that has no ownerReference to the parent (another namespace,
+	// or cluster-scoped) still needs the finalizer until it is gone.
+	for _, obj := range observed {
+		if !hasOwner(obj, parent.GetUID()) && obj.GetDeletionTimestamp() == nil {
+			p.Finalizer = true
+		}
+	}
+	return p, nil
+}
+
+// sameKind reports whether an object is of the group and kind of gvk; the
+// version may differ (a served version of the same kind).
+func sameKind(obj *unstructured.Unstructured, gvk schema.GroupVersionKind) bool {
+	return obj.GroupVersionKind().GroupKind() == gvk.GroupKind()
+}
+
+// hasOwner reports whether obj has an ownerReference to the object with uid.
+func hasOwner(obj *unstructured.Unstructured, uid types.UID) bool {
+	for _, o := range obj.GetOwnerReferences() {
+		if o.UID == uid {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,812 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"kgen.dev/kgen/pkg/watch"
+	"kgen.dev/kgen/rules"
+)
+
+// appRule is the rule of these tests: an App gets a ConfigMap (named by
+// spec.cmName, included unless spec.config is false, with the labels and
+// data of its spec) and a Deployment with CPU quantities the server
+// normalises; its status names the ConfigMap.
+const appRule = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App}
+  children:
+  - id: config
+    includeWhen: ["${parent.spec.?config.orValue(true)}"]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.spec.?cmName.orValue(parent.metadata.name + "-config")}
+        labels: ${parent.spec.?labels.orValue({})}
+      data: ${parent.spec.data}
+  - id: deploy
+    template:
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: "${parent.metadata.name}"}
+      spec:
+        replicas: ${parent.spec.replicas}
+        template:
+          spec:
+            containers:
+            - name: app
+              image: ${parent.spec.image}
+              resources: {requests: {cpu: 0.5}, limits: {cpu: 1}}
+  status:
+    configName: ${children.config.metadata.name}
+`
+
+// clusterRule gives an App a cluster-scoped child, which cannot have an
+// ownerReference to it: kgen's finalizer guards it.
+const clusterRule = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: guarded}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App}
+  children:
+  - id: role
+    includeWhen: ["${parent.spec.?role.orValue(true)}"]
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata: {name: "${parent.metadata.namespace}-${parent.metadata.name}"}
+      rules: []
+`
+
+func appParent(spec map[string]any) *unstructured.Unstructured {
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	base := map[string]any{"image": "nginx", "replicas": int64(1), "data": map[string]any{"a": "1"}}
+	for k, v := range spec {
+		base[k] = v
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "App",
+		"metadata": map[string]any{"name": "web", "namespace": "team", "uid": "uid-parent", "generation": int64(1)},
+		"spec":     base,
+	}}
+	return u
+}
+
+// harness runs a Reconciler against a fakeAPI.
+type harness struct {
+	t      *testing.T
+	api    *fakeAPI
+	rule   *rules.Rule
+	events *record.FakeRecorder
+	r      *Reconciler
+	now    time.Time
+	cfg    Config
+}
+
+func newHarness(t *testing.T, ruleDoc string, mutate ...func(*Config)) *harness {
+	h := &harness{t: t, api: newFakeAPI(t), rule: parseRule(t, ruleDoc), events: record.NewFakeRecorder(100),
+		now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	h.cfg = Config{Client: h.api, Resources: fakeResources{}, Schemas: fakeSchemas{}, Children: storeLister{h.api},
+		Writes: watch.NewWrites(), Recorder: h.events, Now: func() time.Time { return h.now }}
+	for _, m := range mutate {
+		m(&h.cfg)
+	}
+	h.r = New(h.cfg)
+	return h
+}
+
+// restart replaces the Reconciler by a new one, as a restart of kgen does:
+// nothing remembered.
+func (h *harness) restart() { h.r = New(h.cfg) }
+
+// reconcile reconciles the parent as stored.
+func (h *harness) reconcile(parent *unstructured.Unstructured) (Result, error) {
+	h.t.Helper()
+	stored := h.api.get(appGVK, parent.GetNamespace(), parent.GetName())
+	if stored == nil {
+		h.api.add(parent)
+		stored = h.api.get(appGVK, parent.GetNamespace(), parent.GetName())
+	}
+	return h.r.Reconcile(context.Background(), h.rule, fakeMappings[appGVK], stored)
+}
+
+// converge reconciles until nothing is written, and fails the test if
+// that takes more than a few passes.
+func (h *harness) converge(parent *unstructured.Unstructured) {
+	h.t.Helper()
+	for range 4 {
+		h.api.resetRequests()
+		if _, err := h.reconcile(parent); err != nil {
+			h.t.Fatalf("reconcile: %v", err)
+		}
+		if len(h.api.writes()) == 0 {
+			h.drain()
+			h.api.resetRequests()
+			return
+		}
+	}
+	h.t.Fatalf("still writing after 4 reconciles: %v", h.api.writes())
+}
+
+// setSpec changes the stored parent's spec and bumps its generation.
+func (h *harness) setSpec(spec map[string]any) *unstructured.Unstructured {
+	h.t.Helper()
+	p := h.api.get(appGVK, "team", "web")
+	for k, v := range spec {
+		if v == nil {
+			delete(p.Object["spec"].(map[string]any), k)
+			continue
+		}
+		p.Object["spec"].(map[string]any)[k] = v
+	}
+	p.SetGeneration(p.GetGeneration() + 1)
+	p.SetResourceVersion("")
+	h.api.add(p)
+	return p
+}
+
+// drain returns the events recorded since the last drain.
+func (h *harness) drain() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func ready(obj *unstructured.Unstructured) map[string]any {
+	c, _ := findCondition(obj.Object["status"].(map[string]any))
+	return c
+}
+
+func (h *harness) ready() map[string]any {
+	return ready(h.api.get(appGVK, "team", "web"))
+}
+
+func TestReconcileNewParent(t *testing.T) {
+	for _, tt := range []struct {
+		policy EventPolicy
+		events []string
+	}{
+		{EventsNotable, nil},
+		{EventsAll, []string{"Normal Created Created configmaps team/web-config (child config)", "Normal Created Created deployments.apps team/web (child deploy)"}},
+	} {
+		t.Run(string(tt.policy), func(t *testing.T) {
+			h := newHarness(t, appRule, func(c *Config) { c.Events = tt.policy })
+			if _, err := h.reconcile(appParent(nil)); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"patch configmaps team/web-config", "patch deployments team/web", "patch apps/status team/web"}
+			if got := h.api.writes(); !slices.Equal(got, want) {
+				t.Errorf("writes = %v, want %v", got, want)
+			}
+			if got := h.api.calls(); len(got) != len(want) {
+				t.Errorf("a new parent's children cost one request each, got %v", got)
+			}
+			if got := h.drain(); !slices.Equal(got, tt.events) {
+				t.Errorf("events = %q, want %q", got, tt.events)
+			}
+			cm := h.api.get(cmGVK, "team", "web-config")
+			if cm == nil || cm.GetLabels()[LabelParentUID] != "uid-parent" || len(cm.GetOwnerReferences()) != 1 {
+				t.Fatalf("child = %v", cm)
+			}
+			status := h.api.get(appGVK, "team", "web").Object["status"].(map[string]any)
+			if status["configName"] != "web-config" || status["observedGeneration"] != int64(1) {
+				t.Errorf("status = %v", status)
+			}
+			// Converged: the next reconcile sends nothing at all.
+			h.api.resetRequests()
+			if _, err := h.reconcile(appParent(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.api.calls(); len(got) != 0 {
+				t.Errorf("a converged parent made requests: %v", got)
+			}
+		})
+	}
+}
+
+// The create of a child is a server-side apply that can only create: the
+// request carries the create-only resourceVersion, so kgen owns its fields
+// with its apply from the first write on.
+func TestReconcileCreateIsGuardedApply(t *testing.T) {
+	h := newHarness(t, appRule)
+	if _, err := h.reconcile(appParent(nil)); err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(h.api.lastBody("patch", ""), &body); err != nil {
+		t.Fatal(err)
+	}
+	if rv := body["metadata"].(map[string]any)["resourceVersion"]; rv != createOnlyResourceVersion {
+		t.Errorf("the create's resourceVersion = %v, want %s", rv, createOnlyResourceVersion)
+	}
+}
+
+func TestReconcileChanges(t *testing.T) {
+	tests := []struct {
+		name string
+		// change is made to the converged cluster.
+		change func(h *harness)
+		// writes are the requests that change something, in order.
+		writes []string
+		// events under the default policy.
+		events []string
+		check  func(t *testing.T, h *harness)
+	}{{
+		name: "a data key and a label removed from the template",
+		change: func(h *harness) {
+			h.setSpec(map[string]any{"data": map[string]any{"a": "1"}, "labels": map[string]any{}})
+		},
+		writes: []string{"patch configmaps team/web-config", "patch apps/status team/web"},
+		check: func(t *testing.T, h *harness) {
+			cm := h.api.get(cmGVK, "team", "web-config")
+			if _, ok := cm.Object["data"].(map[string]any)["b"]; ok {
+				t.Errorf("data = %v, want b gone", cm.Object["data"])
+			}
+			if _, ok := cm.GetLabels()["x"]; ok {
+				t.Errorf("labels = %v, want x gone", cm.GetLabels())
+			}
+		},
+	}, {
+		name: "drift repaired, naming who changed it",
+		change: func(h *harness) {
+			cm := h.api.get(cmGVK, "team", "web-config")
+			cm.Object["data"].(map[string]any)["a"] = "changed"
+			cm.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kgen", Operation: metav1.ManagedFieldsOperationApply, Time: &metav1.Time{Time: h.now}},
+				{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: h.now.Add(time.Minute)}}})
+			h.api.add(cm)
+		},
+		writes: []string{"patch configmaps team/web-config"},
+		events: []string{"Normal Repaired Repaired configmaps team/web-config (child config) (changed by kubectl-edit)"},
+		check: func(t *testing.T, h *harness) {
+			if got := h.api.get(cmGVK, "team", "web-config").Object["data"].(map[string]any)["a"]; got != "1" {
+				t.Errorf("data.a = %v, want it set back to 1", got)
+			}
+		},
+	}, {
+		name: "a deleted child is recreated",
+		change: func(h *harness) {
+			h.api.mu.Lock()
+			delete(h.api.objects, objKey{gvrOf(cmGVK), "team", "web-config"})
+			h.api.mu.Unlock()
+		},
+		writes: []string{"patch configmaps team/web-config"},
+	}, {
+		name: "quantities the server stored canonically, and status churn, are no change",
+		change: func(h *harness) {
+			d := h.api.get(deployGVK, "team", "web")
+			c := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			c["resources"] = map[string]any{"requests": map[string]any{"cpu": "500m"}, "limits": map[string]any{"cpu": "1"}}
+			c["terminationMessagePath"] = "/dev/termination-log"
+			d.Object["status"] = map[string]any{"replicas": int64(1), "observedGeneration": int64(4)}
+			h.api.add(d)
+			h.restart() // nothing remembered: the schema alone tells
+		},
+	}, {
+		name: "a sidecar another writer added to a keyed list is no change",
+		change: func(h *harness) {
+			d := h.api.get(deployGVK, "team", "web")
+			spec := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			spec["containers"] = append([]any{map[string]any{"name": "proxy", "image": "envoy"}}, spec["containers"].([]any)...)
+			h.api.add(d)
+			h.restart()
+		},
+	}, {
+		name:   "an excluded child is pruned",
+		change: func(h *harness) { h.setSpec(map[string]any{"config": false}) },
+		writes: []string{"delete configmaps team/web-config", "patch apps/status team/web"},
+		events: []string{"Normal Deleted Deleted configmaps team/web-config (child config): its includeWhen is false"},
+	}, {
+		name: "a child whose id left the rule is pruned",
+		change: func(h *harness) {
+			h.api.add(childOf(h, cmGVK, "team", "old", "gone", true))
+		},
+		writes: []string{"delete configmaps team/old"},
+		events: []string{"Normal Deleted Deleted configmaps team/old (child gone): the rule has no child gone any more"},
+	}, {
+		name: "a label-spoofed object is never pruned",
+		change: func(h *harness) {
+			// Someone who may patch but not delete it gave an object of
+			// theirs kgen's labels; Kubernetes allows an ownerReference
+			// here and it has none, so it is not kgen's.
+			h.api.add(childOf(h, cmGVK, "team", "theirs", "gone", false))
+		},
+		check: func(t *testing.T, h *harness) {
+			if h.api.get(cmGVK, "team", "theirs") == nil {
+				t.Error("the spoofed object was deleted")
+			}
+		},
+	}, {
+		name:   "a rename creates the new object before it deletes the old",
+		change: func(h *harness) { h.setSpec(map[string]any{"cmName": "second"}) },
+		writes: []string{"patch configmaps team/second", "delete configmaps team/web-config", "patch apps/status team/web"},
+		events: []string{"Normal Deleted Deleted configmaps team/web-config (child config): the child was renamed to second"},
+	}, {
+		name: "a rename onto a taken name keeps the old child",
+		change: func(h *harness) {
+			h.api.add(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": "taken", "namespace": "team"}, "data": map[string]any{"theirs": "x"}}})
+			h.setSpec(map[string]any{"cmName": "taken"})
+		},
+		writes: []string{"patch configmaps team/taken", "patch apps/status team/web"},
+		events: []string{"Warning Conflict child config: configmaps team/taken exists and is not managed by kgen; kgen leaves it untouched"},
+		check: func(t *testing.T, h *harness) {
+			if h.api.get(cmGVK, "team", "web-config") == nil {
+				t.Error("the old child was deleted")
+			}
+			if got := h.api.get(cmGVK, "team", "taken").Object["data"]; fmt.Sprint(got) != "map[theirs:x]" {
+				t.Errorf("the foreign object changed: %v", got)
+			}
+			if c := h.ready(); c["reason"] != ReasonConflict {
+				t.Errorf("Ready = %v, want Conflict", c)
+			}
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, appRule)
+			h.converge(appParent(map[string]any{"data": map[string]any{"a": "1", "b": "2"}, "labels": map[string]any{"x": "y"}}))
+			tt.change(h)
+			h.api.resetRequests()
+			_, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+			if err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			if got := h.api.writes(); !slices.Equal(got, tt.writes) {
+				t.Errorf("writes = %q, want %q", got, tt.writes)
+			}
+			if got := h.drain(); !slices.Equal(got, tt.events) {
+				t.Errorf("events = %q, want %q", got, tt.events)
+			}
+			if tt.check != nil {
+				tt.check(t, h)
+			}
+		})
+	}
+}
+
+// childOf makes an object marked as a child of the harness's parent, with
+// or without the controller ownerReference kgen gives its children.
+func childOf(h *harness, gvk schema.GroupVersionKind, ns, name, id string, owned bool) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetLabels(map[string]string{LabelManagedBy: ManagedBy, LabelRule: h.rule.Name, LabelParentUID: "uid-parent", LabelChild: id})
+	u.SetAnnotations(map[string]string{AnnotationParent: "team/web"})
+	if owned {
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "web", UID: "uid-parent", Controller: new(true)}})
+	}
+	return u
+}
+
+// A new child whose create fails leaves the old one, under its old name,
+// in place; the error is retried and reported on the parent.
+func TestReconcileRenameFails(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		err      error
+		reason   string
+		terminal bool
+	}{
+		{"server error", apierrors.NewInternalError(errors.New("etcd is down")), ReasonApplyFailed, false},
+		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "second", errors.New("no")), ReasonForbidden, false},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "second", nil), ReasonInvalid, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, appRule)
+			h.converge(appParent(nil))
+			h.setSpec(map[string]any{"cmName": "second"})
+			h.api.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return a.(clienttesting.PatchAction).GetName() == "second", nil, tt.err
+			})
+			_, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+			if err == nil || errors.Is(err, ErrTerminal) != tt.terminal {
+				t.Errorf("err = %v, want terminal %t", err, tt.terminal)
+			}
+			if h.api.get(cmGVK, "team", "web-config") == nil {
+				t.Error("the old child was deleted before its replacement existed")
+			}
+			if c := h.ready(); c["reason"] != tt.reason {
+				t.Errorf("Ready = %v, want reason %s", c, tt.reason)
+			}
+		})
+	}
+}
+
+func TestReconcileOwnership(t *testing.T) {
+	otherParent := func(name, uid string) *unstructured.Unstructured {
+		p := appParent(nil)
+		p.SetName(name)
+		p.SetUID(types.UID("uid-" + uid))
+		return p
+	}
+	ownedByOther := func(uid string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "web-config", "namespace": "team"}, "data": map[string]any{"a": "old"}}}
+		u.SetLabels(map[string]string{LabelManagedBy: ManagedBy, LabelRule: "renamed-away", LabelParentUID: "uid-" + uid, LabelChild: "config"})
+		u.SetAnnotations(map[string]string{AnnotationParent: "team/web"})
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "web", UID: types.UID("uid-" + uid), Controller: new(true)}})
+		return u
+	}
+	tests := []struct {
+		name     string
+		existing []*unstructured.Unstructured
+		reason   string // of Ready, for the config child
+		conflict bool
+		events   []string
+		adopted  bool
+	}{{
+		name:     "an object that is not kgen's",
+		existing: []*unstructured.Unstructured{{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "web-config", "namespace": "team"}}}},
+		reason:   ReasonConflict, conflict: true,
+		events: []string{"Warning Conflict child config: configmaps team/web-config exists and is not managed by kgen; kgen leaves it untouched"},
+	}, {
+		name: "a child of another parent that exists",
+		existing: []*unstructured.Unstructured{otherParent("web-old", "old"), func() *unstructured.Unstructured {
+			u := ownedByOther("old")
+			u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "web-old", UID: "uid-old", Controller: new(true)}})
+			return u
+		}()},
+		reason: ReasonConflict, conflict: true,
+		events: []string{"Warning Conflict child config: configmaps team/web-config exists and belongs to App team/web-old, which exists; kgen leaves it untouched"},
+	}, {
+		// Restored from a backup: same name, new UID; the old owner is
+		// gone, so the parent that renders the child now adopts it.
+		name:     "a child of a parent that no longer exists",
+		existing: []*unstructured.Unstructured{ownedByOther("gone")},
+		events:   []string{"Normal Adopted Adopted configmaps team/web-config (child config): its owner no longer exists"},
+		adopted:  true,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, appRule)
+			h.api.add(tt.existing...)
+			res, err := h.reconcile(appParent(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Conflict != tt.conflict {
+				t.Errorf("Result.Conflict = %t, want %t", res.Conflict, tt.conflict)
+			}
+			c := h.ready()
+			if tt.reason != "" && c["reason"] != tt.reason {
+				t.Errorf("Ready = %v, want %s", c, tt.reason)
+			}
+			if got := h.drain(); !slices.Equal(got, tt.events) {
+				t.Errorf("events = %q, want %q", got, tt.events)
+			}
+			cm := h.api.get(cmGVK, "team", "web-config")
+			if got := cm.GetLabels()[LabelParentUID] == "uid-parent"; got != tt.adopted {
+				t.Errorf("adopted = %t, want %t (labels %v)", got, tt.adopted, cm.GetLabels())
+			}
+			if tt.adopted && (len(cm.GetOwnerReferences()) != 1 || cm.GetOwnerReferences()[0].UID != "uid-parent" || cm.GetUID() != "uid-configmap-web-config") {
+				t.Errorf("adopted child: uid %s, ownerReferences %v", cm.GetUID(), cm.GetOwnerReferences())
+			}
+		})
+	}
+}
+
+// A child kgen created whose create response the cache has not shown yet
+// is found by its name and marks, not created twice; one that the cache
+// does not hold at all is read once after the create conflicts.
+func TestReconcileCacheBehind(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.converge(appParent(nil))
+	h.cfg.Children = emptyLister{}
+	h.restart()
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"patch configmaps team/web-config", "get configmaps team/web-config", "patch deployments team/web", "get deployments team/web"}
+	if got := h.api.calls(); !slices.Equal(got, want) {
+		t.Errorf("calls = %q, want %q", got, want)
+	}
+}
+
+type emptyLister struct{}
+
+func (emptyLister) Children(string, types.UID) []*unstructured.Unstructured { return nil }
+
+func TestReconcileErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		parent   map[string]any
+		inject   func(h *harness)
+		terminal bool
+		reason   string
+	}{{
+		name:     "the parent's data does not render",
+		parent:   map[string]any{"replicas": nil},
+		terminal: true, reason: ReasonInvalid,
+	}, {
+		name: "the API server rejects a child",
+		inject: func(h *harness) {
+			h.api.PrependReactor("patch", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", nil)
+			})
+		},
+		terminal: true, reason: ReasonInvalid,
+	}, {
+		name: "kgen may not write a child",
+		inject: func(h *harness) {
+			h.api.PrependReactor("patch", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web", errors.New("RBAC"))
+			})
+		},
+		reason: ReasonForbidden,
+	}, {
+		name: "the status write fails",
+		inject: func(h *harness) {
+			h.api.PrependReactor("patch", "apps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return a.GetSubresource() == "status", nil, apierrors.NewServiceUnavailable("busy")
+			})
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, appRule)
+			p := appParent(nil)
+			for k, v := range tt.parent {
+				if v == nil {
+					delete(p.Object["spec"].(map[string]any), k)
+				}
+			}
+			if tt.inject != nil {
+				tt.inject(h)
+			}
+			_, err := h.reconcile(p)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if errors.Is(err, ErrTerminal) != tt.terminal {
+				t.Errorf("err = %v; terminal %t, want %t", err, errors.Is(err, ErrTerminal), tt.terminal)
+			}
+			if tt.reason != "" {
+				if c := h.ready(); c["reason"] != tt.reason {
+					t.Errorf("Ready = %v, want reason %s", c, tt.reason)
+				}
+			}
+		})
+	}
+}
+
+func TestReconcileFinalizer(t *testing.T) {
+	h := newHarness(t, clusterRule)
+	if _, err := h.reconcile(appParent(nil)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"patch apps team/web", "patch clusterroles team-web", "patch apps/status team/web"}
+	if got := h.api.writes(); !slices.Equal(got, want) {
+		t.Errorf("writes = %q, want the finalizer first: %q", got, want)
+	}
+	if p := h.api.get(appGVK, "team", "web"); !slices.Contains(p.GetFinalizers(), Finalizer) {
+		t.Fatalf("finalizers = %v", p.GetFinalizers())
+	}
+
+	t.Run("released once no child needs it", func(t *testing.T) {
+		h.setSpec(map[string]any{"role": false})
+		h.api.resetRequests()
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.api.writes(); !slices.Contains(got, "delete clusterroles team-web") {
+			t.Errorf("writes = %q, want the guarded child pruned", got)
+		}
+		// The next reconcile, once the cache no longer shows the child,
+		// removes the finalizer.
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+		if p := h.api.get(appGVK, "team", "web"); slices.Contains(p.GetFinalizers(), Finalizer) {
+			t.Errorf("finalizers = %v, want kgen's removed", p.GetFinalizers())
+		}
+		h.setSpec(map[string]any{"role": true})
+		h.converge(h.api.get(appGVK, "team", "web"))
+	})
+
+	t.Run("a deleted parent's guarded children go, then the finalizer", func(t *testing.T) {
+		p := h.api.get(appGVK, "team", "web")
+		p.SetFinalizers(append(p.GetFinalizers(), "other.example.com/keep"))
+		now := metav1.NewTime(h.now)
+		p.SetDeletionTimestamp(&now)
+		h.api.add(p)
+		h.api.resetRequests()
+		if _, err := h.reconcile(p); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.api.writes(); !slices.Equal(got, []string{"delete clusterroles team-web"}) {
+			t.Errorf("writes = %q, want only the guarded child deleted", got)
+		}
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.api.get(appGVK, "team", "web").GetFinalizers(); !slices.Equal(got, []string{"other.example.com/keep"}) {
+			t.Errorf("finalizers = %v, want only the other controller's", got)
+		}
+	})
+}
+
+// A parent that left every rule (relabelled) is released: kgen's finalizer
+// goes, its children stay.
+func TestRelease(t *testing.T) {
+	h := newHarness(t, clusterRule)
+	h.converge(appParent(nil))
+	p := h.api.get(appGVK, "team", "web")
+	if err := h.r.Release(context.Background(), fakeMappings[appGVK], p, storeLister{h.api}.Children("", "uid-parent")); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.api.get(appGVK, "team", "web").GetFinalizers(); len(got) != 0 {
+		t.Errorf("finalizers = %v", got)
+	}
+	if h.api.get(crGVK, "", "team-web") == nil {
+		t.Error("a released parent's child was deleted")
+	}
+}
+
+// kgen writes only its own part of the status: where conditions are keyed
+// by type it applies only its Ready condition; where they are not, a JSON
+// patch replaces only that condition, guarded by the resourceVersion read.
+func TestStatusWritesOnlyReady(t *testing.T) {
+	other := map[string]any{"type": "Synced", "status": "True", "reason": "Other", "message": "theirs", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+	for _, atomic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("atomic=%t", atomic), func(t *testing.T) {
+			h := newHarness(t, appRule, func(c *Config) { c.Schemas = fakeSchemas{atomicConditions: atomic} })
+			p := appParent(nil)
+			p.Object["status"] = map[string]any{"conditions": []any{other}}
+			if _, err := h.reconcile(p); err != nil {
+				t.Fatal(err)
+			}
+			body := string(h.api.lastBody("patch", "status"))
+			if strings.Contains(body, "Synced") {
+				t.Errorf("kgen's status write carries another controller's condition: %s", body)
+			}
+			if atomic && (!strings.Contains(body, `"op":"test","path":"/metadata/resourceVersion"`) || !strings.Contains(body, `"path":"/status/conditions/-"`)) {
+				t.Errorf("JSON patch = %s", body)
+			}
+			conds := h.api.get(appGVK, "team", "web").Object["status"].(map[string]any)["conditions"].([]any)
+			if len(conds) != 2 || fmt.Sprint(conds[0]) != fmt.Sprint(other) {
+				t.Errorf("conditions = %v, want Synced untouched and Ready added", conds)
+			}
+		})
+	}
+}
+
+// Another writer that keeps changing kgen's Ready condition is not fought
+// in a loop: after a few rounds kgen reports it and stops writing for a
+// while.
+func TestStatusContended(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.converge(appParent(nil))
+	writes := 0
+	for round := range 6 {
+		p := h.api.get(appGVK, "team", "web")
+		status := p.Object["status"].(map[string]any)
+		_, i := findCondition(status)
+		status["conditions"].([]any)[i].(map[string]any)["status"] = "Unknown"
+		status["conditions"].([]any)[i].(map[string]any)["reason"] = fmt.Sprint("TheirsRound", round)
+		h.api.add(p)
+		h.api.resetRequests()
+		res, err := h.reconcile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes += len(h.api.writes())
+		h.now = h.now.Add(10 * time.Second)
+		if round == 5 && res.RequeueAfter == 0 {
+			t.Errorf("round %d: no backoff", round)
+		}
+	}
+	if writes != 2 {
+		t.Errorf("kgen rewrote its status %d times against another writer, want 2 before backing off", writes)
+	}
+	if got := h.drain(); len(got) != 1 || !strings.HasPrefix(got[0], "Warning StatusContended") {
+		t.Errorf("events = %q, want one StatusContended warning", got)
+	}
+}
+
+// A status that changes with every write of itself is backed off after
+// more than 10 writes in a minute with nothing else changed.
+func TestStatusLoop(t *testing.T) {
+	loop := strings.Replace(appRule, "    configName: ${children.config.metadata.name}\n",
+		"    configName: ${children.config.metadata.name}\n    count: ${parent.status.?count.orValue(0) + 1}\n", 1)
+	h := newHarness(t, loop)
+	h.api.add(appParent(nil))
+	// Two reconciles: children created, then their status read.
+	for range 2 {
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statusWrites := 0
+	for range 20 {
+		h.api.resetRequests()
+		res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		statusWrites += len(h.api.writes())
+		h.now = h.now.Add(time.Second)
+		if res.RequeueAfter > 0 {
+			break
+		}
+	}
+	if statusWrites != loopAfter {
+		t.Errorf("status writes before backing off = %d, want %d", statusWrites, loopAfter)
+	}
+	if got := h.drain(); len(got) != 1 || !strings.HasPrefix(got[0], "Warning StatusLoop") {
+		t.Errorf("events = %q, want one StatusLoop warning", got)
+	}
+}
+
+// A child an older kgen created with POST has its fields owned by an
+// Update entry: before kgen first applies it, that ownership moves to
+// kgen's apply entry, so a field the template drops is removed.
+func TestReconcileUpgradesOwnership(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.converge(appParent(nil))
+	cm := h.api.get(cmGVK, "team", "web-config")
+	cm.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kgen", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:a":{}}}`)}}})
+	h.api.add(cm)
+	h.setSpec(map[string]any{"data": map[string]any{"a": "2"}})
+	h.api.resetRequests()
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"get configmaps team/web-config", "patch configmaps team/web-config", "patch configmaps team/web-config", "patch apps/status team/web"}
+	if got := h.api.calls(); !slices.Equal(got, want) {
+		t.Errorf("calls = %q, want %q", got, want)
+	}
+}
+
+// What the server made of kgen's last write of a template is remembered: a
+// normalisation the schema does not explain costs no second write.
+func TestReconcileRemembersNormalisation(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.api.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		// As a mutating webhook would: after kgen's apply, the server
+		// spells a value differently.
+		handled, obj, err := h.api.react(a)
+		if u, ok := obj.(*unstructured.Unstructured); ok && err == nil {
+			u.Object["data"].(map[string]any)["a"] = "one"
+			h.api.add(u)
+		}
+		return handled, obj, err
+	})
+	if _, err := h.reconcile(appParent(nil)); err != nil {
+		t.Fatal(err)
+	}
+	h.api.resetRequests()
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.api.writes(); len(got) != 0 {
+		t.Errorf("writes = %q, want none for a difference the server made", got)
+	}
+}
