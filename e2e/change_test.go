@@ -1,0 +1,806 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kgen.dev/kgen/pkg/controller"
+	"kgen.dev/kgen/pkg/reconcile"
+)
+
+// Contract §6, "Change over time": every later change of a parent, a
+// template, the rules or the cluster around them lands whole. Each test
+// names its scenario.
+
+// Scenario: a Service port changed from 8080 to 9090 leaves one port, 9090.
+// (The child was once created with POST, owned by an Update entry, and
+// every apply of the new port failed with two unnamed ports.)
+func TestChangeServicePort(t *testing.T) {
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	startController(t, nil, webappRulesIn(t, ns)).waitReady(t)
+	create(t, webappGVR, webapp(ns, "shop", 1))
+	waitFor(t, svcGVR, ns, "shop", func(o *unstructured.Unstructured) error { return servicePorts(o, 8080) })
+	patchSpec(t, webappGVR, ns, "shop", map[string]any{"port": 9090})
+	waitFor(t, svcGVR, ns, "shop", func(o *unstructured.Unstructured) error { return servicePorts(o, 9090) })
+	waitFor(t, deployGVR, ns, "shop", func(o *unstructured.Unstructured) error {
+		c := nested(o, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+		if ports := c["ports"].([]any); len(ports) != 1 || fmt.Sprint(ports[0].(map[string]any)["containerPort"]) != "9090" {
+			return fmt.Errorf("container ports = %v", ports)
+		}
+		return nil
+	})
+	waitFor(t, webappGVR, ns, "shop", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["reason"] != "ChildNotReady" {
+			return fmt.Errorf("Ready = %v, want ChildNotReady (no pods run here)", c)
+		}
+		return expect(p, int64(2), "status", "observedGeneration")
+	})
+}
+
+func servicePorts(svc *unstructured.Unstructured, want int64) error {
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if len(ports) != 1 || fmt.Sprint(ports[0].(map[string]any)["port"]) != fmt.Sprint(want) {
+		return fmt.Errorf("ports = %v, want exactly one, %d", ports, want)
+	}
+	return nil
+}
+
+func patchSpec(t *testing.T, gvr schema.GroupVersionResource, ns, name string, spec map[string]any) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"spec": spec})
+	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func patchLabels(t *testing.T, gvr schema.GroupVersionResource, ns, name string, labels map[string]any) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gadgetRule is a rule for the test CRD Gadget with one ConfigMap child;
+// body is its children list and status, indented as under spec.
+func gadgetRule(t *testing.T, name, group, body string) string {
+	return writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: %s
+spec:
+  parent:
+    apiVersion: %s/v1
+    kind: Gadget
+%s`, name, group, body))
+}
+
+func gadget(group, ns, name string, spec map[string]any) map[string]any {
+	return map[string]any{"apiVersion": group + "/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}
+}
+
+// Scenario: a data key and a label removed from a template leave the
+// child; another manager's key and label survive.
+func TestChangeTemplateRemovesFields(t *testing.T) {
+	const group = "remove.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	v1 := gadgetRule(t, "gadget", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+        labels: {x: "y"}
+      data: {a: "1", b: "2"}
+`)
+	v2 := gadgetRule(t, "gadget", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data: {a: "1"}
+`)
+	first := startController(t, nil, v1)
+	first.waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "2", "data", "b") })
+	// Another writer adds a key and a label of its own.
+	theirs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "g", "namespace": ns, "labels": map[string]any{"theirs": "1"}}, "data": map[string]any{"theirs": "1"}}}
+	if _, err := env.dynamic.Resource(cmGVR).Namespace(ns).Apply(t.Context(), "g", theirs, metav1.ApplyOptions{FieldManager: "another-writer"}); err != nil {
+		t.Fatal(err)
+	}
+	first.stop()
+
+	startController(t, nil, v2).waitReady(t)
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
+		data := o.Object["data"].(map[string]any)
+		if _, ok := data["b"]; ok || data["a"] != "1" || data["theirs"] != "1" {
+			return fmt.Errorf("data = %v, want a and theirs", data)
+		}
+		if l := o.GetLabels(); l["x"] != "" || l["theirs"] != "1" {
+			return fmt.Errorf("labels = %v, want theirs and no x", l)
+		}
+		return nil
+	})
+}
+
+// Scenario: `cpu: 1` and `0.5`, which the server stores as "1" and "500m",
+// a sidecar another writer added to the containers, and Deployment status
+// churn cost kgen no write, also after a restart (audit log).
+func TestChangeNoWriteForServerDifferences(t *testing.T) {
+	const group = "norm.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	rulesFile := gadgetRule(t, "norm", group, `  children:
+  - id: app
+    template:
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: ${parent.metadata.name}
+      spec:
+        replicas: 1
+        selector: {matchLabels: {app: "${parent.metadata.name}"}}
+        template:
+          metadata: {labels: {app: "${parent.metadata.name}"}}
+          spec:
+            containers:
+            - name: app
+              image: nginx
+              resources:
+                requests: {cpu: 0.5, memory: 64Mi}
+                limits: {cpu: 1}
+`)
+	const user = "kgen-norm"
+	first := startControllerWith(t, controllerOptions{User: user}, rulesFile)
+	first.waitReady(t)
+	create(t, gvr, gadget(group, ns, "n", map[string]any{}))
+	waitFor(t, deployGVR, ns, "n", nil)
+	// Another writer (as a mutating webhook or a sidecar injector) adds a
+	// container to the keyed list.
+	sidecar := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "n", "namespace": ns},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{
+			map[string]any{"name": "proxy", "image": "envoy"}}}}}}}
+	if _, err := env.dynamic.Resource(deployGVR).Namespace(ns).Apply(t.Context(), "n", sidecar, metav1.ApplyOptions{FieldManager: "injector"}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, user, ns)
+
+	churn := func(round string) {
+		start := time.Now()
+		for i := range 5 {
+			d := get(t, deployGVR, ns, "n")
+			_ = unstructured.SetNestedField(d.Object, int64(i%2), "status", "replicas")
+			_ = unstructured.SetNestedField(d.Object, int64(i%2), "status", "updatedReplicas")
+			if _, err := env.dynamic.Resource(deployGVR).Namespace(ns).UpdateStatus(t.Context(), d, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond) // let each status change be reconciled on its own
+		}
+		time.Sleep(2 * time.Second)
+		if w := writesOf(t, user, ns, start); len(w) > 0 {
+			t.Errorf("%s: kgen wrote %d times during status churn: %v", round, len(w), w)
+		}
+	}
+	churn("after converging")
+	d := get(t, deployGVR, ns, "n")
+	containers := nested(d, "spec", "template", "spec", "containers").([]any)
+	if len(containers) != 2 {
+		t.Errorf("containers = %v, want kgen's and the sidecar", containers)
+	}
+	// A restart forgets what the server answered: the schema alone tells.
+	first.stop()
+	startControllerWith(t, controllerOptions{User: user}, rulesFile).waitReady(t)
+	time.Sleep(2 * time.Second)
+	churn("after a restart")
+}
+
+// settle waits until kgen's user has made no write in ns for two seconds.
+func settle(t *testing.T, user, ns string) {
+	t.Helper()
+	eventually(t, 60*time.Second, func() (bool, error) {
+		w := writesOf(t, user, ns, time.Now().Add(-2*time.Second))
+		return len(w) == 0, fmt.Errorf("still writing: %v", w)
+	}, "kgen to stop writing")
+}
+
+// writesOf returns the writes of a user in a namespace since a time, but
+// events, as "verb resource/subresource name".
+func writesOf(t *testing.T, user, ns string, since time.Time) []string {
+	t.Helper()
+	var out []string
+	for _, e := range auditOf(t, user, since) {
+		if e.ObjectRef.Namespace != ns || !isWrite(e.Verb) || e.ObjectRef.Resource == "events" {
+			continue
+		}
+		r := e.ObjectRef.Resource
+		if e.ObjectRef.Subresource != "" {
+			r += "/" + e.ObjectRef.Subresource
+		}
+		out = append(out, e.Verb+" "+r+" "+e.ObjectRef.Name)
+	}
+	return out
+}
+
+const renameRule = `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.spec.cmName}
+      data: {owner: "${parent.metadata.name}"}
+`
+
+// Scenario: a rename onto a taken name. The foreign object is left alone,
+// the old child stays, and the parent reports Conflict; a later rename onto
+// a free name creates the new child and only then deletes the old one.
+func TestChangeRenameOntoTakenName(t *testing.T) {
+	const group = "rename.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, gadgetRule(t, "rename", group, renameRule)).waitReady(t)
+	if _, err := env.kube.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: ns}, Data: map[string]string{"theirs": "x"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create(t, gvr, gadget(group, ns, "r", map[string]any{"cmName": "first"}))
+	waitFor(t, cmGVR, ns, "first", nil)
+
+	patchSpec(t, gvr, ns, "r", map[string]any{"cmName": "taken"})
+	waitFor(t, gvr, ns, "r", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["reason"] != "Conflict" || !strings.Contains(fmt.Sprint(c["message"]), "taken") {
+			return fmt.Errorf("Ready = %v, want Conflict naming taken", c)
+		}
+		return expect(p, int64(2), "status", "observedGeneration")
+	})
+	if get(t, cmGVR, ns, "first") == nil {
+		t.Fatal("the old child was deleted although its replacement could not be created")
+	}
+	if taken := get(t, cmGVR, ns, "taken"); fmt.Sprint(taken.Object["data"]) != "map[theirs:x]" || len(taken.GetLabels()) > 0 {
+		t.Errorf("the foreign object was touched: %v", taken.Object)
+	}
+
+	patchSpec(t, gvr, ns, "r", map[string]any{"cmName": "second"})
+	waitFor(t, cmGVR, ns, "second", nil)
+	waitGone(t, cmGVR, ns, "first")
+	waitFor(t, gvr, ns, "r", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	})
+}
+
+// newKeyedCRD creates a namespaced CRD Gadget whose status.conditions is a
+// list keyed by type, as kubebuilder generates for metav1.Condition.
+func newKeyedCRD(t *testing.T, group string) schema.GroupVersionResource {
+	t.Helper()
+	preserve := true
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group, Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Gadget", ListKind: "GadgetList", Plural: "gadgets", Singular: "gadget"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", XPreserveUnknownFields: &preserve},
+						"status": {Type: "object", XPreserveUnknownFields: &preserve, Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"observedGeneration": {Type: "integer", Format: "int64"},
+							"conditions": {
+								Type: "array", XListType: new("map"), XListMapKeys: []string{"type"},
+								Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+									Type: "object", Required: []string{"type", "status"},
+									Properties: map[string]apiextensionsv1.JSONSchemaProps{
+										"type": {Type: "string"}, "status": {Type: "string"}, "reason": {Type: "string"},
+										"message": {Type: "string"}, "observedGeneration": {Type: "integer", Format: "int64"},
+										"lastTransitionTime": {Type: "string", Format: "date-time"},
+									},
+								}},
+							},
+						}},
+					},
+				}},
+			}},
+		},
+	}
+	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
+	})
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err == nil, err
+	}, "%s to be served", gvr)
+	return gvr
+}
+
+// applyCondition has another controller apply one condition to a Gadget's
+// status.
+func applyCondition(t *testing.T, gvr schema.GroupVersionResource, ns, name, manager string, cond map[string]any, force bool) error {
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": "Gadget",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "status": map[string]any{"conditions": []any{cond}}}}
+	_, err := env.dynamic.Resource(gvr).Namespace(ns).ApplyStatus(t.Context(), name, obj, metav1.ApplyOptions{FieldManager: manager, Force: force})
+	return err
+}
+
+// Scenario: another manager's condition on a CRD whose conditions list is
+// x-kubernetes-list-type: map stays unchanged and is not co-owned by kgen;
+// another writer that keeps changing kgen's Ready condition is reported
+// (a Warning event) and not fought in a loop.
+func TestChangeStatusOwnership(t *testing.T) {
+	const group = "status.example.com"
+	ns := newNamespace(t)
+	gvr := newKeyedCRD(t, group)
+	const user = "kgen-status"
+	startControllerWith(t, controllerOptions{User: user}, gadgetRule(t, "status", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+`)).waitReady(t)
+	create(t, gvr, gadget(group, ns, "s", map[string]any{}))
+	synced := map[string]any{"type": "Synced", "status": "True", "reason": "TheirOwn", "message": "written by another controller", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		err := applyCondition(t, gvr, ns, "s", "other-controller", synced, false)
+		return err == nil, err
+	}, "the other controller's condition")
+	// A parent change makes kgen write its status again.
+	patchSpec(t, gvr, ns, "s", map[string]any{"touch": "1"})
+	p := waitFor(t, gvr, ns, "s", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return expect(p, int64(2), "status", "observedGeneration")
+	})
+	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+	if len(conds) != 2 || !slices.ContainsFunc(conds, func(c any) bool { return fmt.Sprint(c) == fmt.Sprint(synced) }) {
+		t.Errorf("conditions = %v, want the other controller's unchanged beside Ready", conds)
+	}
+	for _, mf := range p.GetManagedFields() {
+		if mf.Manager == reconcile.FieldManager && strings.Contains(string(mf.FieldsV1.Raw), `"type\":\"Synced\"`) {
+			t.Errorf("kgen co-owns the other controller's condition: %s", mf.FieldsV1.Raw)
+		}
+	}
+
+	// Another writer now fights over Ready: kgen backs off and says so.
+	start := time.Now()
+	fight, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; fight.Err() == nil; i++ {
+			theirs := map[string]any{"type": "Ready", "status": "False", "reason": fmt.Sprint("Theirs", i), "message": "the other controller's view", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+			_ = applyCondition(t, gvr, ns, "s", "other-controller", theirs, true)
+			time.Sleep(300 * time.Millisecond)
+		}
+	})
+	t.Cleanup(func() { stop(); wg.Wait() })
+	waitEvent(t, ns, "s", "StatusContended", 60*time.Second)
+	stop()
+	wg.Wait()
+	statusWrites := 0
+	for _, w := range writesOf(t, user, ns, start) {
+		if strings.HasPrefix(w, "patch gadgets/status") {
+			statusWrites++
+		}
+	}
+	t.Logf("kgen wrote the status %d times before backing off", statusWrites)
+	if statusWrites > 5 {
+		t.Errorf("kgen wrote the status %d times against another writer, want it to back off after a few", statusWrites)
+	}
+}
+
+// waitEvent waits for an Event with the reason on an object.
+func waitEvent(t *testing.T, ns, name, reason string, timeout time.Duration) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	eventually(t, timeout, func() (bool, error) {
+		list, err := env.kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+		if err != nil || len(list.Items) == 0 {
+			return false, fmt.Errorf("no %s event on %s: %v", reason, name, err)
+		}
+		found = list.Items[0]
+		return true, nil
+	}, "a %s event on %s", reason, name)
+	return found
+}
+
+// Scenario: a parent relabelled out of its rule's scope loses kgen's
+// finalizer, so deleting it later is not stuck.
+func TestChangeParentRelabelledOutOfScope(t *testing.T) {
+	const group = "scope.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	rulesFile := writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: scoped
+spec:
+  parent:
+    apiVersion: %s/v1
+    kind: Gadget
+    selector: {matchLabels: {tier: web}}
+  children:
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata:
+        name: e2e-${parent.metadata.namespace}-${parent.metadata.name}
+      rules: []
+`, group))
+	startController(t, nil, rulesFile).waitReady(t)
+	obj := gadget(group, ns, "out", map[string]any{})
+	obj["metadata"].(map[string]any)["labels"] = map[string]any{"tier": "web"}
+	create(t, gvr, obj)
+	role := "e2e-" + ns + "-out"
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+	})
+	waitFor(t, crGVR, "", role, nil)
+	waitFor(t, gvr, ns, "out", func(p *unstructured.Unstructured) error {
+		if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+			return fmt.Errorf("finalizers = %v", p.GetFinalizers())
+		}
+		return nil
+	})
+	patchLabels(t, gvr, ns, "out", map[string]any{"tier": "batch"})
+	waitFor(t, gvr, ns, "out", func(p *unstructured.Unstructured) error {
+		if slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+			return fmt.Errorf("finalizers = %v, want kgen's gone", p.GetFinalizers())
+		}
+		return nil
+	})
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "out", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, "out")
+	if get(t, crGVR, "", role) == nil {
+		t.Error("the child of a parent that left kgen's scope was deleted")
+	}
+}
+
+// Scenario: a 403 on one child kind. The rule's parents wait for its
+// caches instead of being retried in a loop: kgen's requests stay bounded,
+// the rule reports Forbidden, and /readyz stays ready; once allowed, the
+// parents converge.
+func TestChangeForbiddenChildKind(t *testing.T) {
+	const group = "forbid.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-forbidden"
+	// Everything kgen needs but secrets.
+	allowed := []rbacv1.PolicyRule{
+		{APIGroups: []string{group}, Resources: []string{"gadgets", "gadgets/status", "gadgets/finalizers"}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	grant(t, user, allowed)
+	config, err := env.cp.UserConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rulesFile := gadgetRule(t, "forbid", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+  - id: secret
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata:
+        name: ${parent.metadata.name}
+      stringData: {token: "t"}
+`)
+	for i := range 5 {
+		create(t, gvr, gadget(group, ns, fmt.Sprintf("f%d", i), map[string]any{}))
+	}
+	start := time.Now()
+	r := startControllerWith(t, controllerOptions{Config: config}, rulesFile)
+	r.waitRule(t, 30*time.Second, "forbid", func(s controller.RuleState) error {
+		if !strings.Contains(s.Failing, "forbidden") {
+			return fmt.Errorf("state %+v, want failing: forbidden", s)
+		}
+		return nil
+	})
+	time.Sleep(15 * time.Second)
+	requests := auditOf(t, user, start)
+	t.Logf("%d requests in %s with secrets forbidden", len(requests), time.Since(start).Round(time.Second))
+	if len(requests) > 60 {
+		t.Errorf("kgen made %d requests in %s while a child kind is forbidden: a busy loop", len(requests), time.Since(start).Round(time.Second))
+	}
+	for _, e := range requests {
+		if e.Verb == "create" || e.Verb == "patch" {
+			if e.ObjectRef.Resource != "events" {
+				t.Errorf("kgen wrote %s %s/%s before its caches synced", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Name)
+			}
+		}
+	}
+	if err := r.ctrl.Ready(); err != nil {
+		t.Errorf("Ready() = %v with one rule forbidden, want nil: a failing rule must not make every replica unready", err)
+	}
+	grant(t, user, append(allowed, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}}))
+	for i := range 5 {
+		waitFor(t, secretGVR, ns, fmt.Sprintf("f%d", i), nil)
+	}
+}
+
+var secretGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// grant gives a user exactly these cluster-wide rules (replacing what an
+// earlier grant gave), and waits until the authorizer has them.
+func grant(t *testing.T, user string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	name := "e2e-" + user
+	ctx := t.Context()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
+	if existing, err := env.kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		existing.Rules = rules
+		if _, err := env.kube.RbacV1().ClusterRoles().Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	} else if _, err := env.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+	if _, err := env.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	last := rules[len(rules)-1]
+	waitCan(t, user, true, authorizationAttributes(last))
+}
+
+// Scenario: a rule renamed. Its parents keep their children (same UIDs,
+// now labelled with the new rule) and never get stuck in Conflict.
+func TestChangeRuleRenamed(t *testing.T) {
+	const group = "renamed.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	children := `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data: {k: v}
+`
+	first := startController(t, nil, gadgetRule(t, "alpha", group, children))
+	first.waitReady(t)
+	create(t, gvr, gadget(group, ns, "x", map[string]any{}))
+	before := waitFor(t, cmGVR, ns, "x", nil)
+	first.stop()
+
+	startController(t, nil, gadgetRule(t, "beta", group, children)).waitReady(t)
+	waitFor(t, cmGVR, ns, "x", func(o *unstructured.Unstructured) error {
+		if o.GetLabels()[reconcile.LabelRule] != "beta" {
+			return fmt.Errorf("rule label = %s, want beta", o.GetLabels()[reconcile.LabelRule])
+		}
+		if o.GetUID() != before.GetUID() {
+			return fmt.Errorf("the child was recreated: uid %s, was %s", o.GetUID(), before.GetUID())
+		}
+		return nil
+	})
+	waitFor(t, gvr, ns, "x", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	})
+}
+
+// Scenario: a restored parent. Restored from a backup, a parent has a new
+// UID and its children carry the old one, whose owner no longer exists:
+// the parent adopts them (same objects) instead of reporting Conflict.
+func TestChangeRestoredParent(t *testing.T) {
+	const group = "restore.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, gadgetRule(t, "restore", group, renameRule)).waitReady(t)
+	create(t, gvr, gadget(group, ns, "b", map[string]any{"cmName": "b-config"}))
+	before := waitFor(t, cmGVR, ns, "b-config", nil)
+	// Lose the parent but keep the child, as a backup restore does: the
+	// garbage collector orphans the child (drops its ownerReference).
+	orphan := metav1.DeletePropagationOrphan
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "b", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, "b")
+	waitFor(t, cmGVR, ns, "b-config", func(o *unstructured.Unstructured) error {
+		if len(o.GetOwnerReferences()) > 0 {
+			return fmt.Errorf("ownerReferences = %v", o.GetOwnerReferences())
+		}
+		return nil
+	})
+	restored := create(t, gvr, gadget(group, ns, "b", map[string]any{"cmName": "b-config"}))
+	waitFor(t, cmGVR, ns, "b-config", func(o *unstructured.Unstructured) error {
+		if o.GetUID() != before.GetUID() {
+			return fmt.Errorf("the child was recreated")
+		}
+		if o.GetLabels()[reconcile.LabelParentUID] != string(restored.GetUID()) {
+			return fmt.Errorf("parent-uid = %s, want the restored parent's", o.GetLabels()[reconcile.LabelParentUID])
+		}
+		if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != restored.GetUID() {
+			return fmt.Errorf("ownerReferences = %v", refs)
+		}
+		return nil
+	})
+	waitFor(t, gvr, ns, "b", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	})
+	waitEvent(t, ns, "b", "Adopted", 10*time.Second)
+}
+
+// Scenario: a self-triggering status field. A status that changes with
+// every write of itself is written a bounded number of times, then kgen
+// backs off and reports it.
+func TestChangeSelfTriggeringStatus(t *testing.T) {
+	const group = "loop.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-loop"
+	startControllerWith(t, controllerOptions{User: user}, gadgetRule(t, "loop", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+  status:
+    count: ${parent.status.?count.orValue(0) + 1}
+`)).waitReady(t)
+	start := time.Now()
+	create(t, gvr, gadget(group, ns, "l", map[string]any{}))
+	waitEvent(t, ns, "l", "StatusLoop", 60*time.Second)
+	time.Sleep(3 * time.Second)
+	writes := 0
+	for _, w := range writesOf(t, user, ns, start) {
+		if strings.HasPrefix(w, "patch gadgets/status") {
+			writes++
+		}
+	}
+	t.Logf("%d status writes before kgen backed off", writes)
+	if writes > 13 {
+		t.Errorf("kgen wrote a self-triggering status %d times, want about 11 and a backoff", writes)
+	}
+}
+
+// Scenario: the event policy. By default kgen records a drift repair
+// (naming who changed the child) and a prune, not the creation of a new
+// parent's children; --events=all records those too.
+func TestChangeEventPolicy(t *testing.T) {
+	const group = "events.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	rulesFile := gadgetRule(t, "events", group, `  children:
+  - id: config
+    includeWhen: ["${parent.spec.?keep.orValue(true)}"]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data: {k: v}
+`)
+	r := startController(t, nil, rulesFile)
+	r.waitReady(t)
+	create(t, gvr, gadget(group, ns, "e", map[string]any{}))
+	waitFor(t, cmGVR, ns, "e", nil)
+	// Someone edits kgen's field: kgen sets it back and says who changed it.
+	if _, err := env.kube.CoreV1().ConfigMaps(ns).Patch(t.Context(), "e", types.MergePatchType, []byte(`{"data":{"k":"edited"}}`),
+		metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "e", func(o *unstructured.Unstructured) error { return expect(o, "v", "data", "k") })
+	repaired := waitEvent(t, ns, "e", "Repaired", 10*time.Second)
+	if !strings.Contains(repaired.Message, "changed by kubectl-edit") {
+		t.Errorf("Repaired event = %q, want it to name kubectl-edit", repaired.Message)
+	}
+	patchSpec(t, gvr, ns, "e", map[string]any{"keep": false})
+	waitGone(t, cmGVR, ns, "e")
+	waitEvent(t, ns, "e", "Deleted", 10*time.Second)
+	if list, _ := env.kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "reason=Created"}); len(list.Items) > 0 {
+		t.Errorf("by default kgen recorded Created: %v", list.Items[0].Message)
+	}
+	r.stop()
+
+	startControllerWith(t, controllerOptions{Events: reconcile.EventsAll}, rulesFile).waitReady(t)
+	create(t, gvr, gadget(group, ns, "all", map[string]any{}))
+	waitEvent(t, ns, "all", "Created", 30*time.Second)
+}
+
+// Scenario: a child an older kgen created with POST (its fields owned by
+// an Update entry) loses a field the template no longer sets, and is not
+// recreated.
+func TestChangeUpgradeFromPOSTCreatedChild(t *testing.T) {
+	const group = "legacy.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	parent := create(t, gvr, gadget(group, ns, "old", map[string]any{}))
+	// The child as kgen 0.1.0 created it.
+	old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: ns,
+		Labels: map[string]string{reconcile.LabelManagedBy: reconcile.ManagedBy, reconcile.LabelRule: "legacy",
+			reconcile.LabelParentUID: string(parent.GetUID()), reconcile.LabelChild: "config"},
+		Annotations: map[string]string{reconcile.AnnotationParent: ns + "/old"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: group + "/v1", Kind: "Gadget", Name: "old", UID: parent.GetUID(),
+			Controller: new(true), BlockOwnerDeletion: new(true)}}},
+		Data: map[string]string{"k": "v", "dropped": "x"}}
+	created, err := env.kube.CoreV1().ConfigMaps(ns).Create(t.Context(), old, metav1.CreateOptions{FieldManager: "kgen"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startController(t, nil, gadgetRule(t, "legacy", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data: {k: v}
+`)).waitReady(t)
+	waitFor(t, cmGVR, ns, "old", func(o *unstructured.Unstructured) error {
+		if _, ok := o.Object["data"].(map[string]any)["dropped"]; ok {
+			return fmt.Errorf("data = %v, want dropped gone", o.Object["data"])
+		}
+		if o.GetUID() != created.GetUID() {
+			return fmt.Errorf("recreated")
+		}
+		for _, mf := range o.GetManagedFields() {
+			if mf.Manager == "kgen" && mf.Operation == metav1.ManagedFieldsOperationUpdate {
+				return fmt.Errorf("kgen's Update entry is still there")
+			}
+		}
+		return nil
+	})
+}
+
+// authorizationAttributes is the first request a policy rule allows.
+func authorizationAttributes(r rbacv1.PolicyRule) authorizationv1.ResourceAttributes {
+	return authorizationv1.ResourceAttributes{Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}
+}
