@@ -338,5 +338,8 @@ func respondJSON(w http.ResponseWriter, code int, body any) {
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	// Served as application/json with nosniff, never as HTML: kgen's
+	// messages keep their ">=" readable instead of "\u003e=".
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(body) // the client may be gone; nothing to do then
 }

@@ -495,9 +495,9 @@ func TestGet(t *testing.T) {
 		},
 		{
 			name:        "a child not ready",
-			obj:         webapp("shop", withReady(1, "False", "ChildNotReady", "child deployment: waiting for status.availableReplicas")),
+			obj:         webapp("shop", withReady(1, "False", "ChildNotReady", "child deployment: readyWhen ${self.status.availableReplicas >= parent.spec.replicas}: not yet")),
 			wantReason:  "ChildNotReady",
-			wantMessage: "child deployment: waiting for status.availableReplicas",
+			wantMessage: "child deployment: readyWhen ${self.status.availableReplicas >= parent.spec.replicas}: not yet",
 			wantGen:     [2]int64{1, 1},
 		},
 		{
@@ -528,6 +528,10 @@ func TestGet(t *testing.T) {
 			rec := serve(t, NewHandler(newClient(t, tt.obj), testNamespace), http.MethodGet, "/apps/shop", "", "")
 			if rec.Code != http.StatusOK {
 				t.Fatalf("code = %d:\n%s", rec.Code, rec.Body)
+			}
+			// Readable as it is, not only once decoded.
+			if !strings.Contains(rec.Body.String(), tt.wantMessage) {
+				t.Errorf("the answer does not say %q as such:\n%s", tt.wantMessage, rec.Body)
 			}
 			app := decode[App](t, rec)
 			if app.Name != "shop" || app.Ready != tt.wantReady || app.Reason != tt.wantReason || !strings.Contains(app.Message, tt.wantMessage) {
