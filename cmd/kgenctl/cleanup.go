@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -52,12 +52,11 @@ chart runs this command as a pre-delete hook.`,
 }
 
 func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *kubeFlags) error {
-	var stopNS, stopName string
+	var stop types.NamespacedName
 	if o.stopDeployment != "" {
-		var ok bool
-		stopNS, stopName, ok = strings.Cut(o.stopDeployment, "/")
-		if !ok || stopNS == "" || stopName == "" || strings.Contains(stopName, "/") {
-			return fmt.Errorf("--stop-deployment %q: want NAMESPACE/NAME", o.stopDeployment)
+		var err error
+		if stop, err = namespacedName("--stop-deployment", o.stopDeployment); err != nil {
+			return err
 		}
 	}
 	loaded, err := rules.Load(o.rules, rules.Options{})
@@ -76,14 +75,14 @@ func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *k
 	if err != nil {
 		return err
 	}
-	if stopName != "" {
+	if stop.Name != "" {
 		stopCtx, cancel := context.WithTimeout(ctx, o.timeout)
-		err := cleanup.StopDeployment(stopCtx, kubeClient, stopNS, stopName)
+		err := cleanup.StopDeployment(stopCtx, kubeClient, stop.Namespace, stop.Name)
 		cancel()
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "deployment %s/%s is stopped\n", stopNS, stopName)
+		fmt.Fprintf(out, "deployment %s is stopped\n", stop)
 	}
 	res, err := cleanup.Release(ctx, dynClient, mapper.New(kubeClient.Discovery()), loaded)
 	for _, note := range res.Skipped {
