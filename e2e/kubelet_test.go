@@ -223,6 +223,17 @@ func (k *fakeKubelet) output(podName string) string {
 	return out.String()
 }
 
+// outputs returns what the processes of every pod wrote.
+func (k *fakeKubelet) outputs() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out strings.Builder
+	for _, p := range k.pods {
+		out.WriteString(p.output.String())
+	}
+	return out.String()
+}
+
 // refreshVolumes rewrites the volumes whose ConfigMaps or Secrets changed,
 // every second, as the kubelet's periodic sync does (it takes up to a
 // minute there).
