@@ -364,6 +364,11 @@ func TestTemplateErrors(t *testing.T) {
 			want: "/controller/events",
 		},
 		{
+			name: "an annotation that is not a string",
+			args: []string{"--set", "podAnnotations.rollout=1"},
+			want: "/podAnnotations/rollout",
+		},
+		{
 			name: "a bad log format",
 			args: []string{"--set", "controller.logFormat=xml"},
 			want: "/controller/logFormat",
