@@ -1120,10 +1120,14 @@ func TestFakeKubelet(t *testing.T) {
 	}
 	newPod := func(name, image string, args ...string) {
 		t.Helper()
+		restart := corev1.RestartPolicyNever
+		if name == "restarted" {
+			restart = corev1.RestartPolicyOnFailure
+		}
 		_, err := env.kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.PodSpec{
-				RestartPolicy: corev1.RestartPolicyNever,
+				RestartPolicy: restart,
 				Containers: []corev1.Container{{Name: "c", Image: image, Args: args,
 					Env:          []corev1.EnvVar{{Name: "RULES", Value: "/etc/kgen/rules"}, {Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 					VolumeMounts: []corev1.VolumeMount{{Name: "rules", MountPath: "/etc/kgen/rules"}}}},
@@ -1138,6 +1142,7 @@ func TestFakeKubelet(t *testing.T) {
 	newPod("valid", "kgen/kgenctl:0.0.1", "validate", "--rules=$(RULES)")
 	newPod("invalid", "kgen/kgenctl@sha256:0123", "validate", "--rules", "/etc/kgen/rules/missing-$(POD).yaml")
 	newPod("other", "nginx:1.27", "whatever")
+	newPod("restarted", "kgen/kgenctl", "validate", "--rules=/etc/kgen/rules/missing.yaml")
 	phase := func(name string, want corev1.PodPhase) *corev1.Pod {
 		t.Helper()
 		var pod *corev1.Pod
@@ -1161,6 +1166,17 @@ func TestFakeKubelet(t *testing.T) {
 	if out := k.output("invalid"); !strings.Contains(out, "missing-invalid.yaml") {
 		t.Errorf("the invalid pod's output does not name the file its args name:\n%s", out)
 	}
+	eventually(t, 60*time.Second, func() (bool, error) {
+		pod, err := env.kube.CoreV1().Pods(ns).Get(ctx, "restarted", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cs := pod.Status.ContainerStatuses
+		if len(cs) == 0 || cs[0].RestartCount < 2 || cs[0].LastTerminationState.Terminated == nil || pod.Status.Phase != corev1.PodRunning {
+			return false, fmt.Errorf("phase %s, container %+v", pod.Status.Phase, cs)
+		}
+		return cs[0].LastTerminationState.Terminated.ExitCode == 1, fmt.Errorf("last state %+v", cs[0].LastTerminationState)
+	}, "a failing OnFailure pod to be restarted")
 	if other, err := env.kube.CoreV1().Pods(ns).Get(ctx, "other", metav1.GetOptions{}); err != nil || other.Spec.NodeName != "" {
 		t.Errorf("a pod of another image was bound: %v %v", other.Spec.NodeName, err)
 	}
