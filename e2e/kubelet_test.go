@@ -131,6 +131,17 @@ func startPods(t *testing.T, namespace string) *fakeKubelet {
 	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { k.sync(obj.(*corev1.Pod)) },
 		UpdateFunc: func(_, obj any) { k.sync(obj.(*corev1.Pod)) },
+		// Deleted at once (grace 0, or unbound): stop what still runs.
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				pod = pod.DeepCopy()
+				pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = new(metav1.Now()), new(int64(0))
+				k.sync(pod)
+			}
+		},
 	})
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
@@ -285,6 +296,12 @@ var errPermanent = errors.New("not simulated")
 
 func (p *fakePod) run() {
 	k := p.k
+	select {
+	case <-p.deleting: // deleted before it ran
+		p.finalise()
+		return
+	default:
+	}
 	c := p.pod.Spec.Containers[0]
 	p.status = corev1.PodStatus{Phase: corev1.PodPending, HostIP: "127.0.0.1", PodIP: "127.0.0.1",
 		HostIPs: []corev1.HostIP{{IP: "127.0.0.1"}}, PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}, StartTime: new(metav1.Now()),
