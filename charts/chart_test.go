@@ -12,9 +12,12 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/golden"
@@ -114,14 +117,42 @@ func TestTemplate(t *testing.T) {
 func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	kinds := map[string]int{}
+	var selector labels.Selector
+	hookPods := map[string]map[string]string{} // hook or test pods: their labels
 	for _, o := range objs {
 		kinds[o.GetKind()]++
-		if o.GetLabels()["app.kubernetes.io/name"] != "kgen" || o.GetLabels()["app.kubernetes.io/instance"] == "" {
+		hook := o.GetAnnotations()["helm.sh/hook"]
+		if o.GetLabels()["app.kubernetes.io/instance"] == "" || o.GetLabels()["app.kubernetes.io/part-of"] != "kgen" {
 			t.Errorf("%s %s lacks the app.kubernetes.io labels: %v", o.GetKind(), o.GetName(), o.GetLabels())
+		}
+		if o.GetKind() != "Pod" && o.GetLabels()["app.kubernetes.io/name"] != "kgen" {
+			t.Errorf("%s %s is not labelled app.kubernetes.io/name=kgen: %v", o.GetKind(), o.GetName(), o.GetLabels())
 		}
 		switch o.GetKind() {
 		case "Deployment":
-			checkDeployment(t, o)
+			var d appsv1.Deployment
+			convert(t, o, &d)
+			checkDeployment(t, &d)
+			var err error
+			if selector, err = metav1.LabelSelectorAsSelector(d.Spec.Selector); err != nil {
+				t.Fatal(err)
+			}
+		case "Job":
+			var job batchv1.Job
+			convert(t, o, &job)
+			if hook != "pre-delete" || !strings.Contains(o.GetAnnotations()["helm.sh/hook-delete-policy"], "hook-succeeded") {
+				t.Errorf("Job %s is not a pre-delete hook deleted once it succeeded: %v", o.GetName(), o.GetAnnotations())
+			}
+			checkRestricted(t, "Job "+o.GetName(), &job.Spec.Template.Spec)
+			hookPods["Job "+o.GetName()] = job.Spec.Template.Labels
+		case "Pod":
+			var pod corev1.Pod
+			convert(t, o, &pod)
+			if hook != "test" {
+				t.Errorf("Pod %s is not a test hook: %v", o.GetName(), o.GetAnnotations())
+			}
+			checkRestricted(t, "Pod "+o.GetName(), &pod.Spec)
+			hookPods["Pod "+o.GetName()] = pod.Labels
 		case "ClusterRole", "Role":
 			var role rbacv1.ClusterRole
 			convert(t, o, &role)
@@ -130,6 +161,10 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 					if s == "*" {
 						t.Errorf("%s %s grants a wildcard: %+v", o.GetKind(), o.GetName(), r)
 					}
+				}
+				// Only create cannot be limited to the one Lease.
+				if slices.Contains(r.Resources, "leases") && len(r.ResourceNames) == 0 && !slices.Equal(r.Verbs, []string{"create"}) {
+					t.Errorf("%s %s grants %v on every Lease", o.GetKind(), o.GetName(), r.Verbs)
 				}
 			}
 		case "ConfigMap":
@@ -142,40 +177,25 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 			}
 		}
 	}
-	for _, kind := range []string{"Deployment", "ServiceAccount", "ConfigMap", "Service", "PodDisruptionBudget", "Role", "RoleBinding"} {
+	for _, kind := range []string{"Deployment", "ServiceAccount", "ConfigMap", "Service", "PodDisruptionBudget", "Role", "RoleBinding", "Pod"} {
 		if kinds[kind] == 0 {
 			t.Errorf("no %s rendered", kind)
 		}
 	}
+	// The cleanup hook waits for the Deployment's pods to go: it must not
+	// count itself, nor may the Service or the PodDisruptionBudget.
+	for name, l := range hookPods {
+		if selector == nil || selector.Matches(labels.Set(l)) {
+			t.Errorf("the pods of %s match the Deployment's selector %v: %v", name, selector, l)
+		}
+	}
 }
 
-func checkDeployment(t *testing.T, o *unstructured.Unstructured) {
+func checkDeployment(t *testing.T, d *appsv1.Deployment) {
 	t.Helper()
-	var d appsv1.Deployment
-	convert(t, o, &d)
 	pod := d.Spec.Template.Spec
-	if len(pod.Containers) != 1 {
-		t.Fatalf("Deployment has %d containers, want 1", len(pod.Containers))
-	}
+	checkRestricted(t, "Deployment "+d.Name, &pod)
 	c := pod.Containers[0]
-	if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
-		t.Error("the pod does not require a non-root user")
-	}
-	sc := c.SecurityContext
-	switch {
-	case sc == nil:
-		t.Fatal("the container has no securityContext")
-	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
-		t.Error("the container allows privilege escalation")
-	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
-		t.Error("the container's root file system is writable")
-	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
-		t.Error("the container may run as root")
-	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}):
-		t.Error("the container keeps capabilities")
-	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
-		t.Error("the container has no RuntimeDefault seccomp profile")
-	}
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Error("no liveness probe on /healthz")
 	}
@@ -188,8 +208,122 @@ func checkDeployment(t *testing.T, o *unstructured.Unstructured) {
 	if !slices.Contains(c.Args, "--leader-elect=true") || !slices.Contains(c.Args, "--leader-elect-namespace=kgen-system") {
 		t.Errorf("leader election is not on in the release namespace: %q", c.Args)
 	}
+	// One new pod at a time, an old one gone only once it is ready.
+	if s := d.Spec.Strategy; s.RollingUpdate == nil || s.RollingUpdate.MaxSurge.String() != "1" || s.RollingUpdate.MaxUnavailable.String() != "0" {
+		t.Errorf("strategy %+v, want a rolling update with maxSurge 1 and maxUnavailable 0", s)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}) {
+		t.Errorf("the container is not told its pod's name: %+v", c.Env)
+	}
 	if c.Resources.Requests.Memory().IsZero() {
 		t.Error("no memory request")
+	}
+}
+
+// checkRestricted checks that a pod is restricted, as the Pod Security
+// Standards' restricted profile asks.
+func checkRestricted(t *testing.T, what string, pod *corev1.PodSpec) {
+	t.Helper()
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%s has %d containers, want 1", what, len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+		t.Errorf("%s: the pod does not require a non-root user", what)
+	}
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Errorf("%s: the container has no securityContext", what)
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Errorf("%s: the container allows privilege escalation", what)
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Errorf("%s: the container's root file system is writable", what)
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+		t.Errorf("%s: the container may run as root", what)
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}):
+		t.Errorf("%s: the container keeps capabilities", what)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Errorf("%s: the container has no RuntimeDefault seccomp profile", what)
+	}
+	if c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("%s: no memory limit", what)
+	}
+}
+
+// TestTemplateVariants checks what a few values change in the rendering.
+func TestTemplateVariants(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, objs map[string]*unstructured.Unstructured)
+	}{{
+		name: "one replica without leader election is recreated, never rolled",
+		args: []string{"--set", "replicaCount=1", "--set", "leaderElection.enabled=false"},
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			var d appsv1.Deployment
+			convert(t, objs["Deployment/kgen"], &d)
+			if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate != nil {
+				t.Errorf("strategy %+v, want Recreate", d.Spec.Strategy)
+			}
+			if objs["Role/kgen-leader-election"] != nil {
+				t.Error("a leader-election Role without leader election")
+			}
+			var pod corev1.Pod
+			convert(t, objs["Pod/kgen-test"], &pod)
+			if want := []string{"check", "--deployment=kgen-system/kgen"}; !slices.Equal(pod.Spec.Containers[0].Args, want) {
+				t.Errorf("the test pod runs %q, want %q", pod.Spec.Containers[0].Args, want)
+			}
+		},
+	}, {
+		name: "no rules, no cleanup hook",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			if objs["Job/kgen-cleanup"] != nil || objs["Role/kgen-cleanup"] != nil {
+				t.Error("a cleanup hook without rules to read the parents from")
+			}
+		},
+	}, {
+		name: "an existing rules ConfigMap is cleaned up after",
+		args: []string{"--set", "existingRulesConfigMap=my-rules", "--set", "fullnameOverride=k"},
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			var job batchv1.Job
+			convert(t, objs["Job/k-cleanup"], &job)
+			want := []string{"cleanup", "--rules=/etc/kgen/rules", "--stop-deployment=kgen-system/k", "--timeout=3m"}
+			if got := job.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
+				t.Errorf("the cleanup hook runs %q, want %q", got, want)
+			}
+			if v := job.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].ConfigMap == nil || v[0].ConfigMap.Name != "my-rules" {
+				t.Errorf("the cleanup hook mounts %+v, want the ConfigMap my-rules", v)
+			}
+			if job.Spec.Template.Spec.ServiceAccountName != "k" || objs["Role/k-cleanup"] == nil || objs["RoleBinding/k-cleanup"] == nil {
+				t.Errorf("the cleanup hook does not run as kgen with the cleanup Role")
+			}
+		},
+	}, {
+		name: "the event policy is passed when set",
+		args: []string{"--set", "controller.events=all"},
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			var d appsv1.Deployment
+			convert(t, objs["Deployment/kgen"], &d)
+			if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--events=all") {
+				t.Errorf("no --events=all in %q", d.Spec.Template.Spec.Containers[0].Args)
+			}
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := helm(t, append([]string{"template", "kgen", "kgen", "--namespace", "kgen-system"}, tt.args...)...)
+			if err != nil {
+				t.Fatalf("helm template: %v", err)
+			}
+			objs := map[string]*unstructured.Unstructured{}
+			for _, o := range decode(t, out) {
+				objs[o.GetKind()+"/"+o.GetName()] = o
+			}
+			tt.check(t, objs)
+		})
 	}
 }
 
@@ -218,6 +352,21 @@ func TestTemplateErrors(t *testing.T) {
 			name: "a policy rule without verbs",
 			args: []string{"--set", "rbac.extraRules[0].resources[0]=pods"},
 			want: "missing property 'verbs'",
+		},
+		{
+			name: "two replicas without leader election",
+			args: []string{"--set", "replicaCount=2", "--set", "leaderElection.enabled=false"},
+			want: "replicaCount is 2 but leaderElection.enabled is false: every replica would write",
+		},
+		{
+			name: "a bad event policy",
+			args: []string{"--set", "controller.events=some"},
+			want: "/controller/events",
+		},
+		{
+			name: "an annotation that is not a string",
+			args: []string{"--set", "podAnnotations.rollout=1"},
+			want: "/podAnnotations/rollout",
 		},
 		{
 			name: "a bad log format",
@@ -254,6 +403,9 @@ func decode(t *testing.T, stream string) []*unstructured.Unstructured {
 // in a template fails.
 func convert(t *testing.T, o *unstructured.Unstructured, into any) {
 	t.Helper()
+	if o == nil {
+		t.Fatalf("no object rendered to decode into a %T", into)
+	}
 	j, err := o.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)

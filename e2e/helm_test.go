@@ -14,43 +14,41 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/controlplane"
 	manifestpkg "kgen.dev/kgen/internal/manifest"
 )
 
 // TestHelmInstall installs charts/kgen with the WebApp example's rules and
-// the RBAC that kgenctl rbac generates for them, then runs kgenctl as the
-// chart's Deployment would (its arguments, its ServiceAccount's token, and
-// nothing else): kgen reconciles a WebApp with exactly the generated
-// permissions, and when one is taken away the parent says so.
-//
-// No pod runs here (there is no kubelet or scheduler), so kgenctl runs on
-// the test's machine with the identity the pod would have.
+// the RBAC that kgenctl rbac generates for them, and kgen runs as the
+// chart's pods (through the fake kubelet), with exactly the chart's
+// ServiceAccount: kgen reconciles a WebApp with the generated permissions,
+// and when one is taken away the parent says so.
 func TestHelmInstall(t *testing.T) {
 	ctx := t.Context()
 	installCRD(t, "examples/webapp/crd.yaml")
 	ns, release := newNamespace(t), newNamespace(t)
+	kubelet := startPods(t, release)
 	rulesFile := exampleWebAppRulesIn(t, ns)
 	values := generateRBACValues(t, rulesFile)
 
 	// The chart, as a user installs it.
+	start := time.Now()
 	out, err := runHelm(t, "install", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release,
-		"-f", values, "--set-file", "rules.webapp="+rulesFile)
+		"-f", values, "--set-file", "rules.webapp="+rulesFile, "--wait", "--timeout", "3m")
 	if err != nil {
+		dumpPods(t, release)
 		t.Fatalf("helm install: %v", err)
 	}
-	t.Cleanup(func() { _, _ = runHelm(t, "uninstall", "kgen", "--namespace", release) })
-	if !strings.Contains(out, "kgen 0.1.0 is installed as kgen in namespace "+release) || strings.Contains(out, "WARNING") {
+	t.Logf("helm install --wait took %s", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() { _, _ = runHelm(t, "uninstall", "kgen", "--namespace", release, "--wait") })
+	if !strings.Contains(out, "kgen "+chartAppVersion(t)+" is installed as kgen in namespace "+release) || strings.Contains(out, "WARNING") {
 		t.Errorf("helm install's notes:\n%s", out)
 	}
 	manifest, err := runHelm(t, "get", "manifest", "kgen", "--namespace", release)
@@ -70,24 +68,12 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("rules limited to one namespace got cluster-wide RBAC: %v", objs)
 	}
 
-	// kgenctl as the pod would run it, once the API server's authorizer has
-	// seen the new bindings.
+	// helm --wait saw the pods ready; one of them leads.
 	user := "system:serviceaccount:" + release + ":kgen"
-	waitCan(t, user, true, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "configmaps"})
-	waitCan(t, user, true, authorizationv1.ResourceAttributes{Namespace: release, Verb: "create", Group: "coordination.k8s.io", Resource: "leases"})
-	start := time.Now()
-	p := startLikePod(t, release, ns)
-	eventually(t, 60*time.Second, func() (bool, error) {
-		lease, err := env.kube.CoordinationV1().Leases(release).Get(ctx, "kgen", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		return lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
-	}, "kgen to hold its Lease in %s", release)
-	eventually(t, 30*time.Second, func() (bool, error) {
-		code, body, err := httpGet(p.health + "/readyz")
-		return code == 200, fmt.Errorf("readyz %d %s %v", code, body, err)
-	}, "kgen to be ready")
+	if pods := podsOf(t, release, "app.kubernetes.io/instance=kgen"); len(pods) != 2 {
+		t.Errorf("%d pods run, want the chart's 2", len(pods))
+	}
+	waitLeader(t, release, "kgen")
 
 	create(t, webappGVR, webapp(ns, "shop", 1))
 	for _, child := range []struct {
@@ -151,7 +137,7 @@ func TestHelmInstall(t *testing.T) {
 	// The other children are still made: nothing stalls.
 	waitFor(t, svcGVR, ns, "cart", nil)
 	eventually(t, 30*time.Second, func() (bool, error) {
-		logs := p.output.String()
+		logs := kubelet.outputs()
 		return strings.Contains(logs, "cart") && strings.Contains(logs, `cannot create resource \"configmaps\"`), errors.New("not in the logs yet")
 	}, "the Forbidden error in kgen's logs")
 }
@@ -271,87 +257,6 @@ func checkInstalled(t *testing.T, manifest, release string) []string {
 	return out
 }
 
-// startLikePod runs kgenctl with the arguments of the chart's Deployment, as
-// its ServiceAccount: a token from the TokenRequest API, and the rules read
-// back from the chart's ConfigMap. Only the addresses it listens on change.
-func startLikePod(t *testing.T, release, ns string) *kgenProcess {
-	t.Helper()
-	ctx := t.Context()
-	deploy, err := env.kube.AppsV1().Deployments(release).Get(ctx, "kgen", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := deploy.Spec.Template.Spec
-	token, err := env.kube.CoreV1().ServiceAccounts(release).CreateToken(ctx, pod.ServiceAccountName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	config := clientcmdapi.NewConfig()
-	config.Clusters["e2e"] = &clientcmdapi.Cluster{Server: env.cp.URL, CertificateAuthorityData: env.cp.CAData()}
-	config.AuthInfos["kgen"] = &clientcmdapi.AuthInfo{Token: token.Status.Token}
-	config.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "kgen"}
-	config.CurrentContext = "e2e"
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*config, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	rulesDir := rulesVolume(t, release, pod)
-	health, metrics := freePort(t), freePort(t)
-	c := pod.Containers[0]
-	if len(c.Args) == 0 || c.Args[0] != "run" {
-		t.Fatalf("the Deployment does not run kgenctl run: %q", c.Args)
-	}
-	// The image's entrypoint is kgenctl, so the arguments are kgenctl's.
-	var args []string
-	for _, a := range c.Args {
-		switch {
-		case a == "--rules=/etc/kgen/rules":
-			a = "--rules=" + rulesDir
-		case strings.HasPrefix(a, "--metrics-bind-address="):
-			a = "--metrics-bind-address=" + metrics
-		case strings.HasPrefix(a, "--health-probe-bind-address="):
-			a = "--health-probe-bind-address=" + health
-		}
-		args = append(args, a)
-	}
-	p := startKgenctl(t, "the chart's ServiceAccount", append(args, "--kubeconfig", kubeconfig)...)
-	p.health, p.metric = "http://"+health, "http://"+metrics
-	return p
-}
-
-// rulesVolume writes the files of the ConfigMap that the pod mounts at
-// /etc/kgen/rules into a folder, and returns the folder.
-func rulesVolume(t *testing.T, namespace string, pod corev1.PodSpec) string {
-	t.Helper()
-	var volume string
-	for _, m := range pod.Containers[0].VolumeMounts {
-		if m.MountPath == "/etc/kgen/rules" {
-			volume = m.Name
-		}
-	}
-	var configMap string
-	for _, v := range pod.Volumes {
-		if v.Name == volume && v.ConfigMap != nil {
-			configMap = v.ConfigMap.Name
-		}
-	}
-	if configMap == "" {
-		t.Fatalf("the pod mounts no ConfigMap at /etc/kgen/rules: %+v", pod.Volumes)
-	}
-	cm, err := env.kube.CoreV1().ConfigMaps(namespace).Get(t.Context(), configMap, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for name, text := range cm.Data {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // waitCan waits until the API server's authorizer answers want to whether
 // user may do what attrs say.
 func waitCan(t *testing.T, user string, want bool, attrs authorizationv1.ResourceAttributes) {
@@ -386,4 +291,37 @@ func withoutVerb(rules []rbacv1.PolicyRule, group, resource, verb string) []rbac
 		out = append(out, less)
 	}
 	return out
+}
+
+// chartAppVersion returns the appVersion of charts/kgen.
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(env.root, "charts/kgen/Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(data, &chart); err != nil {
+		t.Fatal(err)
+	}
+	return chart.AppVersion
+}
+
+// waitLeader waits until a replica holds the Lease, and returns its identity.
+func waitLeader(t *testing.T, namespace, name string) string {
+	t.Helper()
+	var holder string
+	eventually(t, 60*time.Second, func() (bool, error) {
+		lease, err := env.kube.CoordinationV1().Leases(namespace).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if lease.Spec.HolderIdentity != nil {
+			holder = *lease.Spec.HolderIdentity
+		}
+		return holder != "", nil
+	}, "a replica to hold the Lease %s/%s", namespace, name)
+	return holder
 }

@@ -21,6 +21,8 @@ informers and keeps the children equal to the templates with server-side apply.`
 	kube := &kubeFlags{}
 	kube.addFlags(cmd.PersistentFlags())
 	cmd.AddCommand(
+		newCheckCmd(out, kube),
+		newCleanupCmd(out, errOut, kube),
 		newGVKToGVRCmd(out, kube),
 		newRBACCmd(out, kube),
 		newRenderCmd(out),

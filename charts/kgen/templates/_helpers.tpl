@@ -44,6 +44,34 @@ app.kubernetes.io/part-of: kgen
 {{- end }}
 {{- end }}
 
+{{/* The leader-election Lease's name. */}}
+{{- define "kgen.leaseName" -}}
+{{- default (include "kgen.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{/*
+The labels of the pods of hooks and tests: the release's, without
+app.kubernetes.io/name, so that the Deployment's selector, its Service and
+its PodDisruptionBudget never count them as kgen's replicas (the cleanup
+hook waits for those to be gone). Call it with (list $ "component").
+*/}}
+{{- define "kgen.hookPodLabels" -}}
+{{- $root := index . 0 }}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+app.kubernetes.io/part-of: kgen
+{{- end }}
+
+{{/*
+kgen.cleanupEnabled is "true" when the pre-delete cleanup hook runs: it is
+enabled and there are rules to read the parent kinds from.
+*/}}
+{{- define "kgen.cleanupEnabled" -}}
+{{- if and .Values.cleanup.enabled (or .Values.rules .Values.existingRulesConfigMap) }}true{{ end }}
+{{- end }}
+
 {{- define "kgen.rulesConfigMap" -}}
 {{- default (printf "%s-rules" (include "kgen.fullname" .)) .Values.existingRulesConfigMap }}
 {{- end }}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"kgen.dev/kgen/pkg/cleanup"
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/rules"
+)
+
+type cleanupOptions struct {
+	rules          []string
+	stopDeployment string
+	timeout        time.Duration
+}
+
+func newCleanupCmd(out, errOut io.Writer, kube *kubeFlags) *cobra.Command {
+	o := &cleanupOptions{}
+	cmd := &cobra.Command{
+		Use:   "cleanup --rules PATH [--rules PATH ...]",
+		Short: "Remove kgen's finalizer from every parent of the rules, before kgen is uninstalled",
+		Long: `Remove kgen's finalizer, kgen.dev/cleanup, from every object of the rules'
+parent kinds (in a rule's namespaces when it is limited to some, whatever the
+object's labels), so that no parent is left Terminating once kgen is gone.
+Other finalizers are kept; children are not touched. A parent kind the
+cluster does not serve is skipped with a note. Running it again is harmless.
+
+A running kgen puts the finalizer back, so stop it first: --stop-deployment
+scales kgen's Deployment to 0 and waits until its pods are gone. The Helm
+chart runs this command as a pre-delete hook.`,
+		Example: `  kgenctl cleanup --rules /etc/kgen/rules --stop-deployment kgen-system/kgen
+  kgenctl cleanup --rules rules/ --context prod`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), out, errOut, kube)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
+	f.StringVar(&o.stopDeployment, "stop-deployment", "", "NAMESPACE/NAME of kgen's Deployment, to scale to 0 and wait for before the finalizers are removed")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the Deployment's pods to stop")
+	_ = cmd.MarkFlagRequired("rules")
+	return cmd
+}
+
+func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *kubeFlags) error {
+	var stop types.NamespacedName
+	if o.stopDeployment != "" {
+		var err error
+		if stop, err = namespacedName("--stop-deployment", o.stopDeployment); err != nil {
+			return err
+		}
+	}
+	loaded, err := rules.Load(o.rules, rules.Options{})
+	if err != nil {
+		return err
+	}
+	config, err := kube.restConfig()
+	if err != nil {
+		return err
+	}
+	kubeClient, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	dynClient, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	if stop.Name != "" {
+		stopCtx, cancel := context.WithTimeout(ctx, o.timeout)
+		err := cleanup.StopDeployment(stopCtx, kubeClient, stop.Namespace, stop.Name)
+		cancel()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "deployment %s is stopped\n", stop)
+	}
+	res, err := cleanup.Release(ctx, dynClient, mapper.New(kubeClient.Discovery()), loaded)
+	for _, note := range res.Skipped {
+		fmt.Fprintln(errOut, "Note:", note)
+	}
+	for _, o := range res.Released {
+		fmt.Fprintf(out, "released %s\n", o)
+	}
+	fmt.Fprintf(out, "%d parents checked, %d released\n", res.Checked, len(res.Released))
+	return err
+}

@@ -1,0 +1,440 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The tests of this file install charts/kgen with helm and run kgen as the
+// chart's pods through the fake kubelet, to check what happens to a running
+// install over its life: helm test, helm upgrade, helm uninstall.
+
+// helmInstallWebApp installs a chart (a folder or a packaged .tgz) as
+// release "kgen" in a new namespace with the WebApp example's rules
+// limited to ns and their generated RBAC, waits for it, and returns the
+// release namespace and the helm arguments that give the rules and RBAC.
+func helmInstallWebApp(t *testing.T, chart, ns string, extra ...string) (string, *fakeKubelet, []string) {
+	t.Helper()
+	installCRD(t, "examples/webapp/crd.yaml")
+	release := newNamespace(t)
+	kubelet := startPods(t, release)
+	rulesFile := exampleWebAppRulesIn(t, ns)
+	values := []string{"-f", generateRBACValues(t, rulesFile), "--set-file", "rules.webapp=" + rulesFile}
+	helmInstall(t, chart, release, append(values, extra...)...)
+	return release, kubelet, values
+}
+
+// helmInstall installs a chart as release "kgen", waits for it, and
+// uninstalls it when the test ends.
+func helmInstall(t *testing.T, chart, release string, args ...string) {
+	t.Helper()
+	start := time.Now()
+	if _, err := runHelm(t, append([]string{"install", "kgen", chart, "--namespace", release, "--wait", "--timeout", "3m"}, args...)...); err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm install: %v", err)
+	}
+	t.Logf("helm install --wait took %s", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() { _, _ = runHelm(t, "uninstall", "kgen", "--namespace", release, "--wait", "--timeout", "2m") })
+}
+
+// helm test passes on a running install, and fails, saying why, once kgen
+// is scaled to 0.
+func TestHelmTest(t *testing.T) {
+	ctx := t.Context()
+	release, kubelet, _ := helmInstallWebApp(t, filepath.Join(env.root, "charts/kgen"), newNamespace(t))
+	waitLeader(t, release, "kgen")
+	out, err := runHelm(t, "test", "kgen", "--namespace", release, "--timeout", "2m")
+	if err != nil || !strings.Contains(out, "Phase:          Succeeded") {
+		t.Fatalf("helm test on a running install: %v\n%s\n%s", err, out, kubelet.output("kgen-test"))
+	}
+	logs := kubelet.output("kgen-test")
+	for _, want := range []string{"ok: deployment " + release + "/kgen has 2 of 2 replicas available", "ok: lease " + release + "/kgen is held by"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the test pod did not say %q:\n%s", want, logs)
+		}
+	}
+
+	scale, err := env.kube.AppsV1().Deployments(release).GetScale(ctx, "kgen", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 0
+	if _, err := env.kube.AppsV1().Deployments(release).UpdateScale(ctx, "kgen", scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, func() (bool, error) {
+		pods := podsOf(t, release, "app.kubernetes.io/name=kgen,app.kubernetes.io/instance=kgen")
+		return len(pods) == 0, fmt.Errorf("%d pods left", len(pods))
+	}, "kgen's pods to stop")
+	out, err = runHelm(t, "test", "kgen", "--namespace", release, "--timeout", "2m")
+	if err == nil {
+		t.Fatalf("helm test passed with kgen scaled to 0:\n%s", out)
+	}
+	t.Logf("helm test with kgen scaled to 0: %v", err)
+	logs = kubelet.output("kgen-test")
+	for _, want := range []string{"deployment " + release + "/kgen is scaled to 0", "lease " + release + "/kgen is held by no replica"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the failed test pod did not say %q:\n%s", want, logs)
+		}
+	}
+}
+
+// The chart refuses more than one replica without leader election, before
+// it creates anything.
+func TestHelmRefusesReplicasWithoutLeaderElection(t *testing.T) {
+	release := newNamespace(t)
+	out, err := runHelm(t, "install", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release,
+		"--set", "replicaCount=2", "--set", "leaderElection.enabled=false")
+	if err == nil || !strings.Contains(err.Error(), "replicaCount is 2 but leaderElection.enabled is false") {
+		t.Fatalf("helm install of 2 replicas without leader election: %v\n%s", err, out)
+	}
+	if list, _ := runHelm(t, "list", "--all", "--short", "--namespace", release); strings.TrimSpace(list) != "" {
+		t.Errorf("a release was recorded: %q", list)
+	}
+	if deploys, err := env.kube.AppsV1().Deployments(release).List(t.Context(), metav1.ListOptions{}); err != nil || len(deploys.Items) > 0 {
+		t.Errorf("the refused install created Deployments: %v %v", deploys, err)
+	}
+}
+
+// helm uninstall leaves no parent with kgen's finalizer: the chart's
+// pre-delete hook stops kgen and removes it, keeping the parent's other
+// finalizers and its children; the parent can then be deleted.
+func TestHelmUninstallReleasesFinalizers(t *testing.T) {
+	ctx := t.Context()
+	installCRD(t, "e2e/testdata/octopus-crd.yaml")
+	ns, release := newNamespace(t), newNamespace(t)
+	startPods(t, release)
+	// A cluster-scoped child, which no ownerReference can tie to its
+	// namespaced parent: kgen's finalizer guards it.
+	rulesFile := writeRules(t, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: octopus-cleanup
+spec:
+  parent:
+    apiVersion: zoo.example.com/v1
+    kind: Octopus
+    namespaces: [`+ns+`]
+  children:
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata:
+        name: octopus-${parent.metadata.namespace}-${parent.metadata.name}
+      rules: []
+`)
+	values, err := kgenctl(t, "rbac", "--rules", rulesFile, "--crd", filepath.Join(env.root, "e2e/testdata/octopus-crd.yaml"), "-o", "helm-values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chart := filepath.Join(env.root, "charts/kgen")
+	if _, err := runHelm(t, "install", "kgen", chart, "--namespace", release, "-f", valuesFile,
+		"--set-file", "rules.octopus="+rulesFile, "--wait", "--timeout", "3m"); err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm install: %v", err)
+	}
+	t.Cleanup(func() { _, _ = runHelm(t, "uninstall", "kgen", "--namespace", release, "--no-hooks") })
+	octopus := func(name string) map[string]any {
+		return map[string]any{"apiVersion": "zoo.example.com/v1", "kind": "Octopus",
+			"metadata": map[string]any{"name": name, "namespace": ns, "finalizers": []any{"example.com/keep"}},
+			"spec":     map[string]any{"arms": int64(8)}}
+	}
+	create(t, octopusGVR, octopus("otto"))
+	role := "octopus-" + ns + "-otto"
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+	})
+	waitFor(t, crGVR, "", role, nil)
+	waitFor(t, octopusGVR, ns, "otto", func(o *unstructured.Unstructured) error {
+		if !slices.Contains(o.GetFinalizers(), "kgen.dev/cleanup") {
+			return fmt.Errorf("finalizers = %v", o.GetFinalizers())
+		}
+		return nil
+	})
+
+	start := time.Now()
+	out, err := runHelm(t, "uninstall", "kgen", "--namespace", release, "--wait", "--timeout", "3m")
+	if err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+	t.Logf("helm uninstall --wait took %s", time.Since(start).Round(time.Millisecond))
+	parent := get(t, octopusGVR, ns, "otto")
+	if parent == nil {
+		t.Fatal("the parent is gone")
+	}
+	if got := parent.GetFinalizers(); !slices.Equal(got, []string{"example.com/keep"}) {
+		t.Errorf("after helm uninstall the parent's finalizers are %q, want only the other controller's", got)
+	}
+	if get(t, crGVR, "", role) == nil {
+		t.Error("helm uninstall deleted the parent's child; children stay")
+	}
+	for _, gone := range []struct {
+		gvr  schema.GroupVersionResource
+		name string
+	}{{deployGVR, "kgen"}, {schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, "kgen-cleanup"}} {
+		if get(t, gone.gvr, release, gone.name) != nil {
+			t.Errorf("%s %s is left after helm uninstall", gone.gvr.Resource, gone.name)
+		}
+	}
+	user := "system:serviceaccount:" + release + ":kgen"
+	for _, e := range auditOfPods(t, user, start) {
+		if e.ResponseStatus.Code == 403 {
+			t.Errorf("the cleanup hook was refused %s %s %s/%s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name)
+		}
+	}
+
+	// Only the other controller's finalizer holds the parent now.
+	if err := env.dynamic.Resource(octopusGVR).Namespace(ns).Delete(ctx, "otto", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/keep"},{"op":"remove","path":"/metadata/finalizers/0"}]`)
+	if _, err := env.dynamic.Resource(octopusGVR).Namespace(ns).Patch(ctx, "otto", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, octopusGVR, ns, "otto")
+}
+
+// helm upgrade from the previous chart version (e2e/testdata, 0.1.0) to
+// this one rolls kgen's pods and keeps every parent converged: no child is
+// deleted or recreated.
+func TestHelmUpgradeFromPreviousChart(t *testing.T) {
+	ns := newNamespace(t)
+	release, _, values := helmInstallWebApp(t, filepath.Join(env.root, "e2e/testdata/kgen-0.1.0.tgz"), ns)
+	const parents = 3
+	for i := range parents {
+		create(t, webappGVR, webapp(ns, fmt.Sprintf("shop-%d", i), 1))
+	}
+	eventually(t, 60*time.Second, func() (bool, error) { return converged(t, ns, parents) }, "the parents to converge under chart 0.1.0")
+	before := childUIDs(t, ns)
+	if len(before) != 3*parents {
+		t.Fatalf("%d children, want %d", len(before), 3*parents)
+	}
+	oldPods := podsOf(t, release, "app.kubernetes.io/name=kgen")
+
+	start := time.Now()
+	if _, err := runHelm(t, append([]string{"upgrade", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release,
+		"--wait", "--timeout", "5m"}, values...)...); err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm upgrade: %v", err)
+	}
+	t.Logf("helm upgrade --wait took %s", time.Since(start).Round(time.Millisecond))
+	for _, p := range podsOf(t, release, "app.kubernetes.io/name=kgen") {
+		if slices.ContainsFunc(oldPods, func(old corev1.Pod) bool { return old.UID == p.UID }) {
+			t.Errorf("pod %s of chart 0.1.0 still runs", p.Name)
+		}
+		if p.Labels["helm.sh/chart"] != "kgen-0.2.0" {
+			t.Errorf("pod %s is of chart %s", p.Name, p.Labels["helm.sh/chart"])
+		}
+	}
+	waitLeader(t, release, "kgen")
+	// The new leader works: a new parent converges, and the old stay.
+	create(t, webappGVR, webapp(ns, "after-upgrade", 1))
+	eventually(t, 60*time.Second, func() (bool, error) { return converged(t, ns, parents+1) }, "the parents to converge under this chart")
+	after := childUIDs(t, ns)
+	for name, uid := range before {
+		if after[name] != uid {
+			t.Errorf("child %s was recreated or deleted across the upgrade: uid %s, then %q", name, uid, after[name])
+		}
+	}
+	user := "system:serviceaccount:" + release + ":kgen"
+	for _, e := range auditOfPods(t, user, start) {
+		if e.Verb == "delete" && e.ObjectRef.Namespace == ns {
+			t.Errorf("kgen (pod %s) deleted %s %s during the upgrade", e.pod(), e.ObjectRef.Resource, e.ObjectRef.Name)
+		}
+	}
+}
+
+// childUIDs returns the UIDs of kgen's children in ns by kind and name.
+func childUIDs(t *testing.T, ns string) map[string]types.UID {
+	t.Helper()
+	out := map[string]types.UID{}
+	for _, gvr := range []schema.GroupVersionResource{cmGVR, deployGVR, svcGVR} {
+		list, err := env.dynamic.Resource(gvr).Namespace(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=kgen"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range list.Items {
+			out[gvr.Resource+"/"+o.GetName()] = o.GetUID()
+		}
+	}
+	return out
+}
+
+// A rolling update never has two leaders writing: while kgen's pods roll
+// and a parent keeps changing, the writes of each pod (told apart by the
+// pod its token is bound to) span intervals that do not overlap.
+func TestHelmRollingUpdateHasOneWriter(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t)
+	release, _, values := helmInstallWebApp(t, filepath.Join(env.root, "charts/kgen"), ns)
+	before := waitLeader(t, release, "kgen")
+	lease, err := env.kube.CoordinationV1().Leases(release).Get(ctx, "kgen", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	transitions := ptrOr(lease.Spec.LeaseTransitions, 0)
+	create(t, webappGVR, webapp(ns, "busy", 1))
+	waitFor(t, cmGVR, ns, "busy-config", nil)
+
+	// Change the parent all along the rollout, so there is always
+	// something to write.
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var changes int
+	var lastImage string
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			image := fmt.Sprintf("nginx:1.%d", 100+changes)
+			patch := fmt.Appendf(nil, `{"spec":{"image":%q}}`, image)
+			if _, err := env.dynamic.Resource(webappGVR).Namespace(ns).Patch(context.Background(), "busy", types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+				changes++
+				lastImage = image
+			}
+		}
+	})
+	_, err = runHelm(t, append([]string{"upgrade", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release,
+		"--wait", "--timeout", "5m", "--set-string", "podAnnotations.example\\.com/rollout=1"}, values...)...)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm upgrade: %v", err)
+	}
+	t.Logf("the parent changed %d times during the rollout", changes)
+	waitFor(t, cmGVR, ns, "busy-config", func(o *unstructured.Unstructured) error { return expect(o, lastImage, "data", "image") })
+	after := waitLeader(t, release, "kgen")
+	lease, err = env.kube.CoordinationV1().Leases(release).Get(ctx, "kgen", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the Lease went from %s to %s in %d transitions", before, after, ptrOr(lease.Spec.LeaseTransitions, 0)-transitions)
+	if after == before {
+		t.Errorf("the leader %s survived a rollout that replaced every pod", before)
+	}
+
+	// Each pod's writes, from its first request received to its last
+	// answered.
+	type span struct {
+		pod         string
+		first, last time.Time
+		writes      int
+	}
+	spans := map[string]*span{}
+	for _, e := range auditOfPods(t, "system:serviceaccount:"+release+":kgen", start) {
+		if !isWrite(e.Verb) || e.ObjectRef.Resource == "leases" || e.ObjectRef.Resource == "events" {
+			continue
+		}
+		s := spans[e.pod()]
+		if s == nil {
+			s = &span{pod: e.pod(), first: e.RequestReceivedTimestamp, last: e.StageTimestamp}
+			spans[e.pod()] = s
+		}
+		s.writes++
+		s.first = minTime(s.first, e.RequestReceivedTimestamp)
+		s.last = maxTime(s.last, e.StageTimestamp)
+	}
+	var ordered []*span
+	for _, s := range spans {
+		ordered = append(ordered, s)
+	}
+	sort.Slice(ordered, func(i, j int) bool { return ordered[i].first.Before(ordered[j].first) })
+	for i, s := range ordered {
+		t.Logf("pod %s wrote %d times from %s to %s", s.pod, s.writes, s.first.Format("15:04:05.000000"), s.last.Format("15:04:05.000000"))
+		if i > 0 {
+			if prev := ordered[i-1]; !s.first.After(prev.last) {
+				t.Errorf("pods %s and %s wrote at the same time: %s began before %s ended", prev.pod, s.pod,
+					s.first.Format("15:04:05.000000"), prev.last.Format("15:04:05.000000"))
+			} else {
+				t.Logf("  %s after %s's last write", s.first.Sub(prev.last).Round(time.Millisecond), prev.pod)
+			}
+		}
+	}
+	if len(ordered) < 2 {
+		t.Errorf("%d pods wrote during the rollout; the handover was not exercised", len(ordered))
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// podAuditEvent is an audit event with what tells pods apart: the pod a
+// service account token is bound to, in the user's extra.
+type podAuditEvent struct {
+	auditEvent
+	User struct {
+		Username string              `json:"username"`
+		Extra    map[string][]string `json:"extra"`
+	} `json:"user"`
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+}
+
+func (e podAuditEvent) pod() string {
+	if p := e.User.Extra["authentication.kubernetes.io/pod-name"]; len(p) > 0 {
+		return p[0]
+	}
+	return "(no pod)"
+}
+
+// auditOfPods returns the completed requests of a user since a time.
+func auditOfPods(t *testing.T, user string, since time.Time) []podAuditEvent {
+	t.Helper()
+	f, err := os.Open(env.cp.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []podAuditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e podAuditEvent
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		if e.Stage == "ResponseComplete" && e.User.Username == user && !e.StageTimestamp.Before(since) {
+			out = append(out, e)
+		}
+	}
+	return out
+}

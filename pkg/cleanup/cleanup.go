@@ -1,0 +1,214 @@
+package cleanup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/pager"
+	"k8s.io/klog/v2"
+
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/rules"
+)
+
+// Finalizer is the finalizer Release removes: the one kgen puts on parents
+// whose children Kubernetes cannot garbage-collect.
+const Finalizer = reconcile.Finalizer
+
+// attempts bounds how often Release re-reads a parent whose finalizers
+// changed between its read and its patch.
+const attempts = 5
+
+// Resolver finds the API resource of a kind; *mapper.Mapper is one.
+type Resolver interface {
+	ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error)
+}
+
+var _ Resolver = (*mapper.Mapper)(nil)
+
+// Object names one object of a resource.
+type Object struct {
+	Resource  schema.GroupResource
+	Namespace string
+	Name      string
+}
+
+func (o Object) String() string {
+	if o.Namespace == "" {
+		return o.Resource.String() + " " + o.Name
+	}
+	return o.Resource.String() + " " + o.Namespace + "/" + o.Name
+}
+
+// Result says what Release did.
+type Result struct {
+	// Checked counts the parents looked at.
+	Checked int
+	// Released are the parents whose finalizer Release removed.
+	Released []Object
+	// Skipped says, one sentence each, what was not looked at and why.
+	Skipped []string
+}
+
+// scope is where to look for the objects of one parent kind.
+type scope struct {
+	gvk   schema.GroupVersionKind
+	rules []string
+	// namespaces are the rules' namespaces; nil when a rule covers every
+	// namespace.
+	namespaces []string
+}
+
+// scopes merges the rules that share a parent kind, in the rules' order.
+func scopes(loaded []*rules.Rule) []*scope {
+	var out []*scope
+	byGVK := map[schema.GroupVersionKind]*scope{}
+	for _, r := range loaded {
+		s := byGVK[r.Parent.GroupVersionKind]
+		if s == nil {
+			s = &scope{gvk: r.Parent.GroupVersionKind, namespaces: []string{}}
+			byGVK[s.gvk] = s
+			out = append(out, s)
+		}
+		s.rules = append(s.rules, r.Name)
+		switch {
+		case len(r.Parent.Namespaces) == 0:
+			s.namespaces = nil
+		case s.namespaces != nil:
+			for _, ns := range r.Parent.Namespaces {
+				if !slices.Contains(s.namespaces, ns) {
+					s.namespaces = append(s.namespaces, ns)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Release removes Finalizer from every object of the rules' parent kinds
+// that carries it, and leaves every other finalizer in place. A parent kind
+// the API server does not serve is skipped and noted in the result. An
+// error on one kind does not stop the others; all errors are returned
+// together. Running it again finds nothing more to do.
+func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, loaded []*rules.Rule) (*Result, error) {
+	logger := klog.FromContext(ctx)
+	res := &Result{}
+	var errs []error
+	for _, s := range scopes(loaded) {
+		mapping, err := resolver.ResourceFor(s.gvk)
+		if errors.Is(err, mapper.ErrNotFound) {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (rule %s) is not served: no parent can hold the finalizer",
+				kindString(s.gvk), strings.Join(s.rules, ", ")))
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rule %s: %w", strings.Join(s.rules, ", "), err))
+			continue
+		}
+		gvr := mapping.GroupVersionResource()
+		namespaces := []string{metav1.NamespaceAll}
+		if mapping.Namespaced && s.namespaces != nil {
+			namespaces = s.namespaces
+		}
+		for _, ns := range namespaces {
+			var ri dynamic.ResourceInterface = client.Resource(gvr)
+			if mapping.Namespaced {
+				ri = client.Resource(gvr).Namespace(ns)
+			}
+			err := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				return ri.List(ctx, opts)
+			}).EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+				u, ok := obj.(*unstructured.Unstructured)
+				if !ok {
+					return fmt.Errorf("list %s: unexpected item %T", gvr.Resource, obj)
+				}
+				res.Checked++
+				o := Object{Resource: gvr.GroupResource(), Namespace: u.GetNamespace(), Name: u.GetName()}
+				released, err := release(ctx, client.Resource(gvr), mapping.Namespaced, u)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("release %s: %w", o, err))
+				} else if released {
+					logger.V(2).Info("Removed the finalizer", "resource", o.Resource.String(), "object", klog.KObj(u), "finalizer", Finalizer)
+					res.Released = append(res.Released, o)
+				}
+				return nil
+			})
+			if err != nil {
+				where := "every namespace"
+				if ns != "" {
+					where = "namespace " + ns
+				} else if !mapping.Namespaced {
+					where = "the cluster"
+				}
+				errs = append(errs, fmt.Errorf("list %s in %s: %w", gvr.GroupResource(), where, err))
+			}
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// release removes Finalizer from one object, reading it again when its
+// finalizers changed since it was read. It reports whether it removed it.
+func release(ctx context.Context, nri dynamic.NamespaceableResourceInterface, namespaced bool, obj *unstructured.Unstructured) (bool, error) {
+	var ri dynamic.ResourceInterface = nri
+	if namespaced {
+		ri = nri.Namespace(obj.GetNamespace())
+	}
+	for attempt := 1; ; attempt++ {
+		i := slices.Index(obj.GetFinalizers(), Finalizer)
+		if i < 0 {
+			return false, nil
+		}
+		_, err := ri.Patch(ctx, obj.GetName(), types.JSONPatchType, removePatch(i), metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case (apierrors.IsInvalid(err) || apierrors.IsConflict(err)) && attempt < attempts:
+			// The test operation failed: the finalizers changed since
+			// the read. Read them again.
+		default:
+			return false, err
+		}
+		if obj, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+	}
+}
+
+// removePatch is a JSON patch that removes finalizer i if, and only if, it
+// is still kgen's. Unlike a server-side apply of kgen's finalizer field
+// manager with no finalizers, which only gives up kgen's claim, it removes
+// the entry whoever else also owns it (a parent restored from a backup, or
+// applied with the finalizer in its manifest); unlike a merge patch of the
+// whole list, it cannot drop a finalizer another controller adds meanwhile.
+func removePatch(i int) []byte {
+	path := fmt.Sprintf("/metadata/finalizers/%d", i)
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": path, "value": Finalizer},
+		{"op": "remove", "path": path},
+	})
+	return patch
+}
+
+func kindString(gvk schema.GroupVersionKind) string {
+	if gvk.Group == "" {
+		return gvk.Version + "/" + gvk.Kind
+	}
+	return gvk.Group + "/" + gvk.Version + "/" + gvk.Kind
+}

@@ -1,0 +1,255 @@
+package cleanup
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/rules"
+)
+
+var (
+	webapps = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "WebApp", Resource: "webapps", Namespaced: true}
+	tenants = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "Tenant", Resource: "tenants"}
+)
+
+// fakeResolver serves the mappings it holds and nothing else.
+type fakeResolver []mapper.Mapping
+
+func (f fakeResolver) ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error) {
+	for _, m := range f {
+		if m.GroupVersionKind() == gvk {
+			return m, nil
+		}
+	}
+	return mapper.Mapping{}, &mapper.NotFoundError{Ref: gvk.String(), Searched: "the test's kinds"}
+}
+
+func rule(name, kind, extra string) string {
+	return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  parent:
+    apiVersion: example.com/v1
+    kind: %s
+%s  children:
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata: {name: "${parent.metadata.name}"}
+`, name, kind, extra)
+}
+
+func parent(kind, ns, name string, finalizers ...string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("example.com/v1")
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetFinalizers(finalizers)
+	return u
+}
+
+func TestRelease(t *testing.T) {
+	webappRule := rule("webapp", "WebApp", "    selector: {matchLabels: {tier: web}}\n    namespaces: [team-a, team-b]\n")
+	tests := []struct {
+		name     string
+		rules    []string
+		served   fakeResolver
+		objects  []*unstructured.Unstructured
+		reactors func(*dynamicfake.FakeDynamicClient)
+		// want maps "kind ns/name" to the finalizers left.
+		want         map[string][]string
+		wantReleased []string
+		wantSkipped  string
+		wantErr      string
+	}{{
+		name:   "only kgen's finalizer goes, whatever the labels",
+		rules:  []string{webappRule},
+		served: fakeResolver{webapps},
+		objects: []*unstructured.Unstructured{
+			parent("WebApp", "team-a", "shop", "example.com/other", Finalizer, "example.com/last"),
+			parent("WebApp", "team-b", "relabelled", Finalizer),
+			parent("WebApp", "team-a", "untouched", "example.com/other"),
+		},
+		want: map[string][]string{
+			"WebApp team-a/shop":       {"example.com/other", "example.com/last"},
+			"WebApp team-b/relabelled": nil,
+			"WebApp team-a/untouched":  {"example.com/other"},
+		},
+		wantReleased: []string{"webapps.example.com team-a/shop", "webapps.example.com team-b/relabelled"},
+	}, {
+		name:   "outside the rule's namespaces",
+		rules:  []string{webappRule},
+		served: fakeResolver{webapps},
+		objects: []*unstructured.Unstructured{
+			parent("WebApp", "team-c", "elsewhere", Finalizer),
+		},
+		want: map[string][]string{"WebApp team-c/elsewhere": {Finalizer}},
+	}, {
+		name:   "a rule for every namespace widens another's",
+		rules:  []string{webappRule, rule("all-webapps", "WebApp", "    selector: {matchLabels: {tier: db}}\n")},
+		served: fakeResolver{webapps},
+		objects: []*unstructured.Unstructured{
+			parent("WebApp", "team-c", "elsewhere", Finalizer),
+		},
+		want:         map[string][]string{"WebApp team-c/elsewhere": nil},
+		wantReleased: []string{"webapps.example.com team-c/elsewhere"},
+	}, {
+		name:   "a cluster-scoped parent",
+		rules:  []string{rule("tenant", "Tenant", "")},
+		served: fakeResolver{tenants},
+		objects: []*unstructured.Unstructured{
+			parent("Tenant", "", "acme", Finalizer, "example.com/other"),
+		},
+		want:         map[string][]string{"Tenant acme": {"example.com/other"}},
+		wantReleased: []string{"tenants.example.com acme"},
+	}, {
+		name:         "a kind that is not served is skipped",
+		rules:        []string{webappRule, rule("tenant", "Tenant", "")},
+		served:       fakeResolver{tenants},
+		objects:      []*unstructured.Unstructured{parent("Tenant", "", "acme", Finalizer)},
+		want:         map[string][]string{"Tenant acme": nil},
+		wantSkipped:  "example.com/v1/WebApp (rule webapp) is not served",
+		wantReleased: []string{"tenants.example.com acme"},
+	}, {
+		name:   "the finalizers change between the read and the patch",
+		rules:  []string{rule("tenant", "Tenant", "")},
+		served: fakeResolver{tenants},
+		objects: []*unstructured.Unstructured{
+			parent("Tenant", "", "acme", "example.com/other", Finalizer),
+		},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			// Another controller adds its finalizer in front just
+			// before kgen's first patch, which then fails its test.
+			raced := false
+			c.PrependReactor("patch", "tenants", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if raced {
+					return false, nil, nil
+				}
+				raced = true
+				gvr := tenants.GroupVersionResource()
+				obj, err := c.Tracker().Get(gvr, "", "acme")
+				if err != nil {
+					return true, nil, err
+				}
+				u := obj.(*unstructured.Unstructured)
+				u.SetFinalizers(append([]string{"example.com/first"}, u.GetFinalizers()...))
+				if err := c.Tracker().Update(gvr, u, ""); err != nil {
+					return true, nil, err
+				}
+				return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "example.com", Kind: "Tenant"}, "acme", nil)
+			})
+		},
+		want:         map[string][]string{"Tenant acme": {"example.com/first", "example.com/other"}},
+		wantReleased: []string{"tenants.example.com acme"},
+	}, {
+		name:   "a kind that may not be listed is an error; the others are still released",
+		rules:  []string{webappRule, rule("tenant", "Tenant", "")},
+		served: fakeResolver{webapps, tenants},
+		objects: []*unstructured.Unstructured{
+			parent("Tenant", "", "acme", Finalizer),
+		},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
+			})
+		},
+		want:         map[string][]string{"Tenant acme": nil},
+		wantReleased: []string{"tenants.example.com acme"},
+		wantErr:      "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			var loaded []*rules.Rule
+			for i, text := range tt.rules {
+				rs, err := rules.Parse(fmt.Sprintf("rules-%d.yaml", i), []byte(text), rules.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				loaded = append(loaded, rs...)
+			}
+			client := newClient(tt.objects...)
+			if tt.reactors != nil {
+				tt.reactors(client)
+			}
+			res, err := Release(ctx, client, tt.served, loaded)
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("Release error = %v, want one containing %q", err, tt.wantErr)
+			}
+			var released []string
+			for _, o := range res.Released {
+				released = append(released, o.String())
+			}
+			slices.Sort(released)
+			if !slices.Equal(released, tt.wantReleased) {
+				t.Errorf("released %q, want %q", released, tt.wantReleased)
+			}
+			if skipped := strings.Join(res.Skipped, "\n"); !strings.Contains(skipped, tt.wantSkipped) || (tt.wantSkipped == "") != (skipped == "") {
+				t.Errorf("skipped %q, want %q", skipped, tt.wantSkipped)
+			}
+			for key, want := range tt.want {
+				if got := finalizersOf(t, client, key); !slices.Equal(got, want) {
+					t.Errorf("%s has finalizers %q, want %q", key, got, want)
+				}
+			}
+
+			// Once more: nothing is left to release, and nothing changes.
+			again, _ := Release(ctx, client, tt.served, loaded)
+			if len(again.Released) != 0 {
+				t.Errorf("a second Release released %v", again.Released)
+			}
+		})
+	}
+}
+
+func newClient(objs ...*unstructured.Unstructured) *dynamicfake.FakeDynamicClient {
+	var objects []runtime.Object
+	for _, o := range objs {
+		objects = append(objects, o)
+	}
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		webapps.GroupVersionResource(): "WebAppList",
+		tenants.GroupVersionResource(): "TenantList",
+	}, objects...)
+}
+
+// finalizersOf reads the finalizers of "Kind ns/name" or "Kind name".
+func finalizersOf(t *testing.T, client *dynamicfake.FakeDynamicClient, key string) []string {
+	t.Helper()
+	kind, ref, _ := strings.Cut(key, " ")
+	ns, name, found := strings.Cut(ref, "/")
+	if !found {
+		ns, name = "", ref
+	}
+	gvr := map[string]schema.GroupVersionResource{"WebApp": webapps.GroupVersionResource(), "Tenant": tenants.GroupVersionResource()}[kind]
+	var ri = client.Resource(gvr)
+	var u *unstructured.Unstructured
+	var err error
+	if ns == "" {
+		u, err = ri.Get(context.Background(), name, metav1.GetOptions{})
+	} else {
+		u, err = ri.Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	}
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return u.GetFinalizers()
+}

@@ -1,0 +1,24 @@
+// Package cleanup undoes what a running kgen leaves on the cluster that
+// would outlive it: it stops kgen's Deployment, then removes kgen's
+// finalizer, kgen.dev/cleanup, from every parent of the rules. The Helm
+// chart runs it (kgenctl cleanup) as a pre-delete hook, so that after
+// 'helm uninstall' no parent is stuck Terminating waiting for a kgen that
+// is gone.
+//
+// Release looks at every object of each rule's parent kind, in the rule's
+// namespaces when it is limited to some, whatever its labels: a parent
+// relabelled out of a rule's selector may still carry the finalizer. It
+// removes only kgen's entry, with a JSON patch that first tests the entry
+// is where it was read, so other controllers' finalizers, even ones added
+// meanwhile, are kept. Children are not touched: like a rule that is
+// removed, an uninstalled kgen leaves its children where they are.
+//
+// StopDeployment scales kgen's Deployment to zero and waits until its pods
+// are gone. Release must run after it: a running kgen puts the finalizer
+// back on the next reconcile of the parent, which the removal itself
+// triggers.
+//
+// The package knows nothing of Helm; it needs list and patch on the
+// parents, and for StopDeployment get and patch on deployments/scale and
+// list on pods.
+package cleanup
