@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"kgen.dev/kgen/internal/version"
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/manager"
 	"kgen.dev/kgen/pkg/reconcile"
@@ -102,11 +104,19 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	if err != nil {
 		return err
 	}
+	// In a pod (the chart passes POD_NAME) kgen is named after it in its
+	// Lease and its User-Agent, so the Lease and the API server's audit
+	// log say which replica did what.
+	var userAgent, identity string
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		userAgent = "kgen/" + version.Version + " (" + pod + ")"
+		identity = pod + "_" + uuid.NewString()
+	}
 	m, err := manager.New(manager.Options{
-		Config: config, Rules: loaded, Workers: o.workers, QPS: o.qps, Burst: o.burst,
+		Config: config, Rules: loaded, Workers: o.workers, QPS: o.qps, Burst: o.burst, UserAgent: userAgent,
 		MetricsAddr: o.metricsAddr, HealthAddr: o.healthAddr, Profiling: o.profiling, Events: events,
 		LeaderElection: manager.LeaderElection{
-			Enabled: o.leaderElect, Namespace: o.leaderElectNS, Name: o.leaderElectID, LeaseDuration: o.leaseDuration,
+			Enabled: o.leaderElect, Namespace: o.leaderElectNS, Name: o.leaderElectID, LeaseDuration: o.leaseDuration, Identity: identity,
 		},
 	})
 	if err != nil {
