@@ -65,6 +65,8 @@ type controllerOptions struct {
 	User string
 	// Events is the event policy; notable when empty.
 	Events reconcile.EventPolicy
+	// RuleObjects serves the cluster's Rule objects too.
+	RuleObjects bool
 }
 
 func startControllerWith(t *testing.T, o controllerOptions, files ...string) *running {
@@ -90,7 +92,7 @@ func startControllerWith(t *testing.T, o controllerOptions, files ...string) *ru
 		config = env.config
 	}
 	m, err := manager.New(manager.Options{
-		Config: config, Rules: loaded, UserAgent: "kgen-e2e", Workers: 4, Events: o.Events,
+		Config: config, RulePaths: paths, RuleObjects: o.RuleObjects, UserAgent: "kgen-e2e", Workers: 4, Events: o.Events,
 		// Tests install CRDs while kgen runs; notice them quickly.
 		RetryInterval: 500 * time.Millisecond,
 	})

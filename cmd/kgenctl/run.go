@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,11 +19,11 @@ import (
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/manager"
 	"kgen.dev/kgen/pkg/reconcile"
-	"kgen.dev/kgen/rules"
 )
 
 type runOptions struct {
 	rules         []string
+	ruleObjects   bool
 	workers       int
 	qps           float32
 	burst         int
@@ -41,21 +42,30 @@ type runOptions struct {
 func newRunCmd(errOut io.Writer, kube *kubeFlags) *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run --rules PATH [--rules PATH ...]",
-		Short: "Run the controller for the given rules until SIGINT or SIGTERM",
+		Use:   "run [--rules PATH ...] [--rule-objects=false]",
+		Short: "Run the controller until SIGINT or SIGTERM",
 		Long: `Run the controller: watch the rules' parents and children and keep the children
 equal to the templates with server-side apply.
 
-The rules are loaded and checked first; invalid rules exit non-zero before
-kgen contacts the cluster. Rules whose kinds are not served yet wait (see
-/readyz and the kgen_rule_waiting metric) and start once their CRDs appear.`,
+The rules are the rules files given with --rules and, unless
+--rule-objects=false, the cluster's Rule objects (rules.kgen.dev). Both are
+followed live: a changed file takes effect within seconds (a ConfigMap
+volume's update included), a Rule object at once; an invalid new version is
+reported and the previous one keeps running. A Rule object whose name a file
+rule has is shadowed by the file.
+
+The rules files are loaded and checked first; invalid rules exit non-zero
+before kgen contacts the cluster. Rules whose kinds are not served yet wait
+(see the kgen_rule_waiting metric and the Rule's status) and start once
+their CRDs appear.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), errOut, kube)
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&o.rules, "rules", nil, "rules file or directory of *.yaml/*.yml (repeatable)")
+	f.StringArrayVar(&o.rules, "rules", nil, "rules file or directory of *.yaml/*.yml (repeatable); read again when it changes")
+	f.BoolVar(&o.ruleObjects, "rule-objects", true, "also serve the cluster's Rule objects (rules.kgen.dev)")
 	f.IntVar(&o.workers, "workers", controller.DefaultWorkers, "parents reconciled at once")
 	f.Float32Var(&o.qps, "kube-api-qps", manager.DefaultQPS, "steady requests per second to the API server")
 	f.IntVar(&o.burst, "kube-api-burst", manager.DefaultBurst, "request burst to the API server")
@@ -69,7 +79,6 @@ kgen contacts the cluster. Rules whose kinds are not served yet wait (see
 	f.IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (2 logs every child write)")
 	f.StringVar(&o.events, "events", string(reconcile.EventsNotable), "which Events to record on parents: notable (Warnings, and Normal events for drift repairs, deletions and adoptions), all (also Created and Updated), warnings, or none")
 	f.BoolVar(&o.profiling, "profiling", false, "serve Go's /debug/pprof endpoints on the metrics address")
-	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
 
@@ -95,10 +104,8 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	if err != nil {
 		return err
 	}
-	// Rules first: bad rules never reach the cluster.
-	loaded, err := rules.Load(o.rules, rules.Options{})
-	if err != nil {
-		return err
+	if len(o.rules) == 0 && !o.ruleObjects {
+		return errors.New("no rules: give --rules, or serve Rule objects (--rule-objects)")
 	}
 	config, err := kube.restConfig()
 	if err != nil {
@@ -113,7 +120,7 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 		identity = pod + "_" + uuid.NewString()
 	}
 	m, err := manager.New(manager.Options{
-		Config: config, Rules: loaded, Workers: o.workers, QPS: o.qps, Burst: o.burst, UserAgent: userAgent,
+		Config: config, RulePaths: o.rules, RuleObjects: o.ruleObjects, Workers: o.workers, QPS: o.qps, Burst: o.burst, UserAgent: userAgent,
 		MetricsAddr: o.metricsAddr, HealthAddr: o.healthAddr, Profiling: o.profiling, Events: events,
 		LeaderElection: manager.LeaderElection{
 			Enabled: o.leaderElect, Namespace: o.leaderElectNS, Name: o.leaderElectID, LeaseDuration: o.leaseDuration, Identity: identity,

@@ -117,6 +117,9 @@ type Controller struct {
 	leaving map[Key]types.UID
 	// watchErrors are the informers whose list or watch fails, and why.
 	watchErrors map[watch.Key]watchError
+	// retiring are the states of rules that were changed or removed, to
+	// stop once their successors have their informers.
+	retiring []*ruleState
 }
 
 type watchError struct {
@@ -140,6 +143,15 @@ type ruleState struct {
 	gvrs       []schema.GroupVersionResource // parent's and children's
 	// stop ends the wait for the rule's informers to sync.
 	stop context.CancelFunc
+	// kindNotServed is set while the rule waits for a kind to be served.
+	kindNotServed bool
+	// ready holds, per parent UID, whether its last reconcile left it
+	// Ready, for the Rule's count of ready parents.
+	ready map[types.UID]bool
+}
+
+func newRuleState(r *rules.Rule) *ruleState {
+	return &ruleState{rule: r, waiting: "not started", ready: map[types.UID]bool{}}
 }
 
 // New returns a Controller for the rules; it starts nothing until Run.
@@ -179,7 +191,7 @@ func New(cfg Config) *Controller {
 		Recorder: cfg.Recorder, Events: cfg.Events, Observer: c.metrics,
 	})
 	for _, r := range cfg.Rules {
-		c.rules[r.Name] = &ruleState{rule: r, waiting: "not started"}
+		c.rules[r.Name] = newRuleState(r)
 	}
 	if c.metrics != nil {
 		c.metrics.watches = c.watches
@@ -345,7 +357,11 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 		delete(c.leaving, key)
 		c.mu.Unlock()
 	}
-	return c.reconciler.Reconcile(ctx, rs.rule, mapping, parent)
+	result, err = c.reconciler.Reconcile(ctx, rs.rule, mapping, parent)
+	c.mu.Lock()
+	rs.ready[parent.GetUID()] = result.Ready
+	c.mu.Unlock()
+	return result, err
 }
 
 // release handles a parent that left the rule's informer while it carried
@@ -371,7 +387,7 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 		return nil
 	}
 	klog.FromContext(ctx).Info("Parent left every rule; releasing it", "finalizer", reconcile.Finalizer)
-	if err := c.reconciler.Release(ctx, mapping, parent, c.Children(rs.rule.Name, uid)); err != nil {
+	if err := c.reconciler.Release(ctx, mapping, parent, c.childrenOf(rs, uid)); err != nil {
 		return err
 	}
 	c.doneLeaving(key)
@@ -402,10 +418,18 @@ func (c *Controller) selectedByAny(obj *unstructured.Unstructured) bool {
 func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Unstructured {
 	c.mu.Lock()
 	rs := c.rules[rule]
-	var regs []*watch.Registration
-	if rs != nil {
-		regs = rs.childRegs
+	c.mu.Unlock()
+	if rs == nil {
+		return nil
 	}
+	return c.childrenOf(rs, parent)
+}
+
+// childrenOf returns the cached children of a parent, of the kinds a rule
+// state watches.
+func (c *Controller) childrenOf(rs *ruleState, parent types.UID) []*unstructured.Unstructured {
+	c.mu.Lock()
+	regs := rs.childRegs
 	c.mu.Unlock()
 	var out []*unstructured.Unstructured
 	seen := map[types.UID]bool{}
@@ -455,6 +479,16 @@ func (c *Controller) activateLoop(ctx context.Context) {
 				waiting = true
 				logger.Info("Rule is waiting", "rule", rs.rule.Name, "reason", err.Error())
 			}
+		}
+		// The successors of changed rules hold their informers now, so
+		// the old versions can let go of theirs: an informer both use is
+		// not restarted.
+		c.mu.Lock()
+		retiring := c.retiring
+		c.retiring = nil
+		c.mu.Unlock()
+		for _, rs := range retiring {
+			c.retire(ctx, rs)
 		}
 		if waiting {
 			// Kinds served later are found only by asking discovery again.
@@ -614,6 +648,7 @@ func kindsOf(rule *rules.Rule) []schema.GroupVersionKind {
 func (c *Controller) setWaiting(rs *ruleState, err error) error {
 	c.mu.Lock()
 	rs.waiting = err.Error()
+	rs.kindNotServed = errors.Is(err, mapper.ErrNotFound)
 	c.mu.Unlock()
 	c.metrics.setWaiting(rs.rule.Name, true)
 	return err
@@ -626,9 +661,14 @@ func (c *Controller) setWaiting(rs *ruleState, err error) error {
 func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 	return func(obj metav1.Object, deleted bool) {
 		key := Key{Rule: rule.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}
-		if deleted && slices.Contains(obj.GetFinalizers(), reconcile.Finalizer) {
+		if deleted {
 			c.mu.Lock()
-			c.leaving[key] = obj.GetUID()
+			if rs := c.rules[rule.Name]; rs != nil && rs.rule == rule {
+				delete(rs.ready, obj.GetUID())
+			}
+			if slices.Contains(obj.GetFinalizers(), reconcile.Finalizer) {
+				c.leaving[key] = obj.GetUID()
+			}
 			c.mu.Unlock()
 		}
 		c.queue.Add(key)
@@ -819,6 +859,12 @@ type RuleState struct {
 	Waiting string
 	// Failing says why an informer of the rule cannot list or watch.
 	Failing string
+	// KindNotServed is set when the rule waits for a kind the API server
+	// does not serve (yet).
+	KindNotServed bool
+	// Parents counts the rule's parents in its caches, and ReadyParents
+	// those whose last reconcile left them Ready.
+	Parents, ReadyParents int
 }
 
 // State returns the state of a rule; false if the controller has no such
@@ -830,7 +876,15 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 	if !ok {
 		return RuleState{}, false
 	}
-	s := RuleState{Running: rs.active, Synced: rs.synced, Waiting: rs.waiting}
+	s := RuleState{Running: rs.active, Synced: rs.synced, Waiting: rs.waiting, KindNotServed: rs.kindNotServed}
+	for _, reg := range rs.parentRegs {
+		s.Parents += len(reg.Informer().Indexer().ListKeys())
+	}
+	for _, ok := range rs.ready {
+		if ok {
+			s.ReadyParents++
+		}
+	}
 	for _, reg := range append(slices.Clone(rs.childRegs), mapsValues(rs.parentRegs)...) {
 		if e, bad := c.watchErrors[reg.Informer().Key()]; bad && !reg.HasSynced() {
 			s.Failing = fmt.Sprintf("%s: %v", reg.Informer().Key(), e.err)
@@ -838,4 +892,95 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 		}
 	}
 	return s, true
+}
+
+// SetRules replaces the rules the controller runs, live. A rule whose name
+// is new starts; a rule that is gone stops; a rule whose version changed
+// (another *rules.Rule) restarts with the new version, and its parents are
+// all reconciled again once its caches have synced. Rules that did not
+// change are left alone, and informers that another rule, or the new
+// version, still uses are not restarted.
+//
+// A parent that carries kgen's finalizer and that no rule of the new set
+// selects any more (its rule was removed, or its scope narrowed) is
+// released: kgen's finalizer goes (after the children only it guards, if
+// the parent is being deleted); its children stay.
+func (c *Controller) SetRules(set []*rules.Rule) {
+	c.mu.Lock()
+	next := map[string]*rules.Rule{}
+	for _, r := range set {
+		next[r.Name] = r
+	}
+	for name, rs := range c.rules {
+		if r, ok := next[name]; !ok || r != rs.rule {
+			c.retiring = append(c.retiring, rs)
+			delete(c.rules, name)
+		}
+	}
+	for name, r := range next {
+		if _, ok := c.rules[name]; !ok {
+			c.rules[name] = newRuleState(r)
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// retire stops an old version of a rule: it releases the parents no
+// current rule selects, then its informers.
+func (c *Controller) retire(ctx context.Context, rs *ruleState) {
+	logger := klog.FromContext(ctx).WithValues("rule", rs.rule.Name)
+	c.mu.Lock()
+	active, mapping := rs.active, rs.parent
+	parentRegs := mapsValues(rs.parentRegs)
+	_, replaced := c.rules[rs.rule.Name]
+	c.mu.Unlock()
+	if active {
+		for _, reg := range parentRegs {
+			for _, obj := range reg.Informer().Indexer().List() {
+				m, ok := obj.(metav1.Object)
+				if !ok || !slices.Contains(m.GetFinalizers(), reconcile.Finalizer) {
+					continue
+				}
+				parent, err := watch.Decode(obj)
+				if err != nil || c.selectedByAny(parent) {
+					continue
+				}
+				pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(parent)))
+				children := c.childrenOf(rs, parent.GetUID())
+				err = retry(ctx, func() error { return c.reconciler.Release(pctx, mapping, parent, children) })
+				if err != nil {
+					logger.Error(err, "Cannot release a parent the rule no longer selects; kgenctl cleanup releases it", "parent", klog.KObj(parent))
+					continue
+				}
+				klog.FromContext(pctx).Info("Released a parent no rule selects any more", "finalizer", reconcile.Finalizer)
+			}
+		}
+	}
+	c.deactivate(rs, errors.New("the rule changed"))
+	if !replaced {
+		c.metrics.forgetRule(rs.rule.Name)
+		logger.Info("Rule removed")
+	} else {
+		logger.Info("Rule changed; its new version starts")
+	}
+}
+
+// retry runs f up to five times, backing off, while it fails.
+func retry(ctx context.Context, f func() error) error {
+	var err error
+	for i := range 5 {
+		if err = f(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(1<<i) * 200 * time.Millisecond):
+		}
+	}
+	return err
 }

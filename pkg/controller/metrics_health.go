@@ -29,3 +29,13 @@ func (m *Metrics) watchFailed(rule, reason string) {
 		m.listErrors.WithLabelValues(rule, reason).Inc()
 	}
 }
+
+// forgetRule drops the per-rule series of a rule that was removed.
+func (m *Metrics) forgetRule(rule string) {
+	if m == nil {
+		return
+	}
+	m.waiting.DeleteLabelValues(rule)
+	m.backoffs.DeletePartialMatch(map[string]string{"rule": rule})
+	m.listErrors.DeletePartialMatch(map[string]string{"rule": rule})
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ import (
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/ruleset"
 	"kgen.dev/kgen/pkg/schema"
 	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
@@ -57,8 +59,15 @@ type Options struct {
 	// Config reaches the API server. New copies it and sets QPS, Burst and
 	// the User-Agent on the copy.
 	Config *rest.Config
-	// Rules are the rules to run.
+	// Rules are rules to run, fixed for the Manager's life (tests use
+	// them); RulePaths and RuleObjects are the rules a user runs, changed
+	// live.
 	Rules []*rules.Rule
+	// RulePaths are rules files and directories, read again when they
+	// change (see pkg/ruleset).
+	RulePaths []string
+	// RuleObjects serves the cluster's Rule objects (rules.kgen.dev).
+	RuleObjects bool
 	// Workers is how many parents are reconciled at once;
 	// controller.DefaultWorkers when zero.
 	Workers int
@@ -112,6 +121,8 @@ type Manager struct {
 	recorder   record.EventRecorder
 	broadcast  record.EventBroadcaster
 	restConfig *rest.Config
+	// rules is the live set of rules, when RulePaths or RuleObjects.
+	rules *ruleset.Set
 
 	// state is "running", "standby" or why the controller is not running
 	// yet; it decides readiness.
@@ -157,14 +168,30 @@ func New(opts Options) (*Manager, error) {
 	broadcaster := record.NewBroadcaster()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"})
 
-	m := &Manager{
-		opts: opts, kube: kube, registry: reg, recorder: recorder, broadcast: broadcaster, restConfig: config,
-		ctrl: controller.New(controller.Config{
-			Rules: opts.Rules, Client: dyn, REST: restClient, Mapper: mapper.New(kube.Discovery()),
-			Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
-			Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events,
-		}),
+	m := &Manager{opts: opts, kube: kube, registry: reg, recorder: recorder, broadcast: broadcaster, restConfig: config}
+	resources := mapper.New(kube.Discovery())
+	initial := opts.Rules
+	if len(opts.RulePaths) > 0 || opts.RuleObjects {
+		set, err := ruleset.New(ruleset.Config{
+			Paths: opts.RulePaths, Objects: opts.RuleObjects, Client: dyn, Resources: resources,
+			RetryInterval: opts.RetryInterval,
+			Apply:         func(rs []*rules.Rule) { m.ctrl.SetRules(append(slices.Clone(opts.Rules), rs...)) },
+			Progress:      progress{m},
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.rules = set
+		initial = append(slices.Clone(opts.Rules), set.Rules()...)
 	}
+	if len(initial) == 0 && !opts.RuleObjects {
+		return nil, errors.New("no rules to run: give rules files, or serve Rule objects")
+	}
+	m.ctrl = controller.New(controller.Config{
+		Rules: initial, Client: dyn, REST: restClient, Mapper: resources,
+		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
+		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events,
+	})
 	m.state.Store("starting")
 	return m, nil
 }
@@ -211,9 +238,16 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	runController := func(ctx context.Context) {
 		m.state.Store("running")
+		var wg sync.WaitGroup
+		if m.rules != nil {
+			// Only the leader follows rule changes: it writes the Rules'
+			// status.
+			wg.Go(func() { m.rules.Run(ctx) })
+		}
 		if err := m.ctrl.Run(ctx); err != nil {
 			logger.Error(err, "Controller failed")
 		}
+		wg.Wait()
 	}
 	if !m.opts.LeaderElection.Enabled {
 		runController(ctx)
@@ -351,3 +385,8 @@ func serve(ctx context.Context, wg *sync.WaitGroup, addr string, h http.Handler)
 	})
 	return nil
 }
+
+// progress lets the rule set read the controller's state of each rule.
+type progress struct{ m *Manager }
+
+func (p progress) State(rule string) (controller.RuleState, bool) { return p.m.ctrl.State(rule) }

@@ -92,6 +92,8 @@ type Result struct {
 	// a child should be. kgen cannot watch it, so the caller looks again
 	// later, backing off while the conflict stays.
 	Conflict bool
+	// Ready reports that the parent's Ready condition is True.
+	Ready bool
 }
 
 // ChildLister reads a parent's children from the informer cache.
@@ -306,6 +308,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	if err == nil && cond.Reason == ReasonConflict {
 		res.Conflict = true
 	}
+	res.Ready = cond.Status == metav1.ConditionTrue
 	return res, err
 }
 
@@ -597,9 +600,18 @@ func (r *Reconciler) finalize(ctx context.Context, mapping mapper.Mapping, paren
 // children are the parent's children as cached, possibly none.
 func (r *Reconciler) Release(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, children []*unstructured.Unstructured) error {
 	r.status.forget(parent.GetUID())
-	if parent.GetDeletionTimestamp() != nil {
-		_, err := r.finalize(ctx, mapping, parent, children)
-		return err
+	if parent.GetDeletionTimestamp() != nil && slices.Contains(parent.GetFinalizers(), Finalizer) {
+		// No later reconcile will come for a parent no rule selects: the
+		// deletes are made, and the finalizer goes at once.
+		var errs []error
+		for _, obj := range children {
+			if !hasOwner(obj, parent.GetUID()) {
+				errs = append(errs, r.prune(ctx, parent, obj, obj.GetLabels()[LabelChild], "its parent is being deleted"))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
 	}
 	return r.setFinalizer(ctx, mapping, parent, false)
 }

@@ -1,0 +1,385 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"kgen.dev/kgen/pkg/reconcile"
+)
+
+// Contract §7: rules as cluster objects, changed live.
+
+var ruleGVR = schema.GroupVersionResource{Group: "kgen.dev", Version: "v1alpha1", Resource: "rules"}
+
+// applyRule creates or updates a Rule object from a rules document, as
+// kubectl apply -f does, and deletes it when the test ends.
+func applyRule(t *testing.T, doc string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	out, err := env.dynamic.Resource(ruleGVR).Apply(t.Context(), obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "kubectl", Force: true})
+	if err != nil {
+		t.Fatalf("apply Rule %s: %v", obj.GetName(), err)
+	}
+	t.Cleanup(func() {
+		_ = env.dynamic.Resource(ruleGVR).Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
+	})
+	return out
+}
+
+// ruleCondition returns a condition of a Rule object, or nil.
+func ruleCondition(obj *unstructured.Unstructured, typ string) map[string]any {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == typ {
+			return m
+		}
+	}
+	return nil
+}
+
+// waitRuleStatus waits until check accepts a Rule object's status.
+func waitRuleStatus(t *testing.T, name string, check func(*unstructured.Unstructured) error) *unstructured.Unstructured {
+	t.Helper()
+	return waitFor(t, ruleGVR, "", name, check)
+}
+
+func accepted(want string, msg ...string) func(*unstructured.Unstructured) error {
+	return func(o *unstructured.Unstructured) error {
+		c := ruleCondition(o, "Accepted")
+		if c == nil || c["status"] != want || c["observedGeneration"] != o.GetGeneration() {
+			return fmt.Errorf("Accepted = %v (generation %d), want %s", c, o.GetGeneration(), want)
+		}
+		for _, m := range msg {
+			if !strings.Contains(fmt.Sprint(c["message"]), m) {
+				return fmt.Errorf("Accepted message %q does not say %q", c["message"], m)
+			}
+		}
+		return nil
+	}
+}
+
+// exampleRuleIn returns the WebApp example's rules document limited to one
+// namespace and renamed, so tests do not share parents.
+func exampleRuleIn(t *testing.T, name, ns string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(env.root, "examples/webapp/rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(string(data), "namespaces: [team-a]", "namespaces: ["+ns+"]", 1)
+	return strings.Replace(doc, "  name: webapp\n", "  name: "+name+"\n", 1)
+}
+
+// Scenario: a Rule object served without --rules. kubectl apply of the
+// example's rules file makes a Rule that runs; its status says so and
+// counts its parents.
+func TestRuleObjectServed(t *testing.T) {
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, exampleRuleIn(t, "served", ns))
+	create(t, webappGVR, webapp(ns, "shop", 1))
+	waitFor(t, cmGVR, ns, "shop-config", nil)
+	waitFor(t, deployGVR, ns, "shop", nil)
+	waitRuleStatus(t, "served", func(o *unstructured.Unstructured) error {
+		if err := accepted("True")(o); err != nil {
+			return err
+		}
+		if c := ruleCondition(o, "Ready"); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		if p, _, _ := unstructured.NestedInt64(o.Object, "status", "parents"); p != 1 {
+			return fmt.Errorf("parents = %d", p)
+		}
+		return nil
+	})
+}
+
+// Scenario: an invalid update of a Rule object. The previous version keeps
+// working, and the status says Invalid with the field path and the
+// expression.
+func TestRuleObjectInvalidUpdate(t *testing.T) {
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	good := exampleRuleIn(t, "invalid-update", ns)
+	applyRule(t, good)
+	waitRuleStatus(t, "invalid-update", accepted("True"))
+	bad := strings.Replace(good, "name: ${parent.metadata.name}\n      spec:\n        replicas", "name: ${parent.metadata.nmae +}\n      spec:\n        replicas", 1)
+	if bad == good {
+		t.Fatal("the test's edit did not apply")
+	}
+	applyRule(t, bad)
+	waitRuleStatus(t, "invalid-update", accepted("False", "spec.children[1].template.metadata.name", "parent.metadata.nmae +"))
+	// The previous version still runs: a new parent gets its children.
+	create(t, webappGVR, webapp(ns, "after", 1))
+	waitFor(t, deployGVR, ns, "after", nil)
+	o := waitRuleStatus(t, "invalid-update", func(o *unstructured.Unstructured) error {
+		if c := ruleCondition(o, "Ready"); c == nil || c["status"] != "True" || !strings.Contains(fmt.Sprint(c["message"]), "previous") {
+			return fmt.Errorf("Ready = %v, want the previous version running", c)
+		}
+		return nil
+	})
+	if c := ruleCondition(o, "Accepted"); c["reason"] != "Invalid" {
+		t.Errorf("Accepted = %v, want reason Invalid", c)
+	}
+}
+
+// Scenario: a rules file edited while kgen runs; its children follow within
+// 10 s, without a restart.
+func TestRuleFileEdited(t *testing.T) {
+	const group = "edit.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	file := gadgetRule(t, "edited", group, configChild("before"))
+	startController(t, nil, file).waitReady(t)
+	create(t, gvr, gadget(group, ns, "e", map[string]any{}))
+	waitFor(t, cmGVR, ns, "e", func(o *unstructured.Unstructured) error { return expect(o, "before", "data", "value") })
+	if err := os.WriteFile(file, []byte(strings.Replace(mustRead(t, file), "value: before", "value: after", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 10*time.Second, func() (bool, error) {
+		o := get(t, cmGVR, ns, "e")
+		return o != nil && expect(o, "after", "data", "value") == nil, fmt.Errorf("not yet")
+	}, "the child to follow the edited file within 10 s")
+	t.Logf("the child followed the edited file in %s", time.Since(start).Round(time.Millisecond))
+}
+
+func configChild(value string) string {
+	return `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data:
+        value: ` + value + "\n"
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Scenario: a ConfigMap-style ..data symlink swap, as the kubelet updates a
+// ConfigMap volume; the rules in the directory take effect within 10 s.
+func TestRuleFileSymlinkSwap(t *testing.T) {
+	const group = "swap.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	dir := t.TempDir()
+	version := func(name, value string) {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		doc := mustRead(t, gadgetRule(t, "swapped", group, configChild(value)))
+		if err := os.WriteFile(filepath.Join(d, "rules.yaml"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The kubelet's atomic update: a new ..data link renamed over the old.
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_01_01_00_00_00.1", "one")
+	if err := os.Symlink("..data/rules.yaml", filepath.Join(dir, "rules.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, nil, dir).waitReady(t)
+	create(t, gvr, gadget(group, ns, "s", map[string]any{}))
+	waitFor(t, cmGVR, ns, "s", func(o *unstructured.Unstructured) error { return expect(o, "one", "data", "value") })
+	version("..2026_01_01_00_01_00.2", "two")
+	eventually(t, 10*time.Second, func() (bool, error) {
+		o := get(t, cmGVR, ns, "s")
+		return o != nil && expect(o, "two", "data", "value") == nil, fmt.Errorf("not yet")
+	}, "the child to follow the swapped ConfigMap volume within 10 s")
+}
+
+// Scenario: a Rule deleted. kgen stops enforcing it: its children stay, and
+// kgen's finalizer leaves its parents.
+func TestRuleDeleted(t *testing.T) {
+	const group = "deleted.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: deleted
+spec:
+  parent:
+    apiVersion: %s/v1
+    kind: Gadget
+    namespaces: [%s]
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata:
+        name: e2e-${parent.metadata.namespace}-${parent.metadata.name}
+      rules: []
+`, group, ns))
+	create(t, gvr, gadget(group, ns, "d", map[string]any{}))
+	role := "e2e-" + ns + "-d"
+	t.Cleanup(func() { _ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+	waitFor(t, crGVR, "", role, nil)
+	cm := waitFor(t, cmGVR, ns, "d", nil)
+	waitFor(t, gvr, ns, "d", func(p *unstructured.Unstructured) error {
+		if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+			return fmt.Errorf("finalizers = %v", p.GetFinalizers())
+		}
+		return nil
+	})
+	if err := env.dynamic.Resource(ruleGVR).Delete(t.Context(), "deleted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, gvr, ns, "d", func(p *unstructured.Unstructured) error {
+		if slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+			return fmt.Errorf("finalizers = %v, want kgen's gone", p.GetFinalizers())
+		}
+		return nil
+	})
+	if o := get(t, cmGVR, ns, "d"); o == nil || o.GetUID() != cm.GetUID() {
+		t.Error("the removed rule's child was deleted")
+	}
+	if get(t, crGVR, "", role) == nil {
+		t.Error("the removed rule's cluster-scoped child was deleted")
+	}
+	// No longer enforced: a new parent gets nothing.
+	create(t, gvr, gadget(group, ns, "later", map[string]any{}))
+	time.Sleep(2 * time.Second)
+	if get(t, cmGVR, ns, "later") != nil {
+		t.Error("a removed rule still made children")
+	}
+}
+
+// Scenario: a file rule and a Rule object of the same name. The file wins;
+// the object's status says Shadowed.
+func TestRuleShadowed(t *testing.T) {
+	const group = "shadow.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	file := gadgetRule(t, "shadowed", group, configChild("from-file"))
+	startControllerWith(t, controllerOptions{RuleObjects: true}, file).waitReady(t)
+	applyRule(t, mustRead(t, gadgetRule(t, "shadowed", group, configChild("from-object"))))
+	waitRuleStatus(t, "shadowed", func(o *unstructured.Unstructured) error {
+		if c := ruleCondition(o, "Ready"); c == nil || c["reason"] != "Shadowed" {
+			return fmt.Errorf("Ready = %v, want Shadowed", c)
+		}
+		return nil
+	})
+	create(t, gvr, gadget(group, ns, "s", map[string]any{}))
+	waitFor(t, cmGVR, ns, "s", func(o *unstructured.Unstructured) error { return expect(o, "from-file", "data", "value") })
+}
+
+// Scenario: one rule changes while another runs. The other rule's
+// informers are not restarted (no new list or watch in the audit log) and
+// its parents are not reconciled again.
+func TestRuleChangeLeavesOtherRulesAlone(t *testing.T) {
+	const group = "alone.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	other := newCRD(t, group, "Widget", "widgets")
+	const user = "kgen-alone"
+	r := startControllerWith(t, controllerOptions{User: user, RuleObjects: true})
+	changing := func(value string) string {
+		return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: changing}
+spec:
+  parent: {apiVersion: %s/v1, kind: Gadget, namespaces: [%s]}
+%s`, group, ns, configChild(value))
+	}
+	applyRule(t, changing("one"))
+	applyRule(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: steady}
+spec:
+  parent: {apiVersion: %s/v1, kind: Widget, namespaces: [%s]}
+%s`, group, ns, strings.Replace(configChild("w"), "${parent.metadata.name}", "w-${parent.metadata.name}", 1)))
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	w := map[string]any{"apiVersion": group + "/v1", "kind": "Widget", "metadata": map[string]any{"name": "x", "namespace": ns}}
+	create(t, other, w)
+	waitFor(t, cmGVR, ns, "g", nil)
+	waitFor(t, cmGVR, ns, "w-x", nil)
+	settle(t, user, ns)
+	before := reconciles(t, r, "steady")
+
+	start := time.Now()
+	applyRule(t, changing("two"))
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "two", "data", "value") })
+	t.Logf("the child followed the Rule change in %s", time.Since(start).Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+	for _, e := range auditOf(t, user, start) {
+		if (e.Verb == "list" || e.Verb == "watch") && (e.ObjectRef.Resource == "configmaps" || e.ObjectRef.Resource == "widgets") {
+			t.Errorf("an informer still in use restarted: %s %s at %s", e.Verb, e.ObjectRef.Resource, e.StageTimestamp.Format(time.StampMilli))
+		}
+	}
+	if after := reconciles(t, r, "steady"); after != before {
+		t.Errorf("the unchanged rule's parents were reconciled again: %v reconciles, were %v", after, before)
+	}
+}
+
+// reconciles sums the reconcile counter of a rule in the in-process kgen's
+// metrics.
+func reconciles(t *testing.T, r *running, rule string) float64 {
+	t.Helper()
+	families, err := r.mgr.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "kgen_reconcile_total" && f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if (l.GetName() == "rule" || l.GetName() == "controller") && l.GetValue() == rule {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+

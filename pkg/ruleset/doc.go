@@ -1,0 +1,19 @@
+// Package ruleset keeps the set of rules a running kgen serves, and changes
+// it live: the rules of its --rules files, read again when a file changes
+// (a ConfigMap volume's symlink swap included), and the Rule objects of the
+// cluster (rules.kgen.dev), as they are created, changed and deleted.
+//
+// A new version of a rule takes effect only if it is valid, alone and
+// together with the other rules; otherwise the previous version keeps
+// running and the error is reported: in the log for a file, and in the
+// Rule's status.conditions (Accepted=False, reason Invalid, naming the field
+// path and the expression) for an object. When a file rule and a Rule object
+// have the same name, the file wins and the object's Ready condition says
+// Shadowed.
+//
+// The Set hands every new set of rules to its Apply function (the
+// controller's SetRules), and writes each Rule object's status:
+// observedGeneration, the Accepted and Ready conditions, and the counts of
+// parents and ready parents, which it reads from a Progress (the controller)
+// at most every StatusInterval.
+package ruleset

@@ -1,0 +1,647 @@
+package ruleset
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"kgen.dev/kgen/pkg/controller"
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/rules"
+)
+
+// RuleGVR is the resource of Rule objects.
+var RuleGVR = schema.GroupVersionResource{Group: "kgen.dev", Version: "v1alpha1", Resource: "rules"}
+
+// RuleGVK is the kind of Rule objects.
+var RuleGVK = schema.GroupVersionKind{Group: "kgen.dev", Version: "v1alpha1", Kind: "Rule"}
+
+// Defaults for Config.
+const (
+	// DefaultPoll is how often --rules files are read again. A file change
+	// takes effect within it; reading a few small files is cheaper than
+	// getting file notifications right for ConfigMap volumes, whose
+	// updates are a swap of a symlink to a new directory.
+	DefaultPoll = 2 * time.Second
+	// StatusInterval bounds how often a Rule's parent counts are written.
+	StatusInterval = 10 * time.Second
+)
+
+// Reasons of a Rule's conditions.
+const (
+	ConditionAccepted = "Accepted"
+	ConditionReady    = "Ready"
+
+	ReasonAccepted      = "Accepted"
+	ReasonInvalid       = "Invalid"
+	ReasonRunning       = "Running"
+	ReasonKindNotServed = "KindNotServed"
+	ReasonForbidden     = "Forbidden"
+	ReasonShadowed      = "Shadowed"
+	ReasonWaiting       = "Waiting"
+)
+
+// Progress tells how a rule runs; the controller is one.
+type Progress interface {
+	State(rule string) (controller.RuleState, bool)
+}
+
+// Resources tells whether the Rule kind is served; *mapper.Mapper is one.
+type Resources interface {
+	ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error)
+}
+
+// Config configures a Set.
+type Config struct {
+	// Paths are the --rules files and directories; none is fine when
+	// Objects is set.
+	Paths []string
+	// Objects serves the cluster's Rule objects.
+	Objects bool
+	// Client reads Rule objects and writes their status; needed with
+	// Objects.
+	Client dynamic.Interface
+	// Resources tells when the Rule kind is served; needed with Objects.
+	Resources Resources
+	// Options are the rules' compile options.
+	Options rules.Options
+	// Poll is how often files are read again; DefaultPoll when zero.
+	Poll time.Duration
+	// RetryInterval is how often kgen asks again whether the Rule kind is
+	// served while it is not; 5 s when zero.
+	RetryInterval time.Duration
+	// Apply receives every new set of rules. It is called from Run.
+	Apply func([]*rules.Rule)
+	// Progress, when set, is how the Rules' status learns whether a rule
+	// runs and its parent counts.
+	Progress Progress
+}
+
+// Set is the set of rules a kgen serves. Create it with New, which reads the
+// files once; Run keeps it up to date.
+type Set struct {
+	cfg Config
+
+	mu sync.Mutex
+	// files holds, per rules file, what it held last time it was valid.
+	files map[string]fileVersion
+	// fileErr is the last problem of the files, if any, and its text.
+	fileErr string
+	objects map[string]*object
+	// applied is the set last handed to Apply, by name.
+	applied map[string]*rules.Rule
+	// origin says, per applied rule, whether it came from a file.
+	fromFile map[string]bool
+	kick     chan struct{}
+}
+
+type fileVersion struct {
+	sum   [32]byte
+	rules []*rules.Rule
+}
+
+// object is one Rule object and what became of its latest version.
+type object struct {
+	obj *unstructured.Unstructured
+	// rule is its newest valid version, nil if it never had one.
+	rule *rules.Rule
+	// err is why its latest version is not the one running, or nil.
+	err error
+	// written and counts are the status last written (see statusKey),
+	// at writtenT: only changes are written.
+	written, counts string
+	writtenT        time.Time
+}
+
+// New reads the rules files. Invalid files are an error: kgen then stops
+// before it contacts the cluster.
+func New(cfg Config) (*Set, error) {
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 5 * time.Second
+	}
+	s := &Set{cfg: cfg, files: map[string]fileVersion{}, objects: map[string]*object{}, applied: map[string]*rules.Rule{},
+		fromFile: map[string]bool{}, kick: make(chan struct{}, 1)}
+	if len(cfg.Paths) == 0 {
+		return s, nil
+	}
+	loaded, err := rules.Load(cfg.Paths, cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	files, err := rules.Files(cfg.Paths)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		fv := fileVersion{sum: sha256.Sum256(data)}
+		for _, r := range loaded {
+			if r.Pos.File == f {
+				fv.rules = append(fv.rules, r)
+			}
+		}
+		s.files[f] = fv
+	}
+	for _, r := range loaded {
+		s.applied[r.Name] = r
+		s.fromFile[r.Name] = true
+	}
+	return s, nil
+}
+
+// Rules returns the current set, sorted by name.
+func (s *Set) Rules() []*rules.Rule {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sortedLocked()
+}
+
+func (s *Set) sortedLocked() []*rules.Rule {
+	out := make([]*rules.Rule, 0, len(s.applied))
+	for _, r := range s.applied {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Run keeps the set up to date until ctx is done: it reads the files every
+// Poll, follows Rule objects when Objects is set, hands every new set to
+// Apply, and writes the Rules' status.
+func (s *Set) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if len(s.cfg.Paths) > 0 {
+		wg.Go(func() { s.pollFiles(ctx) })
+	}
+	if s.cfg.Objects {
+		wg.Go(func() { s.watchObjects(ctx) })
+		wg.Go(func() { s.writeStatuses(ctx) })
+	}
+	wg.Wait()
+}
+
+// pollFiles reads the files every Poll and applies what changed.
+func (s *Set) pollFiles(ctx context.Context) {
+	ticker := time.NewTicker(s.cfg.Poll)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if s.readFiles(ctx) {
+			s.recompute(ctx)
+		}
+	}
+}
+
+// readFiles reads every rules file and keeps the new version of each that
+// is valid. It reports whether anything changed.
+func (s *Set) readFiles(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
+	files, err := rules.Files(s.cfg.Paths)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.reportFilesLocked(logger, err)
+		return false
+	}
+	changed := false
+	seen := map[string]bool{}
+	var problems []error
+	for _, f := range files {
+		seen[f] = true
+		data, err := os.ReadFile(f)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		sum := sha256.Sum256(data)
+		if old, ok := s.files[f]; ok && old.sum == sum {
+			continue
+		}
+		parsed, err := rules.Parse(f, data, s.cfg.Options)
+		if err != nil {
+			// The previous version of the file keeps running.
+			problems = append(problems, err)
+			continue
+		}
+		s.files[f] = fileVersion{sum: sum, rules: parsed}
+		changed = true
+		logger.Info("Rules file changed", "file", f, "rules", len(parsed))
+	}
+	for f := range s.files {
+		if !seen[f] {
+			delete(s.files, f)
+			changed = true
+			logger.Info("Rules file removed", "file", f)
+		}
+	}
+	s.reportFilesLocked(logger, errors.Join(problems...))
+	return changed
+}
+
+// reportFilesLocked logs a problem of the files once, and its end.
+func (s *Set) reportFilesLocked(logger klog.Logger, err error) {
+	text := ""
+	if err != nil {
+		text = err.Error()
+	}
+	if text == s.fileErr {
+		return
+	}
+	s.fileErr = text
+	if err != nil {
+		logger.Error(err, "Rules files are invalid; the previous version of each keeps running")
+	} else {
+		logger.Info("Rules files are valid again")
+	}
+}
+
+// watchObjects follows the Rule objects while their kind is served,
+// waiting for it when it is not.
+func (s *Set) watchObjects(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	waiting := false
+	for ctx.Err() == nil {
+		if _, err := s.cfg.Resources.ResourceFor(RuleGVK); err != nil {
+			if !waiting {
+				logger.Info("Waiting for Rule objects to be served", "reason", err.Error())
+				waiting = true
+			}
+			if r, ok := s.cfg.Resources.(interface{ Reset() }); ok {
+				r.Reset()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.cfg.RetryInterval):
+			}
+			continue
+		}
+		waiting = false
+		s.runInformer(ctx)
+	}
+}
+
+// runInformer runs an informer of Rule objects until ctx is done or the
+// kind stops being served.
+func (s *Set) runInformer(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(s.cfg.Client, 0)
+	informer := factory.ForResource(RuleGVR).Informer()
+	_ = informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if apierrors.IsNotFound(err) {
+			cancel() // the CRD went away: wait for it again
+		}
+	})
+	handle := func(obj any, deleted bool) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		if s.observe(ctx, u, deleted) {
+			s.recompute(ctx)
+		}
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { handle(obj, false) },
+		UpdateFunc: func(_, obj any) { handle(obj, false) },
+		DeleteFunc: func(obj any) { handle(obj, true) },
+	})
+	klog.FromContext(ctx).Info("Serving Rule objects")
+	informer.RunWithContext(ctx)
+}
+
+// observe records a Rule object's new state and reports whether the rules
+// may have changed.
+func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted bool) bool {
+	name := u.GetName()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.objects[name]
+	if deleted {
+		if o == nil {
+			return false
+		}
+		delete(s.objects, name)
+		klog.FromContext(ctx).Info("Rule object deleted", "rule", name)
+		return true
+	}
+	if o != nil && o.obj.GetGeneration() == u.GetGeneration() && o.obj.GetUID() == u.GetUID() {
+		o.obj = u // a status write or a metadata change: the rule is the same
+		return false
+	}
+	if o == nil || o.obj.GetUID() != u.GetUID() {
+		o = &object{}
+		s.objects[name] = o
+	}
+	o.obj = u
+	rule, err := rules.FromObject(u.Object, s.cfg.Options)
+	if err != nil {
+		o.err = describe(err, u)
+		klog.FromContext(ctx).Error(o.err, "Rule object is invalid; its previous version, if any, keeps running", "rule", name)
+		s.kickLocked()
+		return false
+	}
+	o.rule, o.err = rule, nil
+	klog.FromContext(ctx).Info("Rule object changed", "rule", name, "generation", u.GetGeneration())
+	return true
+}
+
+// describe rewrites a rule's errors with the field path in the object
+// instead of a line of its YAML, which the user never wrote.
+func describe(err error, u *unstructured.Unstructured) error {
+	var list rules.ErrorList
+	if !errors.As(err, &list) {
+		return err
+	}
+	children, _, _ := unstructured.NestedSlice(u.Object, "spec", "children")
+	msgs := make([]string, 0, len(list))
+	for _, e := range list {
+		msg := ""
+		if p := rules.FieldPath(e, children); p != "" {
+			msg = p + ": "
+		}
+		if e.Expression != "" {
+			msg += "${" + e.Expression + "}: "
+		}
+		msg += e.Err.Error()
+		msgs = append(msgs, msg)
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// recompute builds the set from the files and the objects, checks it as a
+// whole, and hands it to Apply if it changed. A rule whose new version
+// conflicts with the others keeps its previous version.
+func (s *Set) recompute(ctx context.Context) {
+	s.mu.Lock()
+	candidates, fromFile := s.candidatesLocked()
+	// Rules that did not change come first, so a conflict is blamed on
+	// the new version, which then does not run.
+	slices.SortStableFunc(candidates, func(a, b *rules.Rule) int {
+		ca, cb := s.applied[a.Name] == a, s.applied[b.Name] == b
+		switch {
+		case ca && !cb:
+			return -1
+		case cb && !ca:
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for {
+		errs := rules.CheckSet(candidates)
+		if len(errs) == 0 {
+			break
+		}
+		bad := errs[0].Rule
+		i := slices.IndexFunc(candidates, func(r *rules.Rule) bool { return r.Name == bad })
+		if i < 0 {
+			break
+		}
+		rejected := candidates[i]
+		candidates = slices.Delete(candidates, i, i+1)
+		if o := s.objects[bad]; o != nil && !fromFile[bad] {
+			o.err = errors.New(strings.TrimPrefix(errs[0].Error(), errs[0].Pos.String()+": "))
+		} else {
+			klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; its previous version keeps running", "rule", bad)
+		}
+		if prev := s.applied[bad]; prev != nil && prev != rejected {
+			candidates = append([]*rules.Rule{prev}, candidates...)
+		}
+	}
+	next := map[string]*rules.Rule{}
+	for _, r := range candidates {
+		next[r.Name] = r
+	}
+	same := len(next) == len(s.applied)
+	for name, r := range next {
+		if s.applied[name] != r {
+			same = false
+		}
+	}
+	s.applied, s.fromFile = next, fromFile
+	set := s.sortedLocked()
+	s.kickLocked()
+	s.mu.Unlock()
+	if !same && s.cfg.Apply != nil {
+		s.cfg.Apply(set)
+	}
+}
+
+// candidatesLocked returns every rule that may run: the valid versions of
+// the files' rules, and of the objects a file does not shadow.
+func (s *Set) candidatesLocked() ([]*rules.Rule, map[string]bool) {
+	var out []*rules.Rule
+	fromFile := map[string]bool{}
+	paths := make([]string, 0, len(s.files))
+	for f := range s.files {
+		paths = append(paths, f)
+	}
+	sort.Strings(paths)
+	for _, f := range paths {
+		for _, r := range s.files[f].rules {
+			out = append(out, r)
+			fromFile[r.Name] = true
+		}
+	}
+	names := make([]string, 0, len(s.objects))
+	for n := range s.objects {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if o := s.objects[n]; o.rule != nil && !fromFile[n] {
+			out = append(out, o.rule)
+		}
+	}
+	return out, fromFile
+}
+
+func (s *Set) kickLocked() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeStatuses writes the Rules' status when it changes, and their parent
+// counts at most every StatusInterval.
+func (s *Set) writeStatuses(ctx context.Context) {
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-s.kick:
+		}
+		s.writeAll(ctx)
+	}
+}
+
+func (s *Set) writeAll(ctx context.Context) {
+	type pending struct {
+		o      *object
+		status map[string]any
+		key    string
+	}
+	var todo []pending
+	now := time.Now()
+	s.mu.Lock()
+	for name, o := range s.objects {
+		status := s.statusLocked(name, o)
+		key, counts := statusKey(status)
+		if key == o.written && (counts == o.counts || now.Sub(o.writtenT) < StatusInterval) {
+			// Unchanged, or only the parent counts changed and they were
+			// written less than StatusInterval ago.
+			continue
+		}
+		o.keepTimes(status["conditions"].([]any))
+		todo = append(todo, pending{o: o, status: status, key: key})
+	}
+	s.mu.Unlock()
+	for _, p := range todo {
+		obj := &unstructured.Unstructured{Object: map[string]any{"status": p.status}}
+		obj.SetGroupVersionKind(RuleGVK)
+		obj.SetName(p.o.obj.GetName())
+		obj.SetUID(p.o.obj.GetUID())
+		if _, err := s.cfg.Client.Resource(RuleGVR).ApplyStatus(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "kgen", Force: true}); err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot write a Rule's status", "rule", obj.GetName())
+			continue
+		}
+		_, counts := statusKey(p.status)
+		s.mu.Lock()
+		p.o.written, p.o.counts, p.o.writtenT = p.key, counts, now
+		s.mu.Unlock()
+	}
+}
+
+// statusKey returns what a status says apart from its parent counts (and
+// its conditions' times, which keepTimes sets), and the counts.
+func statusKey(status map[string]any) (key, counts string) {
+	rest := map[string]any{}
+	for k, v := range status {
+		if k != "parents" && k != "readyParents" {
+			rest[k] = v
+		}
+	}
+	b, _ := json.Marshal(rest)
+	return string(b), fmt.Sprint(status["parents"], "/", status["readyParents"])
+}
+
+// statusLocked computes a Rule object's status.
+func (s *Set) statusLocked(name string, o *object) map[string]any {
+	gen := o.obj.GetGeneration()
+	accepted := condition(ConditionAccepted, true, ReasonAccepted, "the rule is valid", gen)
+	if o.err != nil {
+		accepted = condition(ConditionAccepted, false, ReasonInvalid, o.err.Error(), gen)
+	}
+	var ready map[string]any
+	var parents, readyParents int
+	running := s.applied[name]
+	switch {
+	case s.fromFile[name]:
+		ready = condition(ConditionReady, false, ReasonShadowed, "a rule of kgen's --rules files has the name "+name+"; the file's rule runs", gen)
+	case running == nil:
+		ready = condition(ConditionReady, false, ReasonInvalid, "no valid version of the rule runs", gen)
+	default:
+		var st controller.RuleState
+		if s.cfg.Progress != nil {
+			st, _ = s.cfg.Progress.State(name)
+		}
+		parents, readyParents = st.Parents, st.ReadyParents
+		msg := "the rule runs"
+		if o.err != nil || running != o.rule {
+			msg += " (its previous valid version: the latest is not accepted)"
+		}
+		switch {
+		case st.Failing != "":
+			reason := ReasonWaiting
+			if strings.Contains(strings.ToLower(st.Failing), "forbidden") {
+				reason = ReasonForbidden
+			}
+			ready = condition(ConditionReady, false, reason, st.Failing, gen)
+		case !st.Running && st.Waiting != "":
+			reason := ReasonWaiting
+			if st.KindNotServed {
+				reason = ReasonKindNotServed
+			}
+			ready = condition(ConditionReady, false, reason, st.Waiting, gen)
+		case !st.Synced:
+			ready = condition(ConditionReady, false, ReasonWaiting, "its caches are syncing", gen)
+		default:
+			ready = condition(ConditionReady, true, ReasonRunning, msg, gen)
+		}
+	}
+	return map[string]any{"observedGeneration": gen, "conditions": []any{accepted, ready},
+		"parents": int64(parents), "readyParents": int64(readyParents)}
+}
+
+func condition(typ string, ok bool, reason, msg string, gen int64) map[string]any {
+	status := "False"
+	if ok {
+		status = "True"
+	}
+	return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg, "observedGeneration": gen}
+}
+
+// keepTimes sets each condition's lastTransitionTime: the one the object
+// has if its status is unchanged, else now.
+func (o *object) keepTimes(conds []any) {
+	have, _, _ := unstructured.NestedSlice(o.obj.Object, "status", "conditions")
+	for _, c := range conds {
+		c := c.(map[string]any)
+		c["lastTransitionTime"] = metav1.Now().UTC().Format(time.RFC3339)
+		for _, h := range have {
+			if hm, ok := h.(map[string]any); ok && hm["type"] == c["type"] && hm["status"] == c["status"] {
+				if t, ok := hm["lastTransitionTime"].(string); ok {
+					c["lastTransitionTime"] = t
+				}
+			}
+		}
+	}
+}
+
+// Describe says where the rules come from, for logs.
+func (s *Set) Describe() string {
+	parts := []string{}
+	if len(s.cfg.Paths) > 0 {
+		parts = append(parts, fmt.Sprintf("files %s", strings.Join(s.cfg.Paths, ", ")))
+	}
+	if s.cfg.Objects {
+		parts = append(parts, "Rule objects")
+	}
+	return strings.Join(parts, " and ")
+}
