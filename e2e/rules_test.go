@@ -258,7 +258,9 @@ spec:
 `, group, ns))
 	create(t, gvr, gadget(group, ns, "d", map[string]any{}))
 	role := "e2e-" + ns + "-d"
-	t.Cleanup(func() { _ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+	})
 	waitFor(t, crGVR, "", role, nil)
 	cm := waitFor(t, cmGVR, ns, "d", nil)
 	waitFor(t, gvr, ns, "d", func(p *unstructured.Unstructured) error {
@@ -382,4 +384,3 @@ func reconciles(t *testing.T, r *running, rule string) float64 {
 	}
 	return total
 }
-
