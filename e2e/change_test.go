@@ -742,6 +742,22 @@ func TestChangeEventPolicy(t *testing.T) {
 	if !strings.Contains(repaired.Message, "changed by kubectl-edit") {
 		t.Errorf("Repaired event = %q, want it to name kubectl-edit", repaired.Message)
 	}
+	// Someone deletes the child: kgen creates it again and says so.
+	if err := env.kube.CoreV1().ConfigMaps(ns).Delete(t.Context(), "e", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		list, err := env.kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=e,reason=Repaired"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if strings.Contains(e.Message, "it was deleted") {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no Repaired event for the deleted child")
+	}, "a Repaired event for the deleted child")
 	patchSpec(t, gvr, ns, "e", map[string]any{"keep": false})
 	waitGone(t, cmGVR, ns, "e")
 	waitEvent(t, ns, "e", "Deleted", 10*time.Second)

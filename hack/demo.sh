@@ -37,9 +37,11 @@ for ref in deploy webapps.example.com; do
 	"$kgenctl" gvk-to-gvr "$ref"
 done
 
-say "kgenctl run --rules examples/webapp/rules.yaml"
+say "kgenctl run, serving Rule objects; kubectl apply -f examples/webapp/rules.yaml"
+kubectl apply -f charts/kgen/crds/rules.kgen.dev.yaml >/dev/null
+kubectl wait --for=condition=Established crd/rules.kgen.dev --timeout=60s >/dev/null
 kubectl create namespace team-a >/dev/null
-"$kgenctl" run --rules examples/webapp/rules.yaml --metrics-bind-address 127.0.0.1:0 \
+"$kgenctl" run --metrics-bind-address 127.0.0.1:0 \
 	--health-probe-bind-address 127.0.0.1:18081 >"$root/.cache/demo-kgen.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
@@ -47,6 +49,9 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 echo "/readyz: $(curl -s http://127.0.0.1:18081/readyz)"
+kubectl apply -f examples/webapp/rules.yaml
+kubectl wait rule/webapp --for=condition=Ready --timeout=30s >/dev/null
+kubectl get rules
 
 say "A WebApp appears; kgen makes its ConfigMap, Deployment and Service"
 cat examples/webapp/parent.yaml
@@ -71,6 +76,19 @@ kubectl patch deployment shop -n team-a --subresource=status --type=merge \
 	-p '{"status":{"replicas":2,"readyReplicas":2,"availableReplicas":2}}' >/dev/null
 kubectl wait -n team-a webapp/shop --for=condition=Ready --timeout=30s
 kubectl get webapp shop -n team-a
+
+say "The rule changes live: edit the Rule object, and the children follow, with no restart"
+echo "\$ kubectl patch rule webapp --type=json -p '[{\"op\":\"add\",\"path\":\"/spec/children/0/template/data/greeting\",\"value\":\"hello from \${parent.metadata.name}\"}]'"
+kubectl patch rule webapp --type=json \
+	-p '[{"op":"add","path":"/spec/children/0/template/data/greeting","value":"hello from ${parent.metadata.name}"}]' >/dev/null
+kubectl wait -n team-a configmap/shop-config --for=jsonpath='{.data.greeting}'='hello from shop' --timeout=30s >/dev/null
+kubectl get configmap shop-config -n team-a -o jsonpath='{.data}'; echo
+echo "An invalid edit is refused, reported, and the previous version keeps running:"
+kubectl patch rule webapp --type=json \
+	-p '[{"op":"replace","path":"/spec/children/0/template/data/greeting","value":"${parent.spec.imgae +}"}]' >/dev/null
+kubectl wait rule/webapp --for=condition=Accepted=False --timeout=30s >/dev/null
+kubectl get rule webapp -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+kubectl get rules
 
 say "Events kgen recorded on the WebApp"
 kubectl get events -n team-a --field-selector involvedObject.kind=WebApp

@@ -98,7 +98,7 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 	var newest *metav1.ManagedFieldsEntry
 	fields := live.GetManagedFields()
 	for i, e := range fields {
-		if e.Manager == FieldManager || e.Manager == finalizerManager || e.Subresource != "" || e.Time == nil {
+		if e.Manager == FieldManager || e.Manager == finalizerManager || e.Subresource == "status" || e.Time == nil {
 			continue
 		}
 		if newest == nil || e.Time.After(newest.Time.Time) {

@@ -256,6 +256,10 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			errs = append(errs, finalizerErr)
 		}
 	}
+	// The parent's current generation was reconciled before: a child that
+	// is missing now was deleted, and creating it again repairs drift.
+	current, _, _ := unstructured.NestedMap(parent.Object, "status")
+	known := current != nil && observedGeneration(current) == parent.GetGeneration()
 	live := map[string]*unstructured.Unstructured{}
 	for _, obj := range plan.Keep {
 		live[obj.GetLabels()[LabelChild]] = obj
@@ -269,7 +273,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			out = outcome{id: step.ID, live: step.Live}
 			out.reason, out.msg = failure(step.ID, "the parent", "set the finalizer on", finalizerErr)
 		} else {
-			out, err = r.writeChild(ctx, rule, parent, step)
+			out, err = r.writeChild(ctx, rule, parent, step, known)
 			errs = append(errs, err)
 		}
 		if out.live != nil {
@@ -345,7 +349,7 @@ func classify(errs []error) error {
 }
 
 // writeChild creates, applies or keeps one child, as its step says.
-func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *unstructured.Unstructured, step Step) (outcome, error) {
+func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *unstructured.Unstructured, step Step, known bool) (outcome, error) {
 	logger := klog.FromContext(ctx)
 	out := outcome{id: step.ID, live: step.Live}
 	desired := step.Object
@@ -380,7 +384,11 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		case err == nil:
 			r.wrote(gvr, created, desired, kind)
 			logger.V(2).Info("Created child", "child", step.ID, "object", ref)
-			r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventCreated, "Created %s (child %s)", ref, step.ID)
+			if known && len(step.Replaces) == 0 {
+				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s): it was deleted, and is created again", ref, step.ID)
+			} else {
+				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventCreated, "Created %s (child %s)", ref, step.ID)
+			}
 			out.live, out.ok = created, true
 			return out, nil
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):

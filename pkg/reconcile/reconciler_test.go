@@ -296,6 +296,7 @@ func TestReconcileChanges(t *testing.T) {
 			h.api.mu.Unlock()
 		},
 		writes: []string{"patch configmaps team/web-config"},
+		events: []string{"Normal Repaired Repaired configmaps team/web-config (child config): it was deleted, and is created again"},
 	}, {
 		name: "quantities the server stored canonically, and status churn, are no change",
 		change: func(h *harness) {
