@@ -820,3 +820,37 @@ func TestChangeUpgradeFromPOSTCreatedChild(t *testing.T) {
 func authorizationAttributes(r rbacv1.PolicyRule) authorizationv1.ResourceAttributes {
 	return authorizationv1.ResourceAttributes{Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}
 }
+
+// Scenario (contract §11): a label-spoofed foreign object survives a prune.
+// Someone who may patch an object but not delete it gives it kgen's labels
+// for a parent; when kgen prunes that child it deletes only its own object.
+func TestChangeLabelSpoofedObjectSurvivesPrune(t *testing.T) {
+	const group = "spoof.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, gadgetRule(t, "spoof", group, `  children:
+  - id: config
+    includeWhen: ["${parent.spec.?keep.orValue(true)}"]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+`)).waitReady(t)
+	parent := create(t, gvr, gadget(group, ns, "p", map[string]any{}))
+	waitFor(t, cmGVR, ns, "p", nil)
+	spoofed := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "precious", Namespace: ns,
+		Labels: map[string]string{reconcile.LabelManagedBy: reconcile.ManagedBy, reconcile.LabelRule: "spoof",
+			reconcile.LabelParentUID: string(parent.GetUID()), reconcile.LabelChild: "config"},
+		Annotations: map[string]string{reconcile.AnnotationParent: ns + "/p"}},
+		Data: map[string]string{"keep": "me"}}
+	if _, err := env.kube.CoreV1().ConfigMaps(ns).Create(t.Context(), spoofed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	patchSpec(t, gvr, ns, "p", map[string]any{"keep": false})
+	waitGone(t, cmGVR, ns, "p")
+	time.Sleep(2 * time.Second)
+	if get(t, cmGVR, ns, "precious") == nil {
+		t.Fatal("kgen deleted an object that only carried its labels")
+	}
+}
