@@ -137,6 +137,7 @@ func New(cfg Config) *Controller {
 	})
 	for _, r := range cfg.Rules {
 		c.rules[r.Name] = &ruleState{rule: r, waiting: "not started"}
+		c.metrics.addRule(r.Name, cfg.Workers)
 	}
 	if c.metrics != nil {
 		c.metrics.watches = c.watches
@@ -220,6 +221,7 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	if stop.Err() != nil {
 		return true // shutting down: leave it to the next run
 	}
+	defer c.metrics.working(key.Rule)()
 	result, err := c.reconcileKey(ctx, key)
 	switch {
 	case err != nil && errors.Is(err, reconcile.ErrTerminal):
@@ -247,10 +249,10 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
-			c.metrics.panicked()
+			c.metrics.panickedIn(key.Rule)
 			err = fmt.Errorf("panic reconciling %s: %v\n%s", key, p, debug.Stack())
 		}
-		c.metrics.observe(key.Rule, start, err)
+		c.metrics.reconciled(key.Rule, start, result, err)
 	}()
 	c.mu.Lock()
 	rs, ok := c.rules[key.Rule]
