@@ -100,7 +100,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // addRule starts the series of a rule at zero, as controller-runtime does
 // when a controller starts, so dashboards show a rule before its first
 // reconcile; workers is how many parents, of any rule, are reconciled at
-// once.
+// once. Calling it again for a rule that changed keeps its counts and its
+// busy workers.
 func (m *Metrics) addRule(rule string, workers int) {
 	if m == nil {
 		return
@@ -112,7 +113,7 @@ func (m *Metrics) addRule(rule string, workers int) {
 	m.terminal.WithLabelValues(rule).Add(0)
 	m.panics.WithLabelValues(rule).Add(0)
 	m.maxWorkers.WithLabelValues(rule).Set(float64(workers))
-	m.active.WithLabelValues(rule).Set(0)
+	m.active.WithLabelValues(rule).Add(0)
 }
 
 // removeRule deletes every series of a rule that was removed.

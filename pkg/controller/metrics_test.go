@@ -195,6 +195,10 @@ func TestWorkersAndRemovedRules(t *testing.T) {
 	if got := testutil.ToFloat64(m.active.WithLabelValues("a")); got != 2 {
 		t.Errorf("active_workers{a} = %v, want 2", got)
 	}
+	m.addRule("a", 8) // the rule changed while two workers are busy with it
+	if got := testutil.ToFloat64(m.active.WithLabelValues("a")); got != 2 {
+		t.Errorf("active_workers{a} = %v after the rule changed, want 2", got)
+	}
 	doneA1()
 	doneB()
 	if got := testutil.ToFloat64(m.active.WithLabelValues("a")); got != 1 {
