@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -256,7 +257,8 @@ func (b *bench) setup(ctx context.Context) error {
 // kgen is a running 'kgenctl run'.
 type kgen struct {
 	cmd     *exec.Cmd
-	metrics string
+	metrics string       // base URL of /metrics and /debug/pprof
+	client  *http.Client // authenticated for them
 	log     *os.File
 	once    sync.Once
 }
@@ -272,8 +274,13 @@ func (b *bench) startKgen(ctx context.Context, n, run int) (*kgen, error) {
 		return nil, err
 	}
 	// Default flags, as users run kgen; only addresses and profiling differ.
+	// Profiling needs secure metrics serving, as the chart runs kgen.
 	args := append([]string{"run", "--rules", b.rulesFile, "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", metrics, "--health-probe-bind-address", health, "--profiling"}, b.opts.kgenArgs...)
+		"--metrics-bind-address", metrics, "--health-probe-bind-address", health, "--metrics-secure", "--profiling"}, b.opts.kgenArgs...)
+	client, err := b.metricsClient()
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(b.kgenctl, args...)
 	cmd.Env = append(os.Environ(), b.opts.kgenEnv...)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -281,7 +288,7 @@ func (b *bench) startKgen(ctx context.Context, n, run int) (*kgen, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	k := &kgen{cmd: cmd, metrics: "http://" + metrics, log: log}
+	k := &kgen{cmd: cmd, metrics: "https://" + metrics, client: client, log: log}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		resp, err := http.Get("http://" + health + "/readyz")
 		if err != nil {
@@ -338,12 +345,12 @@ func (k *kgen) memory() (peak, current int64, err error) {
 // heapAfterGC forces a garbage collection in kgen (pprof's heap endpoint
 // does with gc=1) and returns the bytes of live heap objects after it.
 func (k *kgen) heapAfterGC() (int64, error) {
-	resp, err := http.Get(k.metrics + "/debug/pprof/heap?gc=1")
+	resp, err := k.client.Get(k.metrics + "/debug/pprof/heap?gc=1")
 	if err != nil {
 		return 0, err
 	}
 	resp.Body.Close()
-	m, err := scrape(k.metrics)
+	m, err := k.scrape()
 	if err != nil {
 		return 0, err
 	}
@@ -353,7 +360,7 @@ func (k *kgen) heapAfterGC() (int64, error) {
 
 // saveHeapProfile writes kgen's heap profile to path.
 func (k *kgen) saveHeapProfile(path string) error {
-	resp, err := http.Get(k.metrics + "/debug/pprof/heap")
+	resp, err := k.client.Get(k.metrics + "/debug/pprof/heap")
 	if err != nil {
 		return err
 	}
@@ -367,7 +374,28 @@ func (k *kgen) saveHeapProfile(path string) error {
 
 // profile writes a CPU profile of kgen over d to path, in the background.
 func (k *kgen) profile(path string, d time.Duration) <-chan error {
-	return cpuProfile(http.DefaultClient, k.metrics, path, d)
+	return cpuProfile(k.client, k.metrics, path, d)
+}
+
+// scrape reads kgen's /metrics.
+func (k *kgen) scrape() (metrics, error) { return scrape(k.client, k.metrics) }
+
+// metricsClient returns a client for kgen's secure metrics port: a client
+// certificate of a system:masters user, which kgen authenticates through
+// the cluster's client CA; kgen's own certificate is self-signed.
+func (b *bench) metricsClient() (*http.Client, error) {
+	config, err := b.cp.UserConfig("bench-scraper", "system:masters")
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(config.CertData, config.KeyData)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify: true, // kgen's self-signed certificate, on loopback
+		Certificates:       []tls.Certificate{cert},
+	}}}, nil
 }
 
 // profileAPIServer writes a CPU profile of the API server over d to path,

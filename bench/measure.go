@@ -123,7 +123,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 		return err
 	}
 	defer obs.stop()
-	before, err := scrape(k.metrics)
+	before, err := k.scrape()
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 		return err
 	}
 	r.KgenTimeline = obs.timeline()
-	after, err := scrape(k.metrics)
+	after, err := k.scrape()
 	if err != nil {
 		return err
 	}
@@ -163,12 +163,12 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 
 	// Steady state: let the wave's status writes settle, then count.
 	time.Sleep(5 * time.Second)
-	s1, err := scrape(k.metrics)
+	s1, err := k.scrape()
 	if err != nil {
 		return err
 	}
 	time.Sleep(b.opts.steady)
-	s2, err := scrape(k.metrics)
+	s2, err := k.scrape()
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 // metrics is one scrape of kgen's /metrics.
 type metrics map[string]*dto.MetricFamily
 
-func scrape(base string) (metrics, error) {
-	resp, err := http.Get(base + "/metrics")
+func scrape(client *http.Client, base string) (metrics, error) {
+	resp, err := client.Get(base + "/metrics")
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package charts
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -373,6 +374,21 @@ func TestTemplateErrors(t *testing.T) {
 			args: []string{"--set", "controller.logFormat=xml"},
 			want: "/controller/logFormat",
 		},
+		{
+			name: "profiling without secure metrics",
+			args: []string{"--set", "metrics.secure=false", "--set", "controller.extraArgs[0]=--profiling"},
+			want: "--profiling in controller.extraArgs needs metrics.secure",
+		},
+		{
+			name: "a metrics certificate without secure metrics",
+			args: []string{"--set", "metrics.secure=false", "--set", "metrics.certSecret=tls"},
+			want: "metrics.certSecret needs metrics.secure",
+		},
+		{
+			name: "a metrics reader ServiceAccount without a namespace",
+			args: []string{"--set", "metrics.readers[0].kind=ServiceAccount", "--set", "metrics.readers[0].name=prometheus"},
+			want: "metrics.readers: a ServiceAccount needs a namespace",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -387,6 +403,69 @@ func TestTemplateErrors(t *testing.T) {
 		"--set", "rbac.extraRules[0].apiGroups[0]=", "--set", "rbac.extraRules[0].resources[0]=pods", "--set", "rbac.extraRules[0].verbs[0]=*")
 	if err != nil || !strings.Contains(out, "kind: ClusterRole") {
 		t.Errorf("rbac.allowWildcards=true: %v", err)
+	}
+}
+
+// Metrics are secure by default: kgen runs with --metrics-secure and the
+// RBAC its reviews need, and the ServiceMonitor scrapes over HTTPS with a
+// token. Turned off, none of that is rendered.
+func TestMetricsSecurity(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		secure bool
+	}{
+		{name: "default", secure: true},
+		{name: "off", args: []string{"--set", "metrics.secure=false"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := helm(t, append([]string{"template", "kgen", "kgen", "--namespace", "kgen-system", "--set", "metrics.serviceMonitor.enabled=true"}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]*unstructured.Unstructured{}
+			for _, o := range decode(t, out) {
+				names[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = o
+			}
+			var d appsv1.Deployment
+			convert(t, names["Deployment/kgen-system/kgen"], &d)
+			if got := slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--metrics-secure"); got != tt.secure {
+				t.Errorf("--metrics-secure in the arguments: %t, want %t", got, tt.secure)
+			}
+			for _, name := range []string{"ClusterRole//kgen-metrics-auth", "ClusterRoleBinding//kgen-metrics-auth",
+				"RoleBinding/kube-system/kgen-metrics-auth-reader", "ClusterRole//kgen-metrics-reader"} {
+				if _, ok := names[name]; ok != tt.secure {
+					t.Errorf("%s rendered: %t, want %t", name, ok, tt.secure)
+				}
+			}
+			if !tt.secure {
+				if strings.Contains(out, "scheme: https") {
+					t.Error("the ServiceMonitor scrapes over HTTPS, but kgen serves plain HTTP")
+				}
+				return
+			}
+			var auth rbacv1.ClusterRole
+			convert(t, names["ClusterRole//kgen-metrics-auth"], &auth)
+			want := []rbacv1.PolicyRule{
+				{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+				{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+			}
+			if fmt.Sprint(auth.Rules) != fmt.Sprint(want) {
+				t.Errorf("kgen-metrics-auth grants %v, want %v", auth.Rules, want)
+			}
+			var reader rbacv1.RoleBinding
+			convert(t, names["RoleBinding/kube-system/kgen-metrics-auth-reader"], &reader)
+			if reader.RoleRef.Name != "extension-apiserver-authentication-reader" || reader.Subjects[0].Name != "kgen" {
+				t.Errorf("kgen-metrics-auth-reader binds %+v to %+v", reader.RoleRef, reader.Subjects)
+			}
+			endpoints, _, _ := unstructured.NestedSlice(names["ServiceMonitor/kgen-system/kgen"].Object, "spec", "endpoints")
+			endpoint := endpoints[0].(map[string]any)
+			if endpoint["scheme"] != "https" || endpoint["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" ||
+				fmt.Sprint(endpoint["tlsConfig"]) != "map[insecureSkipVerify:true]" {
+				t.Errorf("the ServiceMonitor's endpoint does not scrape over HTTPS with a token: %v", endpoint)
+			}
+		})
 	}
 }
 

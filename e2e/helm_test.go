@@ -15,6 +15,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,9 +40,11 @@ func TestHelmInstall(t *testing.T) {
 	values := generateRBACValues(t, rulesFile)
 
 	// The chart, as a user installs it.
+	// Prometheus's ServiceAccount may read the metrics.
 	start := time.Now()
 	out, err := runHelm(t, "install", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release,
-		"-f", values, "--set-file", "rules.webapp="+rulesFile, "--wait", "--timeout", "3m")
+		"-f", values, "--set-file", "rules.webapp="+rulesFile, "--set", "metrics.readers[0].kind=ServiceAccount",
+		"--set", "metrics.readers[0].name=prometheus", "--set", "metrics.readers[0].namespace="+release, "--wait", "--timeout", "3m")
 	if err != nil {
 		dumpPods(t, release)
 		t.Fatalf("helm install: %v", err)
@@ -59,12 +62,16 @@ func TestHelmInstall(t *testing.T) {
 	for _, want := range []string{"ServiceAccount/" + release + "/kgen", "ConfigMap/" + release + "/kgen-rules",
 		"Deployment/" + release + "/kgen", "Service/" + release + "/kgen-metrics", "PodDisruptionBudget/" + release + "/kgen",
 		"Role/" + ns + "/kgen", "RoleBinding/" + ns + "/kgen",
-		"Role/" + release + "/kgen-leader-election", "RoleBinding/" + release + "/kgen-leader-election"} {
+		"Role/" + release + "/kgen-leader-election", "RoleBinding/" + release + "/kgen-leader-election",
+		"ClusterRole/kgen-metrics-auth", "ClusterRoleBinding/kgen-metrics-auth", "RoleBinding/kube-system/kgen-metrics-auth-reader",
+		"ClusterRole/kgen-metrics-reader", "ClusterRoleBinding/kgen-metrics-reader"} {
 		if !slices.Contains(objs, want) {
 			t.Errorf("the release has no %s; it has %v", want, objs)
 		}
 	}
-	if slices.ContainsFunc(objs, func(s string) bool { return strings.HasPrefix(s, "ClusterRole") }) {
+	// Secure metrics need cluster-wide reviews; the rules need nothing
+	// cluster-wide.
+	if slices.Contains(objs, "ClusterRole/kgen") || slices.Contains(objs, "ClusterRoleBinding/kgen") {
 		t.Errorf("rules limited to one namespace got cluster-wide RBAC: %v", objs)
 	}
 
@@ -74,6 +81,22 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("%d pods run, want the chart's 2", len(pods))
 	}
 	waitLeader(t, release, "kgen")
+
+	// Prometheus scrapes with its token, over HTTPS; kgen reviews it with
+	// the chart's RBAC (no request of kgen's is refused, below).
+	if _, err := env.kube.CoreV1().ServiceAccounts(release).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCanGet(t, "system:serviceaccount:"+release+":prometheus", "/metrics", true)
+	prometheus := serviceAccountToken(t, release, "prometheus")
+	metrics := "https://" + kubelet.address(podsOf(t, release, "app.kubernetes.io/instance=kgen")[0].Name, 8080)
+	eventually(t, 30*time.Second, func() (bool, error) {
+		code, body, err := httpsGet(metrics+"/metrics", prometheus, nil)
+		return err == nil && code == 200 && strings.Contains(body, "\nkgen_build_info"), fmt.Errorf("GET /metrics = %d %v: %s", code, err, tailOf(body, 300))
+	}, "Prometheus's ServiceAccount to scrape kgen")
+	if code, _, err := httpsGet(metrics+"/metrics", "", nil); err != nil || code != 401 {
+		t.Errorf("GET /metrics without credentials = %d %v, want 401", code, err)
+	}
 
 	create(t, webappGVR, webapp(ns, "shop", 1))
 	for _, child := range []struct {

@@ -234,6 +234,19 @@ func (k *fakeKubelet) output(podName string) string {
 	return out.String()
 }
 
+// address returns the local address a running pod's containerPort is
+// served at, or "".
+func (k *fakeKubelet) address(podName string, containerPort int32) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, p := range k.pods {
+		if p.pod.Name == podName {
+			return p.ports[containerPort]
+		}
+	}
+	return ""
+}
+
 // outputs returns what the processes of every pod wrote.
 func (k *fakeKubelet) outputs() string {
 	k.mu.Lock()

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,12 +14,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -73,16 +79,32 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startKgen runs 'kgenctl run' as the given user with extra arguments; the
-// test's end stops it with SIGTERM.
+// startKgen runs 'kgenctl run' as the given user, in system:masters, with
+// extra arguments; the test's end stops it with SIGTERM.
 func startKgen(t *testing.T, user string, args ...string) *kgenProcess {
 	t.Helper()
+	return startKgenWith(t, user, userKubeconfig(t, user), args...)
+}
+
+// startKgenWith runs 'kgenctl run' with a kubeconfig, naming it user in
+// the test's log.
+func startKgenWith(t *testing.T, user, kubeconfig string, args ...string) *kgenProcess {
+	t.Helper()
 	health, metrics := freePort(t), freePort(t)
-	all := append([]string{"run", "--kubeconfig", userKubeconfig(t, user),
+	all := append([]string{"run", "--kubeconfig", kubeconfig,
 		"--health-probe-bind-address", health, "--metrics-bind-address", metrics, "-v", "2"}, args...)
 	p := startKgenctl(t, user, all...)
-	p.health, p.metric = "http://"+health, "http://"+metrics
+	p.health, p.metric = "http://"+health, metricsScheme(args)+"://"+metrics
 	return p
+}
+
+// metricsScheme is the scheme kgenctl run with these arguments serves
+// /metrics with.
+func metricsScheme(args []string) string {
+	if slices.Contains(args, "--metrics-secure") || slices.Contains(args, "--metrics-secure=true") {
+		return "https"
+	}
+	return "http"
 }
 
 // startKgenctl runs kgenctl with exactly the given arguments; the test's end
@@ -236,15 +258,37 @@ func TestRunReadyzAndMetrics(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		for _, family := range []string{"kgen_reconcile_total", "kgen_reconcile_duration_seconds", "kgen_rule_waiting",
-			"kgen_informer_objects", "kgen_api_requests_total", "workqueue_depth", "workqueue_adds_total",
-			"workqueue_work_duration_seconds", "rest_client_requests_total", "go_goroutines"} {
+		for _, family := range []string{
+			// controller-runtime's, per rule (controller="probe").
+			`controller_runtime_reconcile_total{controller="probe",result="success"}`,
+			`controller_runtime_reconcile_errors_total{controller="probe"}`,
+			`controller_runtime_terminal_reconcile_errors_total{controller="probe"}`,
+			`controller_runtime_reconcile_panics_total{controller="probe"}`,
+			`controller_runtime_reconcile_time_seconds_bucket{controller="probe",le="0.005"}`,
+			`controller_runtime_active_workers{controller="probe"}`,
+			`controller_runtime_max_concurrent_reconciles{controller="probe"} 8`,
+			// client-go's, as controller-runtime labels them.
+			`workqueue_depth{controller="kgen",name="kgen",priority=""}`,
+			`workqueue_adds_total{controller="kgen",name="kgen"}`,
+			`workqueue_queue_duration_seconds_bucket{controller="kgen",name="kgen",le="1e-08"}`,
+			`workqueue_work_duration_seconds_bucket{controller="kgen",name="kgen",le="1e-08"}`,
+			`workqueue_retries_total{controller="kgen",name="kgen"}`,
+			`rest_client_requests_total{code="201",host=`,
+			// kgen's own.
+			`kgen_build_info{goversion="go`, `kgen_rule_waiting{rule="probe"} 0`,
+			`kgen_informer_objects{`, `kgen_api_requests_total{resource="configmaps",verb="create"}`,
+			"go_goroutines", "process_resident_memory_bytes"} {
 			if !strings.Contains(body, "\n"+family) {
 				return false, fmt.Errorf("/metrics has no %s", family)
 			}
 		}
+		for _, gone := range []string{"kgen_reconcile_total", "kgen_reconcile_duration_seconds", "kgen_reconcile_panics_total"} {
+			if strings.Contains(body, "\n"+gone) {
+				t.Errorf("/metrics still has %s", gone)
+			}
+		}
 		return true, nil
-	}, "/metrics to have kgen's and the work queue's families")
+	}, "/metrics to have controller-runtime's, client-go's and kgen's families")
 }
 
 // Invalid rules make run exit non-zero, saying where, before any request.
@@ -293,6 +337,14 @@ func TestRunLeaderElection(t *testing.T) {
 		} else {
 			followerUser = u
 		}
+	}
+	// leader_election_master_status says the same.
+	for user, want := range map[string]string{leaderUser: "1", followerUser: "0"} {
+		eventually(t, 30*time.Second, func() (bool, error) {
+			_, body, err := httpGet(procs[user].metric + "/metrics")
+			line := `leader_election_master_status{name="kgen"} ` + want
+			return err == nil && strings.Contains(body, "\n"+line+"\n"), fmt.Errorf("/metrics has no %s (%v)", line, err)
+		}, "%s to report its leadership", user)
 	}
 	procs[leaderUser].kill()
 	killed := time.Now()
@@ -445,4 +497,234 @@ func TestRunLogsFailures(t *testing.T) {
 		}
 		return false, fmt.Errorf("no log line names the failure:\n%s", tailOf(out, 3000))
 	}, "the failure in the log at the default verbosity")
+}
+
+// waitingRules is a rule whose kind is never served: kgen waits for it and
+// needs no permission on any kind.
+const waitingRules = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: waiting
+spec:
+  parent:
+    apiVersion: never.example.com/v1
+    kind: Never
+  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+`
+
+// With --metrics-secure, /metrics is HTTPS and only for callers the API
+// server authenticates (ServiceAccount tokens, client certificates of the
+// cluster's CA) and allows to get /metrics; /debug/pprof likewise. kgen
+// runs as a user with only the RBAC the docs name for it.
+func TestRunSecureMetrics(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t)
+	start := time.Now()
+	const kgenUser = "kgen-secure-metrics"
+	// What docs/install.md says kgen needs to review callers.
+	bind(t, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ns + "-kgen-auth"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: kgenUser}}})
+	if _, err := env.kube.RbacV1().RoleBindings("kube-system").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-kgen-auth-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: kgenUser}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().RoleBindings("kube-system").Delete(context.Background(), ns+"-kgen-auth-reader", metav1.DeleteOptions{})
+	})
+	// A reader of /metrics: a ServiceAccount and a user with a client
+	// certificate, both bound to a ClusterRole as the chart's
+	// metrics-reader; another ServiceAccount without it.
+	reader := newClusterRole(t, ns+"-metrics-reader", rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}})
+	for _, sa := range []string{"prometheus", "nobody"} {
+		if _, err := env.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	certUser := ns + "-scraper"
+	bind(t, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: reader},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: ns},
+			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: certUser}}})
+	prometheus, nobody := serviceAccountToken(t, ns, "prometheus"), serviceAccountToken(t, ns, "nobody")
+	scraperCert, adminCert := clientCert(t, certUser), clientCert(t, "pprof-admin", "system:masters")
+	waitCanGet(t, "system:serviceaccount:"+ns+":prometheus", "/metrics", true)
+	waitCanGet(t, certUser, "/metrics", true)
+
+	kubeconfig, err := env.cp.WriteKubeconfig(kgenUser+".kubeconfig", kgenUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startKgenWith(t, kgenUser, kubeconfig, "--rules", writeRules(t, waitingRules), "--metrics-secure", "--profiling")
+	if !strings.HasPrefix(p.metric, "https://") {
+		t.Fatalf("metrics at %s, want https", p.metric)
+	}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		code, body, err := httpsGet(p.metric+"/metrics", "", nil)
+		return err == nil && code == http.StatusUnauthorized, fmt.Errorf("GET /metrics without credentials = %d %q %v", code, body, err)
+	}, "kgen to refuse an unauthenticated scrape")
+
+	tests := []struct {
+		name  string
+		path  string
+		token string
+		cert  *tls.Certificate
+		want  int
+	}{
+		{name: "a ServiceAccount without the RBAC", path: "/metrics", token: nobody, want: http.StatusForbidden},
+		{name: "a token the API server never issued", path: "/metrics", token: "forged", want: http.StatusUnauthorized},
+		{name: "a ServiceAccount bound to the reader role", path: "/metrics", token: prometheus, want: http.StatusOK},
+		{name: "a client certificate of a user bound to the reader role", path: "/metrics", cert: scraperCert, want: http.StatusOK},
+		{name: "profiling without credentials", path: "/debug/pprof/", want: http.StatusUnauthorized},
+		{name: "profiling as a reader of /metrics only", path: "/debug/pprof/", token: prometheus, want: http.StatusForbidden},
+		{name: "profiling as a cluster admin", path: "/debug/pprof/", cert: adminCert, want: http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A client certificate works once kgen has read the cluster's
+			// client CA.
+			eventually(t, 30*time.Second, func() (bool, error) {
+				code, body, err := httpsGet(p.metric+tt.path, tt.token, tt.cert)
+				if err != nil || code != tt.want {
+					return false, fmt.Errorf("GET %s = %d %v, want %d: %s", tt.path, code, err, tt.want, tailOf(body, 300))
+				}
+				if code == http.StatusOK && tt.path == "/metrics" {
+					for _, family := range []string{"kgen_build_info", `kgen_rule_waiting{rule="waiting"} 1`, "go_goroutines"} {
+						if !strings.Contains(body, "\n"+family) {
+							t.Errorf("/metrics has no %s", family)
+						}
+					}
+				}
+				return true, nil
+			}, "GET %s to answer %d", tt.path, tt.want)
+		})
+	}
+	// kgen had every permission it needed: none of its requests was refused.
+	for _, e := range auditOf(t, kgenUser, start) {
+		if e.ResponseStatus.Code == http.StatusForbidden {
+			t.Errorf("kgen was refused %s %s %s/%s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name)
+		}
+	}
+}
+
+// --profiling without --metrics-secure makes run exit non-zero, saying
+// why, before any request.
+func TestRunProfilingNeedsSecureMetrics(t *testing.T) {
+	start := time.Now()
+	var out bytes.Buffer
+	cmd := exec.Command(env.kgenctl, "run", "--kubeconfig", userKubeconfig(t, "kgen-profiling"), "--rules", writeRules(t, probeRules),
+		"--profiling", "--health-probe-bind-address", "0", "--metrics-bind-address", freePort(t))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("run --profiling: %v, want a non-zero exit\n%s", err, out.String())
+	}
+	if want := "--profiling needs --metrics-secure"; !strings.Contains(out.String(), want) {
+		t.Errorf("the error does not say %q:\n%s", want, out.String())
+	}
+	if reqs := auditOf(t, "kgen-profiling", start); len(reqs) > 0 {
+		t.Errorf("run --profiling sent %d requests, first %+v", len(reqs), reqs[0])
+	}
+}
+
+// httpsGet gets url over HTTPS, trusting kgen's self-signed certificate,
+// with a bearer token and a client certificate if given.
+func httpsGet(url, token string, cert *tls.Certificate) (int, string, error) {
+	config := &tls.Config{InsecureSkipVerify: true}
+	if cert != nil {
+		config.Certificates = []tls.Certificate{*cert}
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: config}, Timeout: 30 * time.Second}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// clientCert returns a client certificate for a user and groups, signed by
+// the control plane's client CA.
+func clientCert(t *testing.T, user string, groups ...string) *tls.Certificate {
+	t.Helper()
+	config, err := env.cp.UserConfig(user, groups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(config.CertData, config.KeyData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cert
+}
+
+// serviceAccountToken returns a token of a ServiceAccount from the
+// TokenRequest API, as a pod would have.
+func serviceAccountToken(t *testing.T, ns, name string) string {
+	t.Helper()
+	token, err := env.kube.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token.Status.Token
+}
+
+// newClusterRole creates a ClusterRole, deleted when the test ends, and
+// returns its name.
+func newClusterRole(t *testing.T, name string, rules ...rbacv1.PolicyRule) string {
+	t.Helper()
+	if _, err := env.kube.RbacV1().ClusterRoles().Create(t.Context(), &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// bind creates a ClusterRoleBinding, deleted when the test ends.
+func bind(t *testing.T, b *rbacv1.ClusterRoleBinding) {
+	t.Helper()
+	if _, err := env.kube.RbacV1().ClusterRoleBindings().Create(t.Context(), b, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), b.Name, metav1.DeleteOptions{})
+	})
+}
+
+// waitCanGet waits until the API server's authorizer answers want to
+// whether user may get a non-resource URL.
+func waitCanGet(t *testing.T, user, path string, want bool) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() (bool, error) {
+		review, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:authenticated"},
+				NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: "get", Path: path}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return review.Status.Allowed == want, nil
+	}, "%s to be allowed=%t to get %s", user, want, path)
 }

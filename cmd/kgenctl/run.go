@@ -18,6 +18,7 @@ import (
 	"kgen.dev/kgen/internal/version"
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/manager"
+	"kgen.dev/kgen/pkg/metricsserver"
 	"kgen.dev/kgen/pkg/reconcile"
 )
 
@@ -28,6 +29,8 @@ type runOptions struct {
 	qps           float32
 	burst         int
 	metricsAddr   string
+	metricsSecure bool
+	metricsCerts  string
 	healthAddr    string
 	leaderElect   bool
 	leaderElectNS string
@@ -70,6 +73,8 @@ their CRDs appear.`,
 	f.Float32Var(&o.qps, "kube-api-qps", manager.DefaultQPS, "steady requests per second to the API server")
 	f.IntVar(&o.burst, "kube-api-burst", manager.DefaultBurst, "request burst to the API server")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 turns it off")
+	f.BoolVar(&o.metricsSecure, "metrics-secure", false, "serve /metrics over HTTPS, only to callers the API server authenticates (token or client certificate) and authorizes (get on the non-resource URL /metrics)")
+	f.StringVar(&o.metricsCerts, "metrics-cert-dir", "", "folder with tls.crt and tls.key for --metrics-secure, reloaded when they change (default: a self-signed certificate made at start)")
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 turns it off")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run only while holding a coordination.k8s.io Lease, so several replicas can run")
 	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "namespace of the Lease (default: the pod's namespace in-cluster, else default)")
@@ -78,7 +83,7 @@ their CRDs appear.`,
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (2 logs every child write)")
 	f.StringVar(&o.events, "events", string(reconcile.EventsNotable), "which Events to record on parents: notable (Warnings, and Normal events for drift repairs, deletions and adoptions), all (also Created and Updated), warnings, or none")
-	f.BoolVar(&o.profiling, "profiling", false, "serve Go's /debug/pprof endpoints on the metrics address")
+	f.BoolVar(&o.profiling, "profiling", false, "serve Go's /debug/pprof endpoints on the metrics address; needs --metrics-secure")
 	return cmd
 }
 
@@ -96,6 +101,12 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 		return err
 	}
 	ctx = klog.NewContext(ctx, logger)
+	if o.profiling && !o.metricsSecure {
+		return errors.New("--profiling needs --metrics-secure: /debug/pprof is never served without authentication and authorization")
+	}
+	if o.metricsCerts != "" && !o.metricsSecure {
+		return errors.New("--metrics-cert-dir needs --metrics-secure: without it /metrics is plain HTTP")
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
 	}
@@ -121,7 +132,10 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	}
 	m, err := manager.New(manager.Options{
 		Config: config, RulePaths: o.rules, RuleObjects: o.ruleObjects, Workers: o.workers, QPS: o.qps, Burst: o.burst, UserAgent: userAgent,
-		MetricsAddr: o.metricsAddr, HealthAddr: o.healthAddr, Profiling: o.profiling, Events: events,
+		Metrics: metricsserver.Options{
+			BindAddress: o.metricsAddr, Secure: o.metricsSecure, CertDir: o.metricsCerts, Profiling: o.profiling,
+		},
+		HealthAddr: o.healthAddr, Events: events,
 		LeaderElection: manager.LeaderElection{
 			Enabled: o.leaderElect, Namespace: o.leaderElectNS, Name: o.leaderElectID, LeaseDuration: o.leaseDuration, Identity: identity,
 		},

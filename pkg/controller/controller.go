@@ -192,6 +192,7 @@ func New(cfg Config) *Controller {
 	})
 	for _, r := range cfg.Rules {
 		c.rules[r.Name] = newRuleState(r)
+		c.metrics.addRule(r.Name, cfg.Workers)
 	}
 	if c.metrics != nil {
 		c.metrics.watches = c.watches
@@ -281,6 +282,7 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	if stop.Err() != nil {
 		return true // shutting down: leave it to the next run
 	}
+	defer c.metrics.working(key.Rule)()
 	logger := klog.FromContext(ctx).WithValues("key", key)
 	result, err := c.reconcileKey(ctx, key)
 	switch {
@@ -317,10 +319,10 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
-			c.metrics.panicked()
+			c.metrics.panickedIn(key.Rule)
 			err = fmt.Errorf("panic reconciling %s: %v\n%s", key, p, debug.Stack())
 		}
-		c.metrics.observe(key.Rule, start, err)
+		c.metrics.reconciled(key.Rule, start, result, err)
 	}()
 	c.mu.Lock()
 	rs, ok := c.rules[key.Rule]
@@ -920,6 +922,7 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 	for name, r := range next {
 		if _, ok := c.rules[name]; !ok {
 			c.rules[name] = newRuleState(r)
+			c.metrics.addRule(name, c.cfg.Workers)
 		}
 	}
 	c.mu.Unlock()
@@ -963,6 +966,7 @@ func (c *Controller) retire(ctx context.Context, rs *ruleState) {
 	c.deactivate(rs, errors.New("the rule changed"))
 	if !replaced {
 		c.metrics.forgetRule(rs.rule.Name)
+		c.metrics.removeRule(rs.rule.Name)
 		logger.Info("Rule removed")
 	} else {
 		logger.Info("Rule changed; its new version starts")

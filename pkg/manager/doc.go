@@ -1,7 +1,9 @@
 // Package manager wires a running kgen together: API clients with kgen's
 // rate limits and User-Agent, the discovery mapper, the event recorder and
-// its policy, Prometheus metrics, the controller, the /metrics and
-// /healthz+/readyz servers, and leader election.
+// its policy, Prometheus metrics, the controller, the /metrics server
+// (pkg/metricsserver: plain, or HTTPS with callers reviewed by the API
+// server), the /healthz+/readyz server, and leader election, which feeds
+// leader_election_master_status.
 //
 // kgenctl run only binds its flags to an Options and calls New and Run; the
 // end-to-end tests build the same Manager in-process, so what they test is

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"slices"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -33,6 +31,7 @@ import (
 	"kgen.dev/kgen/internal/version"
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/metricsserver"
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/pkg/ruleset"
 	"kgen.dev/kgen/pkg/schema"
@@ -78,12 +77,12 @@ type Options struct {
 	// UserAgent names kgen in the API server's logs; "kgen/<version>"
 	// when empty.
 	UserAgent string
-	// MetricsAddr serves Prometheus /metrics; off when empty or "0".
-	MetricsAddr string
+	// Metrics configure the Prometheus /metrics server (and /debug/pprof
+	// on it): its address, off when empty or "0", and whether it serves
+	// HTTPS to callers the API server authenticates and authorises.
+	Metrics metricsserver.Options
 	// HealthAddr serves /healthz and /readyz; off when empty or "0".
 	HealthAddr string
-	// Profiling serves Go's /debug/pprof on the metrics address.
-	Profiling bool
 	// LeaderElection, when enabled, runs the controller only while this
 	// process holds a Lease.
 	LeaderElection LeaderElection
@@ -117,6 +116,7 @@ type Manager struct {
 	opts       Options
 	kube       kubernetes.Interface
 	registry   *prometheus.Registry
+	metrics    *metricsserver.Server
 	ctrl       *controller.Controller
 	recorder   record.EventRecorder
 	broadcast  record.EventBroadcaster
@@ -134,6 +134,9 @@ type Manager struct {
 func New(opts Options) (*Manager, error) {
 	if opts.Config == nil {
 		return nil, errors.New("manager: no client configuration")
+	}
+	if err := opts.Metrics.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.QPS == 0 {
 		opts.QPS = DefaultQPS
@@ -164,11 +167,15 @@ func New(opts Options) (*Manager, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := controller.NewMetrics(reg)
 	controller.RegisterGlobalMetrics(reg, metrics)
+	metricsServer, err := metricsserver.New(opts.Metrics, reg, kube)
+	if err != nil {
+		return nil, err
+	}
 
 	broadcaster := record.NewBroadcaster()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"})
 
-	m := &Manager{opts: opts, kube: kube, registry: reg, recorder: recorder, broadcast: broadcaster, restConfig: config}
+	m := &Manager{opts: opts, kube: kube, registry: reg, metrics: metricsServer, recorder: recorder, broadcast: broadcaster, restConfig: config}
 	resources := mapper.New(kube.Discovery())
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
@@ -229,9 +236,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		stopServing()
 		servers.Wait()
 	}()
-	if err := serve(serveCtx, &servers, m.opts.MetricsAddr, metricsMux(m.registry, m.opts.Profiling)); err != nil {
+	metricsStopped, err := m.metrics.Start(serveCtx)
+	if err != nil {
 		return err
 	}
+	servers.Go(func() { <-metricsStopped })
 	if err := serve(serveCtx, &servers, m.opts.HealthAddr, healthMux(m.Ready)); err != nil {
 		return err
 	}
@@ -306,7 +315,9 @@ func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Co
 		RenewDeadline:   duration * 2 / 3,
 		RetryPeriod:     duration / 7,
 		ReleaseOnCancel: true,
-		Name:            name,
+		// Name labels leader_election_master_status (see
+		// controller.RegisterGlobalMetrics).
+		Name: name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leading context.Context) {
 				started.Store(true)
@@ -335,19 +346,6 @@ func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Co
 		return errors.New("lost the leader lease")
 	}
 	return nil
-}
-
-func metricsMux(reg *prometheus.Registry, profiling bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return mux
 }
 
 func healthMux(ready func() error) http.Handler {

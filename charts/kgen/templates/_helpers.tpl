@@ -103,3 +103,18 @@ Call it with (list "where" $rules $root).
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+kgen.checkMetrics fails the release on metrics values that do not go
+together, with the message kgenctl run would give at start.
+*/}}
+{{- define "kgen.checkMetrics" -}}
+{{- if not .Values.metrics.secure }}
+{{- if .Values.metrics.certSecret }}
+{{- fail "metrics.certSecret needs metrics.secure: without it /metrics is plain HTTP" }}
+{{- end }}
+{{- if has "--profiling" (.Values.controller.extraArgs | default list) }}
+{{- fail "--profiling in controller.extraArgs needs metrics.secure: /debug/pprof is never served without authentication and authorization" }}
+{{- end }}
+{{- end }}
+{{- end }}
