@@ -276,7 +276,7 @@ func TestRunReadyzAndMetrics(t *testing.T) {
 			`rest_client_requests_total{code="201",host=`,
 			// kgen's own.
 			`kgen_build_info{goversion="go`, `kgen_rule_waiting{rule="probe"} 0`,
-			`kgen_informer_objects{`, `kgen_api_requests_total{resource="configmaps",verb="create"}`,
+			`kgen_informer_objects{`, `kgen_api_requests_total{resource="configmaps",verb="patch"}`,
 			"go_goroutines", "process_resident_memory_bytes"} {
 			if !strings.Contains(body, "\n"+family) {
 				return false, fmt.Errorf("/metrics has no %s", family)
@@ -564,7 +564,7 @@ func TestRunSecureMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startKgenWith(t, kgenUser, kubeconfig, "--rules", writeRules(t, waitingRules), "--metrics-secure", "--profiling")
+	p := startKgenWith(t, kgenUser, kubeconfig, "--rules", writeRules(t, waitingRules), "--rule-objects=false", "--metrics-secure", "--profiling")
 	if !strings.HasPrefix(p.metric, "https://") {
 		t.Fatalf("metrics at %s, want https", p.metric)
 	}
