@@ -43,6 +43,25 @@ func TestRBACExamples(t *testing.T) {
 	golden.Check(t, "examples/webapp/rbac-values.yaml", out)
 }
 
+// The manifests in the formats of cli-runtime's printers: a v1 List for
+// every format but yaml.
+func TestRBACOutputFormats(t *testing.T) {
+	noCluster(t)
+	for _, tt := range []struct{ format, golden string }{
+		{"json", "webapp.json"},
+		{"name", "webapp.name"},
+		{"jsonpath={range .items[*]}{.kind} {.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}", "webapp.jsonpath"},
+	} {
+		t.Run(tt.golden, func(t *testing.T) {
+			out, _, err := runKgenctl(t, "rbac", "--rules", "../../examples/webapp/rules.yaml", "--crd", "../../examples/webapp/crd.yaml", "-o", tt.format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join("testdata", "rbac", "output", tt.golden), out)
+		})
+	}
+}
+
 func TestRBAC(t *testing.T) {
 	noCluster(t)
 	const rules = "../../examples/webapp/rules.yaml"
@@ -80,9 +99,10 @@ subjects:
 		},
 		{
 			name:    "an unknown output format",
-			args:    []string{"-o", "json"},
-			wantErr: `unknown output format "json": use yaml or helm-values`,
+			args:    []string{"-o", "table"},
+			wantErr: `unknown output format "table": use one of helm-values, json, yaml, kyaml, name, go-template, go-template-file, template, templatefile, jsonpath, jsonpath-as-json, jsonpath-file`,
 		},
+
 		{
 			name:    "--crd asks for offline",
 			args:    []string{"--offline=false", "--crd", "../../examples/webapp/crd.yaml"},

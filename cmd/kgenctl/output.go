@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/printers"
+)
+
+// outputFlags is -o/--output of a command that prints objects. Its formats
+// are kubectl's, printed by k8s.io/cli-runtime's printers (json, yaml,
+// kyaml, name, jsonpath=TEMPLATE, jsonpath-as-json=TEMPLATE,
+// jsonpath-file=FILE, go-template=TEMPLATE, go-template-file=FILE), and
+// those the command prints itself (gvk-to-gvr's table, rbac's
+// helm-values), which come first and take precedence.
+type outputFlags struct {
+	format string
+	own    []string
+	print  *genericclioptions.PrintFlags
+}
+
+// addOutputFlag gives cmd -o/--output with a default format and the formats
+// cmd prints itself, and returns it. A command that prints objects calls it
+// in its constructor, in one line:
+//
+//	output := addOutputFlag(cmd, "yaml")
+//
+// and, when it runs, prints its own formats (output.isOwn) or the objects
+// with output.printer().
+func addOutputFlag(cmd *cobra.Command, defaultFormat string, own ...string) *outputFlags {
+	o := &outputFlags{format: defaultFormat, own: own, print: genericclioptions.NewPrintFlags("")}
+	o.print.OutputFormat = &o.format
+	// Only -o chooses the printer: kgenctl has no --template flag.
+	o.print.OutputFlagSpecified = func() bool { return true }
+	cmd.Flags().StringVarP(&o.format, "output", "o", defaultFormat,
+		"output format: "+strings.Join(o.allowed(), ", ")+" (the template formats as FORMAT=TEMPLATE)")
+	return o
+}
+
+// isOwn reports whether the format is one the command prints itself.
+func (o *outputFlags) isOwn() bool { return slices.Contains(o.own, o.format) }
+
+// printer returns cli-runtime's printer for the format. An unknown format
+// is an error listing the allowed ones.
+func (o *outputFlags) printer() (printers.ResourcePrinter, error) {
+	p, err := o.print.ToPrinter()
+	if genericclioptions.IsNoCompatiblePrinterError(err) {
+		return nil, fmt.Errorf("unknown output format %q: use one of %s", o.format, strings.Join(o.allowed(), ", "))
+	}
+	return p, err
+}
+
+func (o *outputFlags) allowed() []string {
+	formats := slices.Clone(o.own)
+	for _, f := range o.print.AllowedFormats() {
+		if !slices.Contains(formats, f) {
+			formats = append(formats, f)
+		}
+	}
+	return formats
+}
