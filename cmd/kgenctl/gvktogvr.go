@@ -14,7 +14,7 @@ import (
 	"kgen.dev/kgen/pkg/mapper"
 )
 
-func newGVKToGVRCmd(out io.Writer, kube *kubeFlags) *cobra.Command {
+func newGVKToGVRCmd(out io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gvk-to-gvr REF",
 		Short: "Resolve a kind or resource name to its API resource through live discovery",
@@ -29,13 +29,19 @@ The default output is a table. -o json and -o yaml print the mapping as one
 object with the fields group, version, kind, resource, namespaced and what
 discovery adds (singularName, shortNames, categories, subresources, verbs),
 or a list of them for an ambiguous REF; -o jsonpath=TEMPLATE reads that
-object or list; -o name prints RESOURCE.GROUP as kubectl api-resources does.`,
+object or list; -o name prints RESOURCE.GROUP as kubectl api-resources does.
+
+The connection flags are kubectl's. As for kubectl api-resources,
+-n/--namespace is accepted and changes nothing: kinds are not namespaced.`,
 		Example: `  kgenctl gvk-to-gvr deploy
   kgenctl gvk-to-gvr apps/v1/Deployment -o json
   kgenctl gvk-to-gvr octopodes.example.com -o yaml
-  kgenctl gvk-to-gvr cm -o jsonpath='{.resource}'`,
+  kgenctl gvk-to-gvr cm -o jsonpath='{.resource}'
+  kgenctl gvk-to-gvr deploy --context prod --as jane`,
 		Args: cobra.ExactArgs(1),
 	}
+	kube := addKubeFlags(cmd)
+	cmd.Flags().Lookup("namespace").Usage = "accepted as by kubectl api-resources; changes nothing, kinds are not namespaced"
 	output := addOutputFlag(cmd, "table", "table", "name")
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
 		if !output.isOwn() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
@@ -28,7 +29,7 @@ type rbacOptions struct {
 	leaderElect    bool
 }
 
-func newRBACCmd(out io.Writer, kube *kubeFlags) *cobra.Command {
+func newRBACCmd(out io.Writer) *cobra.Command {
 	o := &rbacOptions{}
 	cmd := &cobra.Command{
 		Use:   "rbac --rules PATH",
@@ -45,7 +46,9 @@ into kgenctl, custom resources from their CustomResourceDefinitions (--crd)
 or as named with --resource KIND.GROUP=PLURAL[:Namespaced|Cluster]. kgenctl
 never guesses a plural: a kind it cannot resolve is an error. With
 --offline=false, every kind is resolved through the cluster's discovery
-instead (the kubeconfig flags as for the other commands).
+instead, reached with kubectl's connection flags; offline, those flags are
+an error. -n/--namespace is not the kubeconfig's namespace: it is where kgen
+runs, as below.
 
 Output: the RBAC manifests (-o yaml, the default), bound to the ServiceAccount
 --service-account in --namespace; -o json prints them as a v1 List, -o name
@@ -56,9 +59,18 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
   kgenctl rbac --rules rules/ --resource WebApp.example.com=webapps:Namespaced
   kgenctl rbac --rules rules/ --offline=false --context prod`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(out, cmd.ErrOrStderr(), kube)
-		},
+	}
+	// rbac's -n/--namespace is kgen's own namespace, below.
+	connection := genericclioptions.NewConfigFlags(false)
+	connection.Namespace = nil
+	kube := addKubeFlagsWith(cmd, connection)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if o.offline {
+			if set := kube.changed(cmd); len(set) > 0 {
+				return fmt.Errorf("%s: connection flags are for --offline=false; offline, kgenctl rbac connects to no cluster", strings.Join(set, ", "))
+			}
+		}
+		return o.run(out, cmd.ErrOrStderr(), kube)
 	}
 	o.output = addOutputFlag(cmd, "yaml", "helm-values")
 	f := cmd.Flags()
@@ -67,7 +79,7 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 	f.StringArrayVar(&o.resources, "resource", nil, "a custom resource as KIND[.GROUP]=PLURAL[:Namespaced|Cluster] (repeatable; offline only)")
 	f.BoolVar(&o.offline, "offline", true, "resolve kinds without a cluster; false asks the cluster's discovery")
 	f.StringVar(&o.name, "name", "kgen", "name of the roles and bindings (manifests)")
-	f.StringVar(&o.namespace, "namespace", "kgen", "namespace kgen runs in: of its ServiceAccount and Lease (manifests)")
+	f.StringVarP(&o.namespace, "namespace", "n", "kgen", "namespace kgen runs in: of its ServiceAccount and Lease (manifests)")
 	f.StringVar(&o.serviceAccount, "service-account", "kgen", "kgen's ServiceAccount, the subject of the bindings (manifests)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "include the Role for the leader-election Lease (manifests)")
 	_ = cmd.MarkFlagRequired("rules")

@@ -34,8 +34,9 @@ type runOptions struct {
 	profiling     bool
 }
 
-func newRunCmd(errOut io.Writer, kube *kubeFlags) *cobra.Command {
+func newRunCmd(errOut io.Writer) *cobra.Command {
 	o := &runOptions{}
+	var kube *kubeFlags // kubectl's connection flags, added below
 	cmd := &cobra.Command{
 		Use:   "run --rules PATH [--rules PATH ...]",
 		Short: "Run the controller for the given rules until SIGINT or SIGTERM",
@@ -50,6 +51,8 @@ kgen contacts the cluster. Rules whose kinds are not served yet wait (see
 			return o.run(cmd.Context(), errOut, kube)
 		},
 	}
+	kube = addKubeFlags(cmd)
+	cmd.Flags().Lookup("namespace").Usage = "the default of --leader-elect-namespace; kgen still watches every namespace its rules select"
 	f := cmd.Flags()
 	f.StringArrayVar(&o.rules, "rules", nil, "rules file or directory of *.yaml/*.yml (repeatable)")
 	f.IntVar(&o.workers, "workers", controller.DefaultWorkers, "parents reconciled at once")
@@ -58,7 +61,7 @@ kgen contacts the cluster. Rules whose kinds are not served yet wait (see
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 turns it off")
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 turns it off")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run only while holding a coordination.k8s.io Lease, so several replicas can run")
-	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "namespace of the Lease (default: the pod's namespace in-cluster, else default)")
+	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "namespace of the Lease (default: -n/--namespace, else the kubeconfig context's namespace, else the pod's in a cluster, else default)")
 	f.StringVar(&o.leaderElectID, "leader-elect-id", manager.DefaultLeaseName, "name of the Lease")
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", manager.DefaultLeaseDuration, "how long a Lease lasts without renewal")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -94,6 +97,11 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	config, err := kube.restConfig()
 	if err != nil {
 		return err
+	}
+	if o.leaderElectNS == "" {
+		if o.leaderElectNS, err = kube.namespace(); err != nil {
+			return err
+		}
 	}
 	m, err := manager.New(manager.Options{
 		Config: config, Rules: loaded, Workers: o.workers, QPS: o.qps, Burst: o.burst,
