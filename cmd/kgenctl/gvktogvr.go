@@ -60,7 +60,7 @@ The connection flags are kubectl's. As for kubectl api-resources,
 		}
 		found, err := m.Resolve(args[0])
 		if err != nil {
-			return err
+			return kube.withServerMessage(err)
 		}
 		return printMappings(out, output, found)
 	}

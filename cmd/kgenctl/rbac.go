@@ -104,6 +104,7 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 		return err
 	}
 	policy, err := rbac.For(loaded, resolver)
+	err = kube.withServerMessage(err)
 	if errors.Is(err, rbac.ErrUnknownKind) {
 		return fmt.Errorf("%w\n(give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)", err)
 	}
