@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/printers"
 
 	"kgen.dev/kgen/pkg/mapper"
 )
@@ -44,11 +45,9 @@ The connection flags are kubectl's. As for kubectl api-resources,
 	cmd.Flags().Lookup("namespace").Usage = "accepted as by kubectl api-resources; changes nothing, kinds are not namespaced"
 	output := addOutputFlag(cmd, "table", "table", "name")
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
-		if !output.isOwn() {
-			// An unknown format fails before any request.
-			if _, err := output.printer(); err != nil {
-				return err
-			}
+		printer, err := output.printer() // an unknown format fails before any request
+		if err != nil {
+			return err
 		}
 		config, err := kube.restConfig()
 		if err != nil {
@@ -62,18 +61,32 @@ The connection flags are kubectl's. As for kubectl api-resources,
 		if err != nil {
 			return kube.withServerMessage(err)
 		}
-		return printMappings(out, output, found)
+		return printMappings(out, output.format, printer, found)
 	}
 	return cmd
 }
 
-// printMappings writes the mappings as a table or their resource names, or
-// with cli-runtime's printers as one object, or several (an ambiguous
-// reference, a category) as a list.
-func printMappings(out io.Writer, output *outputFlags, found []mapper.Mapping) error {
-	switch output.format {
+// printMappings writes the mappings with cli-runtime's printer p, as one
+// object, or several (an ambiguous reference, a category) as a list; or,
+// when p is nil, as a table or as their resource names.
+func printMappings(out io.Writer, format string, p printers.ResourcePrinter, found []mapper.Mapping) error {
+	if p != nil {
+		var doc any = found
+		if len(found) == 1 {
+			doc = found[0]
+		}
+		raw, err := json.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		// A mapping is not a Kubernetes object (its "kind" is data, and it
+		// has no apiVersion): the printers print it as the JSON it is.
+		return p.PrintObj(&runtime.Unknown{Raw: raw, ContentType: runtime.ContentTypeJSON}, out)
+	}
+	var b strings.Builder
+	switch format {
 	case "table":
-		w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
+		w := tabwriter.NewWriter(&b, 0, 4, 3, ' ', 0)
 		fmt.Fprintln(w, "GROUP\tVERSION\tKIND\tRESOURCE\tNAMESPACED\tSHORTNAMES\tSUBRESOURCES")
 		for _, m := range found {
 			group := m.Group
@@ -83,30 +96,14 @@ func printMappings(out io.Writer, output *outputFlags, found []mapper.Mapping) e
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\t%s\n", group, m.Version, m.Kind, m.Resource, m.Namespaced,
 				orNone(strings.Join(m.ShortNames, ",")), orNone(strings.Join(m.Subresources, ",")))
 		}
-		return w.Flush()
+		_ = w.Flush() // writes to b, which never fails
 	case "name":
-		var b strings.Builder
 		for _, m := range found {
 			fmt.Fprintln(&b, schema.GroupResource{Group: m.Group, Resource: m.Resource}.String())
 		}
-		_, err := io.WriteString(out, b.String())
-		return err
 	}
-	p, err := output.printer()
-	if err != nil {
-		return err
-	}
-	var doc any = found
-	if len(found) == 1 {
-		doc = found[0]
-	}
-	raw, err := json.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	// A mapping is not a Kubernetes object (its "kind" is data, and it has
-	// no apiVersion): the printers print it as the JSON it is.
-	return p.PrintObj(&runtime.Unknown{Raw: raw, ContentType: runtime.ContentTypeJSON}, out)
+	_, err := io.WriteString(out, b.String())
+	return err
 }
 
 func orNone(s string) string {

@@ -28,8 +28,8 @@ type outputFlags struct {
 //
 //	output := addOutputFlag(cmd, "yaml")
 //
-// and, when it runs, prints its own formats (output.isOwn) or the objects
-// with output.printer().
+// and, when it runs, prints the objects with output.printer(), or prints
+// them itself when that is nil.
 func addOutputFlag(cmd *cobra.Command, defaultFormat string, own ...string) *outputFlags {
 	o := &outputFlags{format: defaultFormat, own: own, print: genericclioptions.NewPrintFlags("")}
 	o.print.OutputFormat = &o.format
@@ -40,12 +40,13 @@ func addOutputFlag(cmd *cobra.Command, defaultFormat string, own ...string) *out
 	return o
 }
 
-// isOwn reports whether the format is one the command prints itself.
-func (o *outputFlags) isOwn() bool { return slices.Contains(o.own, o.format) }
-
-// printer returns cli-runtime's printer for the format. An unknown format
-// is an error listing the allowed ones.
+// printer returns cli-runtime's printer for the format, or nil for a
+// format the command prints itself. An unknown format is an error listing
+// the allowed ones.
 func (o *outputFlags) printer() (printers.ResourcePrinter, error) {
+	if slices.Contains(o.own, o.format) {
+		return nil, nil
+	}
 	p, err := o.print.ToPrinter()
 	if genericclioptions.IsNoCompatiblePrinterError(err) {
 		return nil, fmt.Errorf("unknown output format %q: use one of %s", o.format, strings.Join(o.allowed(), ", "))

@@ -87,13 +87,9 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 }
 
 func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
-	var printer printers.ResourcePrinter
-	if !o.output.isOwn() {
-		p, err := o.output.printer()
-		if err != nil {
-			return err
-		}
-		printer = p
+	printer, err := o.output.printer()
+	if err != nil {
+		return err
 	}
 	loaded, err := rules.Load(o.rules, rules.Options{})
 	if err != nil {
@@ -119,7 +115,7 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 	if printer != nil {
 		return o.printManifests(out, printer, policy)
 	}
-	// helm-values
+	// -o helm-values: the chart's values.
 	var b strings.Builder
 	b.WriteString(o.header())
 	b.WriteString("# Use with: helm install kgen charts/kgen -f THIS_FILE --set-file rules.NAME=RULES_FILE\n")
