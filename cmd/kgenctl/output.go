@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
 )
@@ -62,4 +64,19 @@ func (o *outputFlags) allowed() []string {
 		}
 	}
 	return formats
+}
+
+// printObjects prints objects as a YAML stream for -o yaml, and as one v1
+// List for every other format, as kubectl prints several objects.
+func printObjects(out io.Writer, format string, p printers.ResourcePrinter, objs []unstructured.Unstructured) error {
+	if format == "yaml" {
+		for i := range objs {
+			if err := p.PrintObj(&objs[i], out); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}, Items: objs}
+	return p.PrintObj(list, out)
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/printers"
 
 	"kgen.dev/kgen/internal/manifest"
 	"kgen.dev/kgen/pkg/reconcile"
@@ -254,21 +253,6 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// printObjects prints objects as a YAML stream for -o yaml, and as one v1
-// List for every other format, as kubectl prints several objects.
-func printObjects(out io.Writer, format string, p printers.ResourcePrinter, objs []unstructured.Unstructured) error {
-	if format == "yaml" {
-		for i := range objs {
-			if err := p.PrintObj(&objs[i], out); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}, Items: objs}
-	return p.PrintObj(list, out)
 }
 
 // readObjects reads the objects of a YAML stream or JSON file (see
