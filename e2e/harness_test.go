@@ -236,7 +236,13 @@ type auditEvent struct {
 	User      struct {
 		Username string `json:"username"`
 	} `json:"user"`
-	ObjectRef struct {
+	// ImpersonatedUser is who User acted as, if anyone.
+	ImpersonatedUser *struct {
+		Username string   `json:"username"`
+		Groups   []string `json:"groups"`
+	} `json:"impersonatedUser"`
+	RequestURI string `json:"requestURI"`
+	ObjectRef  struct {
 		Resource    string `json:"resource"`
 		Namespace   string `json:"namespace"`
 		Name        string `json:"name"`

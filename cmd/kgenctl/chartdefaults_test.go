@@ -31,7 +31,7 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		t.Fatal(err)
 	}
-	flags := newRunCmd(io.Discard, &kubeFlags{}).Flags()
+	flags := newRunCmd(io.Discard).Flags()
 	for _, tt := range []struct {
 		value string
 		flag  string

@@ -18,8 +18,9 @@ type checkOptions struct {
 	lease      string
 }
 
-func newCheckCmd(out io.Writer, kube *kubeFlags) *cobra.Command {
+func newCheckCmd(out io.Writer) *cobra.Command {
 	o := &checkOptions{}
+	var kube *kubeFlags
 	cmd := &cobra.Command{
 		Use:   "check --deployment NAMESPACE/NAME [--lease NAMESPACE/NAME]",
 		Short: "Check that an installed kgen runs: an available replica, and a leader that renews its Lease",
@@ -33,6 +34,7 @@ listing what is not. The Helm chart's 'helm test' runs it.`,
 			return o.run(cmd.Context(), out, kube)
 		},
 	}
+	kube = addKubeFlags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.deployment, "deployment", "", "NAMESPACE/NAME of kgen's Deployment")
 	f.StringVar(&o.lease, "lease", "", "NAMESPACE/NAME of kgen's leader-election Lease; none without leader election")

@@ -22,8 +22,9 @@ type cleanupOptions struct {
 	timeout        time.Duration
 }
 
-func newCleanupCmd(out, errOut io.Writer, kube *kubeFlags) *cobra.Command {
+func newCleanupCmd(out, errOut io.Writer) *cobra.Command {
 	o := &cleanupOptions{}
+	var kube *kubeFlags
 	cmd := &cobra.Command{
 		Use:   "cleanup --rules PATH [--rules PATH ...]",
 		Short: "Remove kgen's finalizer from every parent of the rules, before kgen is uninstalled",
@@ -43,6 +44,7 @@ chart runs this command as a pre-delete hook.`,
 			return o.run(cmd.Context(), out, errOut, kube)
 		},
 	}
+	kube = addKubeFlags(cmd)
 	f := cmd.Flags()
 	f.StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
 	f.StringVar(&o.stopDeployment, "stop-deployment", "", "NAMESPACE/NAME of kgen's Deployment, to scale to 0 and wait for before the finalizers are removed")

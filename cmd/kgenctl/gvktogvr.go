@@ -8,17 +8,14 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/printers"
 
 	"kgen.dev/kgen/pkg/mapper"
 )
 
-type gvkToGVROptions struct {
-	output string
-}
-
-func newGVKToGVRCmd(out io.Writer, kube *kubeFlags) *cobra.Command {
-	o := &gvkToGVROptions{}
+func newGVKToGVRCmd(out io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gvk-to-gvr REF",
 		Short: "Resolve a kind or resource name to its API resource through live discovery",
@@ -27,52 +24,69 @@ func newGVKToGVRCmd(out io.Writer, kube *kubeFlags) *cobra.Command {
 REF is any of: apps/v1/Deployment, v1/ConfigMap, Deployment.v1.apps,
 deployments.apps, Deployment, deployments, deployment, deploy (a short name),
 or a category such as "all". Kinds and names compare without regard to case.
-An ambiguous REF prints every candidate, the one kubectl would pick first.`,
+An ambiguous REF prints every candidate, the one kubectl would pick first.
+
+The default output is a table. -o json and -o yaml print the mapping as one
+object with the fields group, version, kind, resource, namespaced and what
+discovery adds (singularName, shortNames, categories, subresources, verbs),
+or a list of them for an ambiguous REF; -o jsonpath=TEMPLATE reads that
+object or list; -o name prints RESOURCE.GROUP as kubectl api-resources does.
+
+The connection flags are kubectl's. As for kubectl api-resources,
+-n/--namespace is accepted and changes nothing: kinds are not namespaced.`,
 		Example: `  kgenctl gvk-to-gvr deploy
   kgenctl gvk-to-gvr apps/v1/Deployment -o json
-  kgenctl gvk-to-gvr octopodes.example.com -o yaml`,
+  kgenctl gvk-to-gvr octopodes.example.com -o yaml
+  kgenctl gvk-to-gvr cm -o jsonpath='{.resource}'
+  kgenctl gvk-to-gvr deploy --context prod --as jane`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			config, err := kube.restConfig()
-			if err != nil {
-				return err
-			}
-			m, err := mapper.NewForConfig(config)
-			if err != nil {
-				return err
-			}
-			found, err := m.Resolve(args[0])
-			if err != nil {
-				return err
-			}
-			return printMappings(out, o.output, found)
-		},
 	}
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
-	return cmd
-}
-
-// printMappings writes one mapping as an object, or several (an ambiguous
-// reference, a category) as a list.
-func printMappings(out io.Writer, format string, found []mapper.Mapping) error {
-	var doc any = found
-	if len(found) == 1 {
-		doc = found[0]
-	}
-	switch format {
-	case "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
-	case "yaml":
-		b, err := yaml.Marshal(doc)
+	kube := addKubeFlags(cmd)
+	cmd.Flags().Lookup("namespace").Usage = "accepted as by kubectl api-resources; changes nothing, kinds are not namespaced"
+	output := addOutputFlag(cmd, "table", "table", "name")
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		printer, err := output.printer() // an unknown format fails before any request
 		if err != nil {
 			return err
 		}
-		_, err = out.Write(b)
-		return err
-	case "table", "":
-		w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
+		config, err := kube.restConfig()
+		if err != nil {
+			return err
+		}
+		m, err := mapper.NewForConfig(config)
+		if err != nil {
+			return err
+		}
+		found, err := m.Resolve(args[0])
+		if err != nil {
+			return kube.withServerMessage(err)
+		}
+		return printMappings(out, output.format, printer, found)
+	}
+	return cmd
+}
+
+// printMappings writes the mappings with cli-runtime's printer p, as one
+// object, or several (an ambiguous reference, a category) as a list; or,
+// when p is nil, as a table or as their resource names.
+func printMappings(out io.Writer, format string, p printers.ResourcePrinter, found []mapper.Mapping) error {
+	if p != nil {
+		var doc any = found
+		if len(found) == 1 {
+			doc = found[0]
+		}
+		raw, err := json.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		// A mapping is not a Kubernetes object (its "kind" is data, and it
+		// has no apiVersion): the printers print it as the JSON it is.
+		return p.PrintObj(&runtime.Unknown{Raw: raw, ContentType: runtime.ContentTypeJSON}, out)
+	}
+	var b strings.Builder
+	switch format {
+	case "table":
+		w := tabwriter.NewWriter(&b, 0, 4, 3, ' ', 0)
 		fmt.Fprintln(w, "GROUP\tVERSION\tKIND\tRESOURCE\tNAMESPACED\tSHORTNAMES\tSUBRESOURCES")
 		for _, m := range found {
 			group := m.Group
@@ -82,10 +96,14 @@ func printMappings(out io.Writer, format string, found []mapper.Mapping) error {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\t%s\n", group, m.Version, m.Kind, m.Resource, m.Namespaced,
 				orNone(strings.Join(m.ShortNames, ",")), orNone(strings.Join(m.Subresources, ",")))
 		}
-		return w.Flush()
-	default:
-		return fmt.Errorf("unknown output format %q: use table, json or yaml", format)
+		_ = w.Flush() // writes to b, which never fails
+	case "name":
+		for _, m := range found {
+			fmt.Fprintln(&b, schema.GroupResource{Group: m.Group, Resource: m.Resource}.String())
+		}
 	}
+	_, err := io.WriteString(out, b.String())
+	return err
 }
 
 func orNone(s string) string {

@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/pkg/mapper"
@@ -19,14 +22,14 @@ type rbacOptions struct {
 	crds           []string
 	resources      []string
 	offline        bool
-	output         string
+	output         *outputFlags
 	name           string
 	namespace      string
 	serviceAccount string
 	leaderElect    bool
 }
 
-func newRBACCmd(out io.Writer, kube *kubeFlags) *cobra.Command {
+func newRBACCmd(out io.Writer) *cobra.Command {
 	o := &rbacOptions{}
 	cmd := &cobra.Command{
 		Use:   "rbac --rules PATH",
@@ -43,37 +46,50 @@ into kgenctl, custom resources from their CustomResourceDefinitions (--crd)
 or as named with --resource KIND.GROUP=PLURAL[:Namespaced|Cluster]. kgenctl
 never guesses a plural: a kind it cannot resolve is an error. With
 --offline=false, every kind is resolved through the cluster's discovery
-instead (the kubeconfig flags as for the other commands).
+instead, reached with kubectl's connection flags; offline, those flags are
+an error. -n/--namespace is not the kubeconfig's namespace: it is where kgen
+runs, as below.
 
 Output: the RBAC manifests (-o yaml, the default), bound to the ServiceAccount
---service-account in --namespace; or the rbac.rules values of the Helm chart
-charts/kgen (-o helm-values).`,
+--service-account in --namespace; -o json prints them as a v1 List, -o name
+as KIND.GROUP/NAME lines, and -o jsonpath=TEMPLATE reads that List. Or the
+rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 		Example: `  kgenctl rbac --rules examples/webapp/rules.yaml --crd examples/webapp/crd.yaml
   kgenctl rbac --rules rules/ --crd crds/ -o helm-values > rbac-values.yaml
   kgenctl rbac --rules rules/ --resource WebApp.example.com=webapps:Namespaced
   kgenctl rbac --rules rules/ --offline=false --context prod`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(out, cmd.ErrOrStderr(), kube)
-		},
 	}
+	// rbac's -n/--namespace is kgen's own namespace, below.
+	connection := genericclioptions.NewConfigFlags(false)
+	connection.Namespace = nil
+	kube := addKubeFlagsWith(cmd, connection)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if o.offline {
+			if set := kube.changed(cmd); len(set) > 0 {
+				return fmt.Errorf("%s: connection flags are for --offline=false; offline, kgenctl rbac connects to no cluster", strings.Join(set, ", "))
+			}
+		}
+		return o.run(out, cmd.ErrOrStderr(), kube)
+	}
+	o.output = addOutputFlag(cmd, "yaml", "helm-values")
 	f := cmd.Flags()
 	f.StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
 	f.StringArrayVar(&o.crds, "crd", nil, "a file of CustomResourceDefinitions of kinds the rules use (repeatable; offline only)")
 	f.StringArrayVar(&o.resources, "resource", nil, "a custom resource as KIND[.GROUP]=PLURAL[:Namespaced|Cluster] (repeatable; offline only)")
 	f.BoolVar(&o.offline, "offline", true, "resolve kinds without a cluster; false asks the cluster's discovery")
-	f.StringVarP(&o.output, "output", "o", "yaml", "output format: yaml (RBAC manifests) or helm-values (values for charts/kgen)")
-	f.StringVar(&o.name, "name", "kgen", "name of the roles and bindings (yaml output)")
-	f.StringVar(&o.namespace, "namespace", "kgen", "namespace kgen runs in: of its ServiceAccount and Lease (yaml output)")
-	f.StringVar(&o.serviceAccount, "service-account", "kgen", "kgen's ServiceAccount, the subject of the bindings (yaml output)")
-	f.BoolVar(&o.leaderElect, "leader-elect", true, "include the Role for the leader-election Lease (yaml output)")
+	f.StringVar(&o.name, "name", "kgen", "name of the roles and bindings (manifests)")
+	f.StringVarP(&o.namespace, "namespace", "n", "kgen", "namespace kgen runs in: of its ServiceAccount and Lease (manifests)")
+	f.StringVar(&o.serviceAccount, "service-account", "kgen", "kgen's ServiceAccount, the subject of the bindings (manifests)")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "include the Role for the leader-election Lease (manifests)")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
 
 func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
-	if o.output != "yaml" && o.output != "helm-values" {
-		return fmt.Errorf("unknown output format %q: use yaml or helm-values", o.output)
+	printer, err := o.output.printer()
+	if err != nil {
+		return err
 	}
 	loaded, err := rules.Load(o.rules, rules.Options{})
 	if err != nil {
@@ -84,6 +100,7 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 		return err
 	}
 	policy, err := rbac.For(loaded, resolver)
+	err = kube.withServerMessage(err)
 	if errors.Is(err, rbac.ErrUnknownKind) {
 		return fmt.Errorf("%w\n(give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)", err)
 	}
@@ -95,34 +112,43 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 			return err
 		}
 	}
-	header := fmt.Sprintf("# Written by 'kgenctl rbac' for the rules in %s.\n", strings.Join(o.rules, ", "))
-	var docs []any
-	if o.output == "helm-values" {
-		header += "# Use with: helm install kgen charts/kgen -f THIS_FILE --set-file rules.NAME=RULES_FILE\n"
-		docs = append(docs, policy.HelmValues())
-	} else {
-		manifests := policy.Manifests(rbac.ManifestOptions{
-			Name: o.name, Namespace: o.namespace, ServiceAccount: o.serviceAccount, NoLeaderElection: !o.leaderElect,
-			Labels: map[string]string{"app.kubernetes.io/name": "kgen", "app.kubernetes.io/component": "rbac"},
-		})
-		for _, m := range manifests {
-			docs = append(docs, m)
-		}
+	if printer != nil {
+		return o.printManifests(out, printer, policy)
 	}
+	// -o helm-values: the chart's values.
 	var b strings.Builder
-	b.WriteString(header)
-	for i, d := range docs {
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		y, err := yaml.Marshal(d)
-		if err != nil {
-			return err
-		}
-		b.Write(y)
+	b.WriteString(o.header())
+	b.WriteString("# Use with: helm install kgen charts/kgen -f THIS_FILE --set-file rules.NAME=RULES_FILE\n")
+	y, err := yaml.Marshal(policy.HelmValues())
+	if err != nil {
+		return err
 	}
+	b.Write(y)
 	_, err = io.WriteString(out, b.String())
 	return err
+}
+
+func (o *rbacOptions) header() string {
+	return fmt.Sprintf("# Written by 'kgenctl rbac' for the rules in %s.\n", strings.Join(o.rules, ", "))
+}
+
+// printManifests prints the RBAC manifests: after a header as a YAML
+// stream, or with any other format as a v1 List.
+func (o *rbacOptions) printManifests(out io.Writer, printer printers.ResourcePrinter, policy *rbac.Policy) error {
+	manifests := policy.Manifests(rbac.ManifestOptions{
+		Name: o.name, Namespace: o.namespace, ServiceAccount: o.serviceAccount, NoLeaderElection: !o.leaderElect,
+		Labels: map[string]string{"app.kubernetes.io/name": "kgen", "app.kubernetes.io/component": "rbac"},
+	})
+	objs := make([]unstructured.Unstructured, len(manifests))
+	for i, m := range manifests {
+		objs[i].Object = m
+	}
+	if o.output.format == "yaml" {
+		if _, err := io.WriteString(out, o.header()); err != nil {
+			return err
+		}
+	}
+	return printObjects(out, o.output.format, printer, objs)
 }
 
 // resolver returns the cluster's discovery, or the offline resolver with the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,25 @@ func TestRBACExamples(t *testing.T) {
 	golden.Check(t, "examples/webapp/rbac-values.yaml", out)
 }
 
+// The manifests in the formats of cli-runtime's printers: a v1 List for
+// every format but yaml.
+func TestRBACOutputFormats(t *testing.T) {
+	noCluster(t)
+	for _, tt := range []struct{ format, golden string }{
+		{"json", "webapp.json"},
+		{"name", "webapp.name"},
+		{"jsonpath={range .items[*]}{.kind} {.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}", "webapp.jsonpath"},
+	} {
+		t.Run(tt.golden, func(t *testing.T) {
+			out, _, err := runKgenctl(t, "rbac", "--rules", "../../examples/webapp/rules.yaml", "--crd", "../../examples/webapp/crd.yaml", "-o", tt.format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join("testdata", "rbac", "output", tt.golden), out)
+		})
+	}
+}
+
 func TestRBAC(t *testing.T) {
 	noCluster(t)
 	const rules = "../../examples/webapp/rules.yaml"
@@ -82,8 +102,13 @@ subjects:
 		},
 		{
 			name:    "an unknown output format",
-			args:    []string{"-o", "json"},
-			wantErr: `unknown output format "json": use yaml or helm-values`,
+			args:    []string{"-o", "table"},
+			wantErr: `unknown output format "table": use one of helm-values, json, yaml, kyaml, name, go-template, go-template-file, template, templatefile, jsonpath, jsonpath-as-json, jsonpath-file`,
+		},
+		{
+			name:    "connection flags offline",
+			args:    []string{"--context", "prod", "--as", "jane"},
+			wantErr: "--as, --context: connection flags are for --offline=false; offline, kgenctl rbac connects to no cluster",
 		},
 		{
 			name:    "--crd asks for offline",
@@ -125,8 +150,8 @@ subjects:
 func TestRBACOnlineNeedsACluster(t *testing.T) {
 	noCluster(t)
 	_, _, err := runKgenctl(t, "rbac", "--rules", "../../examples/webapp/rules.yaml", "--offline=false")
-	if err == nil || !strings.Contains(err.Error(), "load kubeconfig") {
-		t.Fatalf("error = %v, want a kubeconfig error", err)
+	if !errors.Is(err, errNoCluster) {
+		t.Fatalf("error = %v, want %v", err, errNoCluster)
 	}
 	if _, err := os.Stat(filepath.Join(os.Getenv("HOME"), ".kube")); err == nil {
 		t.Error("kgenctl rbac wrote to ~/.kube")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/manifest"
 	"kgen.dev/kgen/pkg/reconcile"
@@ -29,7 +27,7 @@ type renderOptions struct {
 	parent   string
 	observed string
 	crds     []string
-	output   string
+	output   *outputFlags
 }
 
 func newRenderCmd(out io.Writer) *cobra.Command {
@@ -40,8 +38,9 @@ func newRenderCmd(out io.Writer) *cobra.Command {
 		Long: `Render the children that the rules selecting a parent want, exactly as
 "kgenctl run" would apply them, without a cluster: no kubeconfig is read.
 
-The children are printed as a YAML stream (or, with -o json, a v1 List), in
-the order they are applied. Notes go to stderr: children excluded by their
+The children are printed as a YAML stream, in the order they are applied.
+-o json prints them as a v1 List, -o name as KIND[.GROUP]/NAME lines, and
+-o jsonpath=TEMPLATE reads that List. No connection flag is taken. Notes go to stderr: children excluded by their
 includeWhen, children waiting for a child they read, and the status fields
 that would be written to the parent.
 
@@ -54,7 +53,8 @@ kgen.dev/child, as kgen labels them, or of a kind only one child has), for
 rules whose children read other children.`,
 		Example: `  kgenctl render --rules examples/webapp/rules.yaml --parent examples/webapp/parent.yaml \
       --crd examples/webapp/crd.yaml
-  kgenctl render --rules rules/ --parent foo.yaml --crd crds/foo.yaml -o json`,
+  kgenctl render --rules rules/ --parent foo.yaml --crd crds/foo.yaml -o json
+  kgenctl render --rules rules/ --parent foo.yaml --crd crds/foo.yaml -o name`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(out, cmd.ErrOrStderr())
@@ -65,7 +65,7 @@ rules whose children read other children.`,
 	f.StringVar(&o.parent, "parent", "", "a file holding the parent object")
 	f.StringVar(&o.observed, "observed", "", "a file holding observed children (a YAML stream or a List)")
 	f.StringArrayVar(&o.crds, "crd", nil, "a file of CustomResourceDefinitions of kinds involved (repeatable)")
-	f.StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
+	o.output = addOutputFlag(cmd, "yaml")
 	_ = cmd.MarkFlagRequired("rules")
 	_ = cmd.MarkFlagRequired("parent")
 	return cmd
@@ -80,8 +80,9 @@ func (o *renderOptions) run(out, notes io.Writer) error {
 }
 
 func (o *renderOptions) render(out, notes io.Writer) error {
-	if o.output != "yaml" && o.output != "json" {
-		return fmt.Errorf("unknown output format %q: use yaml or json", o.output)
+	printer, err := o.output.printer()
+	if err != nil {
+		return err
 	}
 	loaded, err := rules.Load(o.rules, rules.Options{})
 	if err != nil {
@@ -116,20 +117,20 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var children []any
+	var children []unstructured.Unstructured
 	for _, r := range selected {
 		rendered, err := reconcile.Render(r, parent, observed[r.Name], scope)
 		if err != nil {
 			return err
 		}
 		for _, c := range rendered.Children {
-			children = append(children, c.Object.Object)
+			children = append(children, *c.Object)
 		}
 		if err := writeNotes(notes, r.Name, rendered); err != nil {
 			return err
 		}
 	}
-	return printChildren(out, o.output, children)
+	return printObjects(out, o.output.format, printer, children)
 }
 
 // readParent reads the one parent object and completes it as the API server
@@ -252,31 +253,6 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// printChildren writes the children as a YAML stream or a JSON v1 List.
-func printChildren(out io.Writer, format string, children []any) error {
-	if format == "json" {
-		if children == nil {
-			children = []any{}
-		}
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"apiVersion": "v1", "kind": "List", "items": children})
-	}
-	var b bytes.Buffer
-	for i, c := range children {
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		y, err := yaml.Marshal(c)
-		if err != nil {
-			return err
-		}
-		b.Write(y)
-	}
-	_, err := out.Write(b.Bytes())
-	return err
 }
 
 // readObjects reads the objects of a YAML stream or JSON file (see

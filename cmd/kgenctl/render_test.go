@@ -21,11 +21,14 @@ func runKgenctl(t *testing.T, args ...string) (string, string, error) {
 }
 
 // noCluster makes sure no kubeconfig can be found, so that a command that
-// tried to load one would fail.
+// tried to load one would fail, and that kubectl's environment does not
+// change the output formats.
 func noCluster(t *testing.T) {
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "missing"))
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_MASTER", "")
+	t.Setenv("KUBECTL_KYAML", "")
 }
 
 // TestRenderExamples renders every example and compares the children with
@@ -83,6 +86,16 @@ func TestRender(t *testing.T) {
 			golden: "webapp.json",
 		},
 		{
+			name:   "name",
+			args:   webapp("--crd", "../../examples/webapp/crd.yaml", "-o", "name"),
+			golden: "webapp.name",
+		},
+		{
+			name:   "jsonpath over the List",
+			args:   webapp("--crd", "../../examples/webapp/crd.yaml", "-o", `jsonpath={range .items[*]}{.kind} {.metadata.name} {.metadata.labels.kgen\.dev/child}{"\n"}{end}`),
+			golden: "webapp.jsonpath",
+		},
+		{
 			name:   "a parent with a UID, and a rules directory",
 			args:   []string{"render", "--rules", "testdata/render/rules", "--parent", "testdata/render/team.yaml", "--crd", "testdata/render/crds.yaml"},
 			golden: "team.golden.yaml",
@@ -115,7 +128,7 @@ func TestRender(t *testing.T) {
 		{
 			name:    "unknown output format",
 			args:    webapp("-o", "table"),
-			wantErr: `unknown output format "table": use yaml or json`,
+			wantErr: `unknown output format "table": use one of json, yaml, kyaml, name, go-template, go-template-file, template, templatefile, jsonpath, jsonpath-as-json, jsonpath-file`,
 		},
 		{
 			name:    "missing flags",

@@ -18,15 +18,15 @@ informers and keeps the children equal to the templates with server-side apply.`
 	}
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
-	kube := &kubeFlags{}
-	kube.addFlags(cmd.PersistentFlags())
+	// Commands that talk to a cluster add kubectl's connection flags
+	// themselves (addKubeFlags); the offline ones have none.
 	cmd.AddCommand(
-		newCheckCmd(out, kube),
-		newCleanupCmd(out, errOut, kube),
-		newGVKToGVRCmd(out, kube),
-		newRBACCmd(out, kube),
+		newCheckCmd(out),
+		newCleanupCmd(out, errOut),
+		newGVKToGVRCmd(out),
+		newRBACCmd(out),
 		newRenderCmd(out),
-		newRunCmd(errOut, kube),
+		newRunCmd(errOut),
 		newValidateCmd(out),
 		newVersionCmd(out),
 	)

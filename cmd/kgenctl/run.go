@@ -42,8 +42,9 @@ type runOptions struct {
 	events        string
 }
 
-func newRunCmd(errOut io.Writer, kube *kubeFlags) *cobra.Command {
+func newRunCmd(errOut io.Writer) *cobra.Command {
 	o := &runOptions{}
+	var kube *kubeFlags // kubectl's connection flags, added below
 	cmd := &cobra.Command{
 		Use:   "run [--rules PATH ...] [--rule-objects=false]",
 		Short: "Run the controller until SIGINT or SIGTERM",
@@ -66,6 +67,8 @@ their CRDs appear.`,
 			return o.run(cmd.Context(), errOut, kube)
 		},
 	}
+	kube = addKubeFlags(cmd)
+	cmd.Flags().Lookup("namespace").Usage = "the default of --leader-elect-namespace; kgen still watches every namespace its rules select"
 	f := cmd.Flags()
 	f.StringArrayVar(&o.rules, "rules", nil, "rules file or directory of *.yaml/*.yml (repeatable); read again when it changes")
 	f.BoolVar(&o.ruleObjects, "rule-objects", true, "also serve the cluster's Rule objects (rules.kgen.dev)")
@@ -77,7 +80,7 @@ their CRDs appear.`,
 	f.StringVar(&o.metricsCerts, "metrics-cert-dir", "", "folder with tls.crt and tls.key for --metrics-secure, reloaded when they change (default: a self-signed certificate made at start)")
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 turns it off")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run only while holding a coordination.k8s.io Lease, so several replicas can run")
-	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "namespace of the Lease (default: the pod's namespace in-cluster, else default)")
+	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "namespace of the Lease (default: -n/--namespace, else the kubeconfig context's namespace, else the pod's in a cluster, else default)")
 	f.StringVar(&o.leaderElectID, "leader-elect-id", manager.DefaultLeaseName, "name of the Lease")
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", manager.DefaultLeaseDuration, "how long a Lease lasts without renewal")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -121,6 +124,11 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	config, err := kube.restConfig()
 	if err != nil {
 		return err
+	}
+	if o.leaderElectNS == "" {
+		if o.leaderElectNS, err = kube.namespace(); err != nil {
+			return err
+		}
 	}
 	// In a pod (the chart passes POD_NAME) kgen is named after it in its
 	// Lease and its User-Agent, so the Lease and the API server's audit
