@@ -19,6 +19,10 @@
 // child itself, in readyWhen only); each is a map(string, dyn), so field
 // access is checked at run time. Uses of children name their child id
 // literally, which makes the children's dependency graph known at load time.
+// An expression that reads metadata.resourceVersion or metadata.managedFields
+// (or a whole object or its whole metadata, which hold them) is rejected:
+// they change with every write, kgen's own included, so kgen would write in
+// a loop.
 //
 // A string that is exactly one ${...} takes the type of its result; a string
 // with text around expressions interpolates them (see Template.Evaluate for

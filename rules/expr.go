@@ -125,6 +125,10 @@ func (c *compiler) compile(src string, pos Position, exact bool, w where, kind e
 		*errs = append(*errs, e.error(err))
 		return nil
 	}
+	if err := volatileRead(ast); err != nil {
+		*errs = append(*errs, e.error(err))
+		return nil
+	}
 	e.References = refs
 	prg, err := env.Program(ast, cel.CostLimit(c.opts.CostLimit))
 	if err != nil {
@@ -187,6 +191,102 @@ func childIDOf(ident celast.NavigableExpr) (string, bool) {
 		return string(s), ok
 	}
 	return "", false
+}
+
+// volatileFields are the metadata fields whose value changes with every
+// write of an object.
+var volatileFields = []string{"resourceVersion", "managedFields"}
+
+// errLoop ends the message of an expression that reads a volatile field.
+const errLoop = "which changes with every write, so kgen would write in a loop"
+
+// volatileRead rejects an expression that reads a value changing with every
+// write of an object: metadata.resourceVersion or metadata.managedFields of
+// parent, self or children.<id>, selected in any way (a field, an index with
+// a literal key, their optional forms), and also the whole object or its
+// whole metadata used as a value, or indexed with a computed key, since
+// those hold the volatile fields too. A status write changes the parent's
+// resourceVersion, and an apply the child's, so a rule that read them would
+// make kgen write forever (contract section 6). Presence tests (has()) and
+// selections of other fields are fine.
+func volatileRead(ast *cel.Ast) error {
+	nav := celast.NavigateAST(ast.NativeRep())
+	for _, ident := range celast.MatchDescendants(nav, celast.KindMatcher(celast.IdentKind)) {
+		root := ident.AsIdent()
+		if root != varParent && root != varSelf && root != varChildren {
+			continue
+		}
+		path, test, computed := accessPath(ident)
+		if root == varChildren {
+			if len(path) == 0 {
+				continue // not a child id: childReferences reports it
+			}
+			root += "." + path[0]
+			path = path[1:]
+		}
+		switch {
+		case len(path) == 0 && test:
+		case len(path) == 0 && computed:
+			return fmt.Errorf("reads %s with a computed key, which may be metadata, whose resourceVersion changes with every write, so kgen would write in a loop: select a field by name", root)
+		case len(path) == 0:
+			return fmt.Errorf("uses all of %s as a value, including metadata.resourceVersion, %s: select the fields you need, such as %s.metadata.name", root, errLoop, root)
+		case path[0] != "metadata":
+		case len(path) == 1 && test:
+		case len(path) == 1 && computed:
+			return fmt.Errorf("reads %s.metadata with a computed key, which may be resourceVersion, %s: select a field by name", root, errLoop)
+		case len(path) == 1:
+			return fmt.Errorf("uses all of %s.metadata as a value, including resourceVersion, %s: select the fields you need, such as %s.metadata.name", root, errLoop, root)
+		case slices.Contains(volatileFields, path[1]) && !(len(path) == 2 && test):
+			return fmt.Errorf("reads %s.metadata.%s, %s", root, path[1], errLoop)
+		}
+	}
+	return nil
+}
+
+// accessPath returns the field names selected, one after the other, from an
+// identifier: by select, index with a literal string, or their optional
+// forms. test is true when the last selection is a has() test, computed when
+// the path ends at an index with a key that is not a literal string.
+func accessPath(ident celast.NavigableExpr) (path []string, test, computed bool) {
+	cur := ident
+	for {
+		p, ok := cur.Parent()
+		if !ok {
+			return path, false, false
+		}
+		switch p.Kind() {
+		case celast.SelectKind:
+			sel := p.AsSelect()
+			path = append(path, sel.FieldName())
+			if sel.IsTestOnly() {
+				return path, true, false
+			}
+			cur = p
+			continue
+		case celast.CallKind:
+			call := p.AsCall()
+			switch call.FunctionName() {
+			case operators.Index, operators.OptIndex, operators.OptSelect:
+			default:
+				return path, false, false
+			}
+			args := call.Args()
+			if len(args) != 2 || args[0].ID() != cur.ID() {
+				return path, false, false
+			}
+			key, isStr := types.String(""), false
+			if args[1].Kind() == celast.LiteralKind {
+				key, isStr = args[1].AsLiteral().(types.String)
+			}
+			if !isStr {
+				return path, false, true
+			}
+			path = append(path, string(key))
+			cur = p
+			continue
+		}
+		return path, false, false
+	}
 }
 
 // Vars are the values of the variables an expression sees.
