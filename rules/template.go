@@ -43,21 +43,33 @@ func (t *Template) References() []string { return t.refs }
 // Expressions are the template's expressions, in the order of the file.
 func (t *Template) Expressions() []*Expression { return t.exprs }
 
+// Sets tells whether the template sets a value, a literal or an
+// expression, at a path of map keys such as ("metadata", "namespace").
+func (t *Template) Sets(path ...string) bool {
+	return t.at(path) != nil
+}
+
+// at returns the node at a path of map keys, or nil.
+func (t *Template) at(path []string) *node {
+	n := t.root
+	for _, key := range path {
+		if n == nil || n.kind != mapNode {
+			return nil
+		}
+		i := slices.Index(n.keys, key)
+		if i < 0 {
+			return nil
+		}
+		n = n.elems[i]
+	}
+	return n
+}
+
 // Literal returns the constant scalar the template holds at a path of map
 // keys, such as ("roleRef", "name"). ok is false when there is nothing at
 // the path or the value there holds an expression, or is a map or list.
 func (t *Template) Literal(path ...string) (v any, ok bool) {
-	n := t.root
-	for _, key := range path {
-		if n == nil || n.kind != mapNode {
-			return nil, false
-		}
-		i := slices.Index(n.keys, key)
-		if i < 0 {
-			return nil, false
-		}
-		n = n.elems[i]
-	}
+	n := t.at(path)
 	if n == nil || n.kind != literalNode {
 		return nil, false
 	}

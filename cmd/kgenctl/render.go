@@ -45,10 +45,14 @@ the order they are applied. Notes go to stderr: children excluded by their
 includeWhen, children waiting for a child they read, and the status fields
 that would be written to the parent.
 
-Every kind involved must be a built-in kind or have its
-CustomResourceDefinition given with --crd, so that its scope is known. A
-parent without metadata.namespace, of a namespaced kind, is taken to be in
-"default", as kubectl does; one without metadata.uid gets a placeholder UID.
+The scope of built-in kinds is known, and that of custom resources whose
+CustomResourceDefinition is given with --crd. Without it, a parent with
+metadata.namespace is taken as namespaced and one without as cluster-scoped;
+a child of an unknown kind is taken as namespaced when its template sets
+metadata.namespace, and otherwise as having its parent's scope. Each such
+assumption is noted on stderr. A parent without metadata.namespace, of a
+kind known to be namespaced, is taken to be in "default", as kubectl does;
+one without metadata.uid gets a placeholder UID.
 --observed gives the children as they exist in the cluster (labelled
 kgen.dev/child, as kgen labels them, or of a kind only one child has), for
 rules whose children read other children.`,
@@ -112,6 +116,11 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 	if len(selected) == 0 {
 		return fmt.Errorf("no rule selects %s %s (check the rules' parent kind, selector and namespaces)", parent.GetKind(), describeObject(parent))
 	}
+	for _, n := range reconcile.AssumeScopes(scope, parent, selected) {
+		if _, err := fmt.Fprintf(notes, "# %s\n", n); err != nil {
+			return err
+		}
+	}
 	observed, err := o.readObserved(selected)
 	if err != nil {
 		return err
@@ -144,8 +153,10 @@ func (o *renderOptions) readParent(scope reconcile.Scoper, notes io.Writer) (*un
 	}
 	parent := objs[0]
 	if parent.GetNamespace() == "" {
+		// A kind of unknown scope is taken as cluster-scoped, since the
+		// parent has no namespace (see reconcile.AssumeScopes).
 		namespaced, err := scope.Namespaced(parent.GroupVersionKind())
-		if err != nil {
+		if err != nil && !errors.Is(err, reconcile.ErrUnknownKind) {
 			return nil, fmt.Errorf("%s: %w", o.parent, err)
 		}
 		if namespaced {

@@ -63,6 +63,36 @@ func exists(path string) bool {
 	return err == nil
 }
 
+// TestRenderWithoutCRD renders examples without their CRDs: a parent with
+// metadata.namespace is taken as namespaced and one without as
+// cluster-scoped (contract section 4), so the children are those of
+// rendered.yaml, and the notes say what was assumed.
+func TestRenderWithoutCRD(t *testing.T) {
+	noCluster(t)
+	for _, tt := range []struct{ name, rules, parent, observed string }{
+		{name: "webapp", rules: "../../examples/webapp/rules.yaml", parent: "../../examples/webapp/parent.yaml"},
+		{name: "tenant", rules: "../../examples/tenant/rules.yaml", parent: "../../examples/tenant/parent.yaml", observed: "../../examples/tenant/observed.yaml"},
+		{name: "nocrd", rules: "testdata/render/nocrd/rules.yaml", parent: "testdata/render/nocrd/parent.yaml"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"render", "--rules", tt.rules, "--parent", tt.parent}
+			if tt.observed != "" {
+				args = append(args, "--observed", tt.observed)
+			}
+			out, notes, err := runKgenctl(t, args...)
+			if err != nil {
+				t.Fatalf("kgenctl %s: %v", strings.Join(args, " "), err)
+			}
+			rendered := filepath.Join(filepath.Dir(tt.parent), "rendered.yaml")
+			if tt.name == "nocrd" {
+				rendered = filepath.Join("testdata", "render", "nocrd", "rendered.yaml")
+			}
+			golden.Check(t, rendered, out)
+			golden.Check(t, filepath.Join("testdata", "render", "nocrd", tt.name+".stderr"), notes)
+		})
+	}
+}
+
 func TestRender(t *testing.T) {
 	noCluster(t)
 	webapp := func(extra ...string) []string {
@@ -86,9 +116,9 @@ func TestRender(t *testing.T) {
 			golden: "team.golden.yaml",
 		},
 		{
-			name:    "no CRD for the parent",
-			args:    webapp(),
-			wantErr: "rule \"webapp\": scope of the parent: unknown kind: kind WebApp (apiVersion example.com/v1alpha1) is not a built-in kind and no CustomResourceDefinition for it was given (pass its CustomResourceDefinition with --crd)",
+			name:    "a CRD without the parent's version",
+			args:    []string{"render", "--rules", "testdata/render/nocrd/rules.yaml", "--parent", "testdata/render/nocrd/parent.yaml", "--crd", "testdata/render/nocrd/crd-v2.yaml"},
+			wantErr: "rule \"gadgets\": scope of the parent: unknown kind: Gadget.example.com: its CustomResourceDefinition declares versions v2, not v1 (pass its CustomResourceDefinition with --crd)",
 		},
 		{
 			name:    "no rule selects the parent",

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"kgen.dev/kgen/pkg/kinds"
+	"kgen.dev/kgen/rules"
 )
 
 // Scoper tells whether a kind is namespaced (true) or cluster-scoped.
@@ -32,7 +33,8 @@ var ErrUnknownKind = errors.New("unknown kind")
 // Built-in kinds are known by group and kind, whatever the version; custom
 // resources by group, kind and the versions their CRD declares.
 type StaticScoper struct {
-	crds map[schema.GroupKind]crdScope
+	crds    map[schema.GroupKind]crdScope
+	assumed map[schema.GroupKind]bool
 }
 
 type crdScope struct {
@@ -44,7 +46,7 @@ var _ Scoper = (*StaticScoper)(nil)
 
 // NewStaticScoper returns a StaticScoper that knows the built-in kinds.
 func NewStaticScoper() *StaticScoper {
-	return &StaticScoper{crds: map[schema.GroupKind]crdScope{}}
+	return &StaticScoper{crds: map[schema.GroupKind]crdScope{}, assumed: map[schema.GroupKind]bool{}}
 }
 
 // Namespaced tells whether the kind is namespaced.
@@ -59,6 +61,9 @@ func (s *StaticScoper) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	}
 	if r, ok := kinds.Builtin(gk); ok {
 		return r.Namespaced, nil
+	}
+	if namespaced, ok := s.assumed[gk]; ok {
+		return namespaced, nil
 	}
 	return false, fmt.Errorf("%w: %s is not a built-in kind and no CustomResourceDefinition for it was given", ErrUnknownKind, describeGVK(gvk))
 }
@@ -96,6 +101,63 @@ func (s *StaticScoper) AddCRD(crd *unstructured.Unstructured) error {
 	}
 	s.crds[schema.GroupKind{Group: group, Kind: kind}] = c
 	return nil
+}
+
+// Assume makes the scoper answer for a kind it does not otherwise know, in
+// any version. It does not change the answer for a built-in kind or a kind
+// whose CustomResourceDefinition was added.
+func (s *StaticScoper) Assume(gk schema.GroupKind, namespaced bool) {
+	s.assumed[gk] = namespaced
+}
+
+// AssumeScopes makes s answer, for the parent's kind and its rules'
+// children's kinds that s does not know, what kgenctl render assumes
+// without their CustomResourceDefinitions (contract section 4):
+//
+//   - the parent's kind is namespaced when the parent has
+//     metadata.namespace, and cluster-scoped otherwise;
+//   - a child's kind is namespaced when its template sets
+//     metadata.namespace, and otherwise has the parent's scope.
+//
+// The first child of a kind decides for that kind. AssumeScopes returns one
+// sentence for each assumption it made, for the user to check.
+func AssumeScopes(s *StaticScoper, parent *unstructured.Unstructured, rs []*rules.Rule) []string {
+	var notes []string
+	unknown := func(gvk schema.GroupVersionKind) bool {
+		_, err := s.Namespaced(gvk)
+		return errors.Is(err, ErrUnknownKind) && s.crds[gvk.GroupKind()].versions == nil
+	}
+	scopeName := map[bool]string{true: "namespaced", false: "cluster-scoped"}
+	pgvk := parent.GroupVersionKind()
+	if unknown(pgvk) {
+		namespaced := parent.GetNamespace() != ""
+		s.Assume(pgvk.GroupKind(), namespaced)
+		why := "the parent has no metadata.namespace"
+		if namespaced {
+			why = "the parent has metadata.namespace"
+		}
+		notes = append(notes, fmt.Sprintf("%s is taken as %s: %s and no CustomResourceDefinition for it was given", describeGVK(pgvk), scopeName[namespaced], why))
+	}
+	parentNamespaced, err := s.Namespaced(pgvk)
+	if err != nil {
+		return notes // a version its CRD does not declare: Render says so
+	}
+	for _, r := range rs {
+		for _, c := range r.Children {
+			if !unknown(c.GroupVersionKind) {
+				continue
+			}
+			namespaced := parentNamespaced
+			why := "like its parent"
+			if c.Template.Sets("metadata", "namespace") {
+				namespaced, why = true, "since its template sets metadata.namespace"
+			}
+			s.Assume(c.GroupVersionKind.GroupKind(), namespaced)
+			notes = append(notes, fmt.Sprintf("%s (rule %s, child %s) is taken as %s, %s: no CustomResourceDefinition for it was given",
+				describeGVK(c.GroupVersionKind), r.Name, c.ID, scopeName[namespaced], why))
+		}
+	}
+	return notes
 }
 
 func describeGVK(gvk schema.GroupVersionKind) string {
