@@ -75,7 +75,7 @@ subjects:
 		},
 		{
 			name: "a CRD kind offline without its CRD",
-			wantErr: `rule webapp: parent: unknown kind: WebApp (apiVersion example.com/v1alpha1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given
+			wantErr: `rule webapp: parent: unknown kind: kind WebApp (apiVersion example.com/v1alpha1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given
 (give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)`,
 		},
 		{

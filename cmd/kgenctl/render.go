@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/manifest"
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
@@ -77,7 +78,7 @@ rules whose children read other children.`,
 
 func (o *renderOptions) run(out, notes io.Writer) error {
 	err := o.render(out, notes)
-	if errors.Is(err, reconcile.ErrUnknownKind) {
+	if errors.Is(err, kinds.ErrUnknownKind) {
 		return fmt.Errorf("%w (pass its CustomResourceDefinition with --crd)", err)
 	}
 	return err
@@ -91,7 +92,7 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 	if err != nil {
 		return err
 	}
-	scope := reconcile.NewStaticScoper()
+	scope := kinds.NewStatic()
 	for _, path := range o.crds {
 		objs, err := readObjects(path)
 		if err != nil {
@@ -143,7 +144,7 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 
 // readParent reads the one parent object and completes it as the API server
 // would have: a namespace for a namespaced kind, a UID.
-func (o *renderOptions) readParent(scope reconcile.Scoper, notes io.Writer) (*unstructured.Unstructured, error) {
+func (o *renderOptions) readParent(scope kinds.Scoper, notes io.Writer) (*unstructured.Unstructured, error) {
 	objs, err := readObjects(o.parent)
 	if err != nil {
 		return nil, err
@@ -156,7 +157,7 @@ func (o *renderOptions) readParent(scope reconcile.Scoper, notes io.Writer) (*un
 		// A kind of unknown scope is taken as cluster-scoped, since the
 		// parent has no namespace (see reconcile.AssumeScopes).
 		namespaced, err := scope.Namespaced(parent.GroupVersionKind())
-		if err != nil && !errors.Is(err, reconcile.ErrUnknownKind) {
+		if err != nil && !errors.Is(err, kinds.ErrUnknownKind) {
 			return nil, fmt.Errorf("%s: %w", o.parent, err)
 		}
 		if namespaced {

@@ -23,6 +23,6 @@
 // Manifests adds a Role for it in kgen's own namespace.
 //
 // Kinds are resolved to resources by a Resolver: discovery (a live cluster),
-// or offline from the built-in kinds of package kinds, CustomResourceDefinition
-// files and resources the user names. The package never guesses a plural.
+// or offline by kinds.Static (built-in kinds, CustomResourceDefinition files
+// and resources the user names). The package never guesses a plural.
 package rbac

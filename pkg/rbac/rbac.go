@@ -10,36 +10,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
-// Scope is whether a kind's objects live in namespaces.
-type Scope int
-
-// The scopes of a kind. ScopeUnknown is for a kind named by the user without
-// its scope: its rules are granted cluster-wide, which works for either.
-const (
-	ScopeUnknown Scope = iota
-	Namespaced
-	Cluster
-)
-
-// Resource is what the rules need to know of a kind's API resource.
-type Resource struct {
-	// Group is the API group; "" for the core group.
-	Group string
-	// Resource is the resource name, the lower-case plural.
-	Resource string
-	// Scope says whether the kind is namespaced.
-	Scope Scope
-	// Status is true when the resource has a status subresource, or when
-	// that is not known.
-	Status bool
-}
-
 // Resolver finds the API resource of a kind.
 type Resolver interface {
-	Resolve(gvk schema.GroupVersionKind) (Resource, error)
+	Resolve(gvk schema.GroupVersionKind) (kinds.Mapping, error)
 }
 
 // Policy is the RBAC that a set of rules needs.
@@ -100,12 +77,12 @@ var clusterWide = []string{""}
 // Every kind the rules use is resolved first; all that fail are reported
 // together.
 func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
-	res := &resolver{r: r, done: map[schema.GroupVersionKind]Resource{}, failed: map[schema.GroupVersionKind]bool{}}
+	res := &resolver{r: r, done: map[schema.GroupVersionKind]kinds.Mapping{}, failed: map[schema.GroupVersionKind]bool{}}
 	var notes []string
 	g := grants{}
 	for _, rule := range loaded {
 		parent, ok := res.resolve(rule.Parent.GroupVersionKind, fmt.Sprintf("rule %s: parent", rule.Name))
-		children := make([]Resource, len(rule.Children))
+		children := make([]kinds.Mapping, len(rule.Children))
 		for i, c := range rule.Children {
 			m, cok := res.resolve(c.GroupVersionKind, fmt.Sprintf("rule %s: child %s", rule.Name, c.ID))
 			children[i], ok = m, ok && cok
@@ -146,17 +123,17 @@ func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
 }
 
 // addRule grants what one rule needs and returns notes on what it cannot.
-func (g grants) addRule(rule *rules.Rule, parent Resource, children []Resource) (notes []string) {
+func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children []kinds.Mapping) (notes []string) {
 	// Where kgen watches and writes, as pkg/controller decides it: a
 	// namespaced parent limited to namespaces is watched only there, and so
 	// are its namespaced children unless they may live elsewhere.
 	parentAt := clusterWide
-	limited := parent.Scope == Namespaced && len(rule.Parent.Namespaces) > 0
+	limited := parent.Scope == kinds.Namespaced && len(rule.Parent.Namespaces) > 0
 	if limited {
 		parentAt = rule.Parent.Namespaces
 	}
 	eventsAt := parentAt
-	if parent.Scope == Cluster {
+	if parent.Scope == kinds.Cluster {
 		// Events about cluster-scoped objects are recorded in "default".
 		eventsAt = []string{"default"}
 	}
@@ -171,18 +148,18 @@ func (g grants) addRule(rule *rules.Rule, parent Resource, children []Resource) 
 	for i, c := range rule.Children {
 		child := children[i]
 		childAt := clusterWide
-		if limited && !rule.AllowCrossNamespace && child.Scope == Namespaced {
+		if limited && !rule.AllowCrossNamespace && child.Scope == kinds.Namespaced {
 			childAt = rule.Parent.Namespaces
 		}
 		g.add(childAt, grantKey{group: child.Group, resource: child.Resource}, childVerbs...)
 		// Kubernetes allows an ownerReference from a cluster-scoped
 		// parent, or within one namespace; kgen's finalizer covers the rest.
 		switch {
-		case parent.Scope == Cluster:
+		case parent.Scope == kinds.Cluster:
 			owned = true
-		case parent.Scope == Namespaced && child.Scope == Namespaced && !rule.AllowCrossNamespace:
+		case parent.Scope == kinds.Namespaced && child.Scope == kinds.Namespaced && !rule.AllowCrossNamespace:
 			owned = true
-		case parent.Scope == Namespaced && child.Scope == Cluster:
+		case parent.Scope == kinds.Namespaced && child.Scope == kinds.Cluster:
 			finalizer = true
 		default: // a cross-namespace child, or a scope not known: either
 			owned, finalizer = true, true
@@ -205,7 +182,7 @@ func (g grants) addRule(rule *rules.Rule, parent Resource, children []Resource) 
 // addRBACChild grants what RBAC's escalation checks ask of a child that is
 // itself RBAC: binding a role needs bind on it, unless kgen holds every
 // permission it grants.
-func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child Resource, at []string) []string {
+func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child kinds.Mapping, at []string) []string {
 	if c.GroupVersionKind.Group != rbacv1.GroupName {
 		return nil
 	}
@@ -246,27 +223,27 @@ func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child Resource, a
 // resolver resolves each kind once and collects the errors.
 type resolver struct {
 	r            Resolver
-	done         map[schema.GroupVersionKind]Resource
+	done         map[schema.GroupVersionKind]kinds.Mapping
 	failed       map[schema.GroupVersionKind]bool
 	errs         []error
 	unknownScope []string
 }
 
-func (res *resolver) resolve(gvk schema.GroupVersionKind, where string) (Resource, bool) {
+func (res *resolver) resolve(gvk schema.GroupVersionKind, where string) (kinds.Mapping, bool) {
 	if m, ok := res.done[gvk]; ok {
 		return m, true
 	}
 	if res.failed[gvk] {
-		return Resource{}, false
+		return kinds.Mapping{}, false
 	}
 	m, err := res.r.Resolve(gvk)
 	if err != nil {
 		res.failed[gvk] = true
 		res.errs = append(res.errs, fmt.Errorf("%s: %w", where, err))
-		return Resource{}, false
+		return kinds.Mapping{}, false
 	}
 	res.done[gvk] = m
-	if m.Scope == ScopeUnknown {
+	if m.Scope == kinds.ScopeUnknown {
 		res.unknownScope = append(res.unknownScope, gvk.GroupKind().String())
 	}
 	return m, true

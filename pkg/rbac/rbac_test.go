@@ -9,31 +9,31 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
 // fakeResolver knows the kinds the tests use, as a cluster would.
-type fakeResolver map[string]Resource
+type fakeResolver map[string]kinds.Mapping
 
-func (f fakeResolver) Resolve(gvk schema.GroupVersionKind) (Resource, error) {
+func (f fakeResolver) Resolve(gvk schema.GroupVersionKind) (kinds.Mapping, error) {
 	if r, ok := f[gvk.Kind]; ok {
 		return r, nil
 	}
-	return Resource{}, fmt.Errorf("%w: %s", ErrUnknownKind, gvk.Kind)
+	return kinds.Mapping{}, fmt.Errorf("%w: %s", kinds.ErrUnknownKind, gvk.Kind)
 }
 
 var cluster = fakeResolver{
-	"App":         {Group: "example.com", Resource: "apps", Scope: Namespaced, Status: true},
-	"Plain":       {Group: "example.com", Resource: "plains", Scope: Namespaced},
-	"Tenant":      {Group: "example.com", Resource: "tenants", Scope: Cluster, Status: true},
+	"App":         {Group: "example.com", Resource: "apps", Scope: kinds.Namespaced, Status: true},
+	"Plain":       {Group: "example.com", Resource: "plains", Scope: kinds.Namespaced},
+	"Tenant":      {Group: "example.com", Resource: "tenants", Scope: kinds.Cluster, Status: true},
 	"Guess":       {Group: "example.com", Resource: "guesses", Status: true},
-	"ConfigMap":   {Resource: "configmaps", Scope: Namespaced},
-	"Namespace":   {Resource: "namespaces", Scope: Cluster, Status: true},
-	"RoleBinding": {Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Scope: Namespaced},
-	"Role":        {Group: "rbac.authorization.k8s.io", Resource: "roles", Scope: Namespaced},
+	"ConfigMap":   {Resource: "configmaps", Scope: kinds.Namespaced},
+	"Namespace":   {Resource: "namespaces", Scope: kinds.Cluster, Status: true},
+	"RoleBinding": {Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Scope: kinds.Namespaced},
+	"Role":        {Group: "rbac.authorization.k8s.io", Resource: "roles", Scope: kinds.Namespaced},
 }
 
 // rule writes a rule with a parent of the given kind and extra parent and
@@ -253,111 +253,11 @@ func TestForUnknownKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = For(loaded, cluster)
-	if !errors.Is(err, ErrUnknownKind) {
+	if !errors.Is(err, kinds.ErrUnknownKind) {
 		t.Fatalf("For() error = %v, want ErrUnknownKind", err)
 	}
 	want := "rule r1: parent: unknown kind: Nope\nrule r1: child c0: unknown kind: Secret"
 	if err.Error() != want {
 		t.Errorf("For() error:\n%v\nwant:\n%s", err, want)
-	}
-}
-
-func crd(group, kind, plural, scope string, versions map[string]bool) *unstructured.Unstructured {
-	var vs []any
-	for _, v := range slices.Sorted(maps.Keys(versions)) {
-		m := map[string]any{"name": v, "served": true, "storage": true}
-		if versions[v] {
-			m["subresources"] = map[string]any{"status": map[string]any{}}
-		}
-		vs = append(vs, m)
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": plural + "." + group},
-		"spec": map[string]any{
-			"group": group, "scope": scope, "versions": vs,
-			"names": map[string]any{"kind": kind, "plural": plural},
-		},
-	}}
-}
-
-func TestStatic(t *testing.T) {
-	s := NewStatic()
-	if err := s.AddCRD(crd("example.com", "Octopus", "octopodes", "Namespaced", map[string]bool{"v1": true, "v1beta1": false})); err != nil {
-		t.Fatal(err)
-	}
-	for _, spec := range []string{"Tenant.example.com=tenants:Cluster", "Widget=widgets", "Deployment.apps=overridden:Namespaced"} {
-		if err := s.AddResource(spec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gvk := func(group, version, kind string) schema.GroupVersionKind {
-		return schema.GroupVersionKind{Group: group, Version: version, Kind: kind}
-	}
-	tests := []struct {
-		gvk     schema.GroupVersionKind
-		want    Resource
-		wantErr string
-	}{
-		{gvk: gvk("", "v1", "ConfigMap"), want: Resource{Resource: "configmaps", Scope: Namespaced}},
-		{gvk: gvk("", "v1", "Namespace"), want: Resource{Resource: "namespaces", Scope: Cluster, Status: true}},
-		{gvk: gvk("networking.k8s.io", "v1", "Ingress"), want: Resource{Group: "networking.k8s.io", Resource: "ingresses", Scope: Namespaced, Status: true}},
-		{gvk: gvk("example.com", "v1", "Octopus"), want: Resource{Group: "example.com", Resource: "octopodes", Scope: Namespaced, Status: true}},
-		{gvk: gvk("example.com", "v1beta1", "Octopus"), want: Resource{Group: "example.com", Resource: "octopodes", Scope: Namespaced}},
-		{gvk: gvk("example.com", "v2", "Octopus"), wantErr: "unknown kind: Octopus.example.com: its CustomResourceDefinition declares versions v1, v1beta1, not v2"},
-		{gvk: gvk("example.com", "v1", "Tenant"), want: Resource{Group: "example.com", Resource: "tenants", Scope: Cluster, Status: true}},
-		{gvk: gvk("other.io", "v1", "Widget"), want: Resource{Group: "other.io", Resource: "widgets", Status: true}},
-		{gvk: gvk("apps", "v1", "Deployment"), want: Resource{Group: "apps", Resource: "overridden", Scope: Namespaced, Status: true}},
-		{gvk: gvk("", "v1", "Deployment"), wantErr: "unknown kind: Deployment (apiVersion v1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.gvk.String(), func(t *testing.T) {
-			got, err := s.Resolve(tt.gvk)
-			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr || !errors.Is(err, ErrUnknownKind) {
-					t.Fatalf("Resolve() error = %v, want %s", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Errorf("Resolve() = %+v, %v; want %+v", got, err, tt.want)
-			}
-		})
-	}
-}
-
-func TestAddResourceErrors(t *testing.T) {
-	for spec, want := range map[string]string{
-		"WebApp":                     `resource "WebApp": want KIND[.GROUP]=PLURAL[:Namespaced|Cluster]`,
-		"WebApp=":                    `resource "WebApp=": want KIND[.GROUP]=PLURAL[:Namespaced|Cluster]`,
-		"WebApp=WebApps":             `resource "WebApp=WebApps": "WebApps" is not a resource name: lower-case, without dots`,
-		"WebApp=webapps.example.com": `resource "WebApp=webapps.example.com": "webapps.example.com" is not a resource name: lower-case, without dots`,
-		"WebApp=webapps:Global":      `resource "WebApp=webapps:Global": the scope must be Namespaced or Cluster, not "Global"`,
-		".example.com=webapps":       `resource ".example.com=webapps": no kind`,
-	} {
-		if err := NewStatic().AddResource(spec); err == nil || err.Error() != want {
-			t.Errorf("AddResource(%q) = %v, want %s", spec, err, want)
-		}
-	}
-}
-
-func TestAddCRDErrors(t *testing.T) {
-	notCRD := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x"}}}
-	noPlural := crd("example.com", "Thing", "", "Namespaced", map[string]bool{"v1": true})
-	badScope := crd("example.com", "Thing", "things", "Galaxy", map[string]bool{"v1": true})
-	noVersions := crd("example.com", "Thing", "things", "Namespaced", nil)
-	for _, tt := range []struct {
-		crd  *unstructured.Unstructured
-		want string
-	}{
-		{notCRD, `ConfigMap "x" is not a CustomResourceDefinition`},
-		{noPlural, `CustomResourceDefinition ".example.com": spec.group, spec.names.kind and spec.names.plural are required`},
-		{badScope, `CustomResourceDefinition "things.example.com": spec.scope must be Namespaced or Cluster, not "Galaxy"`},
-		{noVersions, `CustomResourceDefinition "things.example.com": spec.versions names no version`},
-	} {
-		if err := NewStatic().AddCRD(tt.crd); err == nil || err.Error() != tt.want {
-			t.Errorf("AddCRD() = %v, want %s", err, tt.want)
-		}
 	}
 }

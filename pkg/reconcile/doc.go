@@ -10,9 +10,10 @@
 // ErrInvalid: retrying does not fix them, a change to the parent or the
 // rules does.
 //
-// A Scoper is all Render needs to know of the cluster: whether a kind is
-// namespaced. StaticScoper answers without a cluster, for built-in kinds and
-// the CustomResourceDefinitions it is given, as kgenctl render needs.
+// A Scoper (kinds.Scoper) is all Render needs to know of the cluster:
+// whether a kind is namespaced. kinds.Static answers without a cluster, for
+// built-in kinds and the CustomResourceDefinitions it is given, and
+// AssumeScopes fills in what kgenctl render assumes for the other kinds.
 //
 // The Reconciler is the other half. It reads a parent's children only from
 // the informer cache (a ChildLister), and writes only what differs from the

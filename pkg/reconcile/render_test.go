@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/golden"
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
@@ -41,8 +42,8 @@ func object(t testing.TB, doc string) *unstructured.Unstructured {
 
 // scoper knows the built-in kinds, the namespaced App and the cluster-scoped
 // Team of group example.com.
-func scoper(t testing.TB) *StaticScoper {
-	s := NewStaticScoper()
+func scoper(t testing.TB) *kinds.Static {
+	s := kinds.NewStatic()
 	for _, c := range []*unstructured.Unstructured{crd("example.com", "App", "Namespaced", "v1"), crd("example.com", "Team", "Cluster", "v1")} {
 		if err := s.AddCRD(c); err != nil {
 			t.Fatal(err)
@@ -423,7 +424,7 @@ func TestRenderErrors(t *testing.T) {
 			name:   "a child of unknown kind",
 			parent: app,
 			rule:   ruleFor("App", "", "  - id: w\n    template: {apiVersion: example.com/v1, kind: Widget, metadata: {name: x}}\n"),
-			want:   `rule "r": child "w": unknown kind: kind Widget (apiVersion example.com/v1) is not a built-in kind and no CustomResourceDefinition for it was given`,
+			want:   `rule "r": child "w": unknown kind: kind Widget (apiVersion example.com/v1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given`,
 		},
 	}
 	for _, tt := range tests {

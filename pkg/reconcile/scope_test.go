@@ -1,13 +1,13 @@
 package reconcile
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
@@ -27,82 +27,6 @@ func crd(group, kind, scope string, versions ...string) *unstructured.Unstructur
 			"versions": vs,
 		},
 	}}
-}
-
-func TestStaticScoper(t *testing.T) {
-	s := NewStaticScoper()
-	if err := s.AddCRD(crd("example.com", "Thing", "Namespaced", "v1", "v2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddCRD(crd("example.com", "Global", "Cluster", "v1")); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		gvk     schema.GroupVersionKind
-		want    bool
-		wantErr string
-	}{
-		{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, want: true},
-		{gvk: schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, want: false},
-		{gvk: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, want: true},
-		{gvk: schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"}, want: false},
-		{gvk: schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"}, want: true},
-		{gvk: schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}, want: false},
-		{gvk: schema.GroupVersionKind{Group: "example.com", Version: "v2", Kind: "Thing"}, want: true},
-		{gvk: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Global"}, want: false},
-		{
-			gvk:     schema.GroupVersionKind{Group: "example.com", Version: "v3", Kind: "Thing"},
-			wantErr: "unknown kind: Thing.example.com: its CustomResourceDefinition declares versions v1, v2, not v3",
-		},
-		{
-			gvk:     schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Other"},
-			wantErr: "unknown kind: kind Other (apiVersion example.com/v1) is not a built-in kind and no CustomResourceDefinition for it was given",
-		},
-		{
-			gvk:     schema.GroupVersionKind{Version: "v1", Kind: "Deployment"},
-			wantErr: "unknown kind: kind Deployment (apiVersion v1) is not a built-in kind and no CustomResourceDefinition for it was given",
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.gvk.String(), func(t *testing.T) {
-			got, err := s.Namespaced(tt.gvk)
-			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("Namespaced() error = %v, want %q", err, tt.wantErr)
-				}
-				if !errors.Is(err, ErrUnknownKind) {
-					t.Errorf("Namespaced() error does not match ErrUnknownKind")
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Errorf("Namespaced() = %t, %v; want %t", got, err, tt.want)
-			}
-		})
-	}
-}
-
-func TestAddCRDErrors(t *testing.T) {
-	notCRD := crd("example.com", "Thing", "Namespaced", "v1")
-	notCRD.SetKind("ConfigMap")
-	tests := []struct {
-		name string
-		obj  *unstructured.Unstructured
-		want string
-	}{
-		{name: "not a CRD", obj: notCRD, want: `ConfigMap "things.example.com" is not a CustomResourceDefinition`},
-		{name: "bad scope", obj: crd("example.com", "Thing", "Everywhere", "v1"), want: `CustomResourceDefinition "things.example.com": spec.scope must be Namespaced or Cluster, not "Everywhere"`},
-		{name: "no versions", obj: crd("example.com", "Thing", "Cluster"), want: `CustomResourceDefinition "things.example.com": spec.versions names no version`},
-		{name: "no kind", obj: crd("example.com", "", "Cluster", "v1"), want: `CustomResourceDefinition "things.example.com": spec.group and spec.names.kind are required`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := NewStaticScoper().AddCRD(tt.obj)
-			if err == nil || err.Error() != tt.want {
-				t.Errorf("AddCRD() error = %v, want %q", err, tt.want)
-			}
-		})
-	}
 }
 
 func TestAssumeScopes(t *testing.T) {
@@ -152,7 +76,7 @@ func TestAssumeScopes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := NewStaticScoper()
+			s := kinds.NewStatic()
 			for _, c := range tt.crds {
 				if err := s.AddCRD(c); err != nil {
 					t.Fatal(err)
