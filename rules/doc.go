@@ -33,6 +33,11 @@
 // template by an output size (Options); going over is an error matching
 // ErrLimitExceeded, never a hang.
 //
-// The package knows nothing of clusters: the scope of kinds, the metadata
-// kgen adds to children and the order of applying them are pkg/reconcile's.
+// Rule.Placement is the one answer to "where do a rule's parents, children
+// and events live, and which children get an ownerReference or need the
+// parent's finalizer", given the scope of its kinds (a kinds.Scoper): the
+// renderer, pkg/rbac and the controller's watches all use it.
+//
+// The package knows nothing else of clusters: the metadata kgen adds to
+// children and the order of applying them are pkg/reconcile's.
 package rules

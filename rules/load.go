@@ -633,8 +633,19 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 		} else if s, ok := l.str(e.valNode, mw.key("name")); ok && s == "" {
 			l.errorf(e.valNode, mw.key("name"), "must not be empty")
 		}
-		if e, ok := meta["namespace"]; ok && !r.AllowCrossNamespace && !isParentNamespace(l.resolve(e.valNode)) {
-			l.errorf(e.valNode, mw.key("namespace"), "must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true")
+		if e, ok := meta["namespace"]; ok {
+			v := l.resolve(e.valNode)
+			switch {
+			case isParentNamespace(v):
+				c.namespace = nsParent
+			case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && !strings.Contains(v.Value, "${"):
+				c.namespace, c.namespaceLiteral = nsLiteral, strings.ReplaceAll(v.Value, "$${", "${")
+			default:
+				c.namespace = nsExpression
+			}
+			if c.namespace != nsParent && !r.AllowCrossNamespace {
+				l.errorf(e.valNode, mw.key("namespace"), "must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true")
+			}
 		}
 		for _, k := range []string{"generateName", "ownerReferences", "uid", "resourceVersion", "managedFields"} {
 			if e, ok := meta[k]; ok {

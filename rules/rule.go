@@ -131,7 +131,22 @@ type Child struct {
 	// includeWhen read through children.<id>, in the rule's order. The child
 	// is rendered only once they all exist.
 	DependsOn []string
+
+	// namespace is what the template's metadata.namespace is, and
+	// namespaceLiteral its value when it is a literal.
+	namespace        namespaceForm
+	namespaceLiteral string
 }
+
+// namespaceForm is the form of a template's metadata.namespace.
+type namespaceForm int
+
+const (
+	nsAbsent     namespaceForm = iota // not set: the parent's namespace
+	nsParent                          // exactly ${parent.metadata.namespace}
+	nsLiteral                         // a literal namespace
+	nsExpression                      // any other expression
+)
 
 // StatusField is one field the rule writes under the parent's .status.
 type StatusField struct {

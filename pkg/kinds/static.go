@@ -23,6 +23,10 @@ type Scoper interface {
 // does not know, or whose scope it does not know.
 var ErrUnknownKind = errors.New("unknown kind")
 
+// ErrUnknownScope is matched by the error of a Scoper that knows a kind but
+// not whether it is namespaced (a resource named without its scope).
+var ErrUnknownScope = errors.New("unknown scope")
+
 // Scope is whether a kind's objects live in namespaces.
 type Scope int
 
@@ -114,7 +118,8 @@ func (s *Static) Resolve(gvk schema.GroupVersionKind) (Mapping, error) {
 }
 
 // Namespaced tells whether the kind is namespaced: as Resolve knows it, or
-// else as assumed with Assume. A kind of unknown scope is an error.
+// else as assumed with Assume. A kind of unknown scope is an error matching
+// ErrUnknownScope.
 func (s *Static) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	m, err := s.Resolve(gvk)
 	if errors.Is(err, ErrUnknownKind) {
@@ -128,7 +133,7 @@ func (s *Static) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 		return false, err
 	}
 	if m.Scope == ScopeUnknown {
-		return false, fmt.Errorf("%w: the scope of %s is not known: give its CustomResourceDefinition, or its resource with the scope", ErrUnknownKind, gvk.GroupKind())
+		return false, fmt.Errorf("%w: %s was named without its scope: give its CustomResourceDefinition, or its resource with the scope", ErrUnknownScope, gvk.GroupKind())
 	}
 	return m.Scope == Namespaced, nil
 }

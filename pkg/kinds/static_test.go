@@ -140,7 +140,7 @@ func TestStaticNamespaced(t *testing.T) {
 		{gvk: schema.GroupVersionKind{Group: "example.com", Version: "v9", Kind: "Guessed"}, want: true},
 		{
 			gvk:     schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Vague"},
-			wantErr: "unknown kind: the scope of Vague.example.com is not known: give its CustomResourceDefinition, or its resource with the scope",
+			wantErr: "unknown scope: Vague.example.com was named without its scope: give its CustomResourceDefinition, or its resource with the scope",
 		},
 		{
 			gvk:     schema.GroupVersionKind{Group: "example.com", Version: "v3", Kind: "Thing"},
@@ -162,8 +162,8 @@ func TestStaticNamespaced(t *testing.T) {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Fatalf("Namespaced() error = %v, want %q", err, tt.wantErr)
 				}
-				if !errors.Is(err, ErrUnknownKind) {
-					t.Errorf("Namespaced() error does not match ErrUnknownKind")
+				if !errors.Is(err, ErrUnknownKind) && !errors.Is(err, ErrUnknownScope) {
+					t.Errorf("Namespaced() error matches neither ErrUnknownKind nor ErrUnknownScope")
 				}
 				return
 			}

@@ -123,60 +123,64 @@ func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
 }
 
 // addRule grants what one rule needs and returns notes on what it cannot.
+// Where kgen watches and writes is the rule's Placement, as the controller
+// and the renderer see it.
 func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children []kinds.Mapping) (notes []string) {
-	// Where kgen watches and writes, as pkg/controller decides it: a
-	// namespaced parent limited to namespaces is watched only there, and so
-	// are its namespaced children unless they may live elsewhere.
-	parentAt := clusterWide
-	limited := parent.Scope == kinds.Namespaced && len(rule.Parent.Namespaces) > 0
-	if limited {
-		parentAt = rule.Parent.Namespaces
+	scopes := resolvedScopes{rule.Parent.GroupVersionKind: parent}
+	for i, c := range rule.Children {
+		scopes[c.GroupVersionKind] = children[i]
 	}
-	eventsAt := parentAt
-	if parent.Scope == kinds.Cluster {
-		// Events about cluster-scoped objects are recorded in "default".
-		eventsAt = []string{"default"}
+	pl, err := rule.Placement(scopes)
+	if err != nil { // resolvedScopes knows every kind of the rule
+		panic(err)
 	}
+	parentAt := orClusterWide(pl.ParentNamespaces)
 	parentKey := grantKey{group: parent.Group, resource: parent.Resource}
 	g.add(parentAt, parentKey, parentVerbs...)
 	if parent.Status {
 		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/status"}, "patch")
 	}
-	g.add(eventsAt, grantKey{resource: "events"}, eventVerbs...)
-
-	var owned, finalizer bool
+	g.add(orClusterWide(pl.EventNamespaces), grantKey{resource: "events"}, eventVerbs...)
 	for i, c := range rule.Children {
 		child := children[i]
-		childAt := clusterWide
-		if limited && !rule.AllowCrossNamespace && child.Scope == kinds.Namespaced {
-			childAt = rule.Parent.Namespaces
-		}
+		childAt := orClusterWide(pl.Children[i].Namespaces)
 		g.add(childAt, grantKey{group: child.Group, resource: child.Resource}, childVerbs...)
-		// Kubernetes allows an ownerReference from a cluster-scoped
-		// parent, or within one namespace; kgen's finalizer covers the rest.
-		switch {
-		case parent.Scope == kinds.Cluster:
-			owned = true
-		case parent.Scope == kinds.Namespaced && child.Scope == kinds.Namespaced && !rule.AllowCrossNamespace:
-			owned = true
-		case parent.Scope == kinds.Namespaced && child.Scope == kinds.Cluster:
-			finalizer = true
-		default: // a cross-namespace child, or a scope not known: either
-			owned, finalizer = true, true
-		}
 		notes = append(notes, g.addRBACChild(rule, c, child, childAt)...)
 	}
-	if owned {
+	if pl.MayOwn() {
 		// Checked by the OwnerReferencesPermissionEnforcement admission
 		// plugin before it lets a child's ownerReference block the
 		// parent's deletion.
 		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/finalizers"}, "update")
 	}
-	if finalizer {
+	if pl.MayNeedFinalizer() {
 		// kgen's cleanup finalizer is set by server-side apply of the parent.
 		g.add(parentAt, parentKey, "patch")
 	}
 	return notes
+}
+
+// orClusterWide returns namespaces, or clusterWide for nil (every
+// namespace).
+func orClusterWide(namespaces []string) []string {
+	if namespaces == nil {
+		return clusterWide
+	}
+	return namespaces
+}
+
+// resolvedScopes answers scope questions from resolved kinds.
+type resolvedScopes map[schema.GroupVersionKind]kinds.Mapping
+
+func (r resolvedScopes) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
+	m, ok := r[gvk]
+	switch {
+	case !ok:
+		return false, fmt.Errorf("%w: %s", kinds.ErrUnknownKind, gvk)
+	case m.Scope == kinds.ScopeUnknown:
+		return false, fmt.Errorf("%w: %s", kinds.ErrUnknownScope, gvk)
+	}
+	return m.Scope == kinds.Namespaced, nil
 }
 
 // addRBACChild grants what RBAC's escalation checks ask of a child that is

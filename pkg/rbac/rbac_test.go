@@ -37,18 +37,25 @@ var cluster = fakeResolver{
 }
 
 // rule writes a rule with a parent of the given kind and extra parent and
-// spec lines, and children given as "kind" or "kind: extra template YAML".
+// spec lines, and children given as "kind" or "kind: extra template YAML",
+// where kind may be followed by @namespace for the template's
+// metadata.namespace.
 func rule(name, parentKind, parentExtra, specExtra string, children ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: %s}\nspec:\n%s  parent:\n    apiVersion: example.com/v1\n    kind: %s\n%s  children:\n",
 		name, specExtra, parentKind, parentExtra)
 	for i, c := range children {
 		kind, extra, _ := strings.Cut(c, ":")
+		kind, ns, _ := strings.Cut(kind, "@")
 		apiVersion := "v1"
 		if strings.HasPrefix(kind, "Role") {
 			apiVersion = "rbac.authorization.k8s.io/v1"
 		}
-		fmt.Fprintf(&b, "  - id: c%d\n    template:\n      apiVersion: %s\n      kind: %s\n      metadata: {name: \"x%d\"}\n", i, apiVersion, kind, i)
+		meta := fmt.Sprintf(`{name: "x%d"}`, i)
+		if ns != "" {
+			meta = fmt.Sprintf(`{name: "x%d", namespace: "%s"}`, i, ns)
+		}
+		fmt.Fprintf(&b, "  - id: c%d\n    template:\n      apiVersion: %s\n      kind: %s\n      metadata: %s\n", i, apiVersion, kind, meta)
 		if extra != "" {
 			fmt.Fprintf(&b, "      %s\n", strings.TrimSpace(extra))
 		}
@@ -139,8 +146,19 @@ func TestFor(t *testing.T) {
 			},
 		},
 		{
-			name:  "cross-namespace children are watched everywhere",
+			name:  "a child in the parent's namespace is watched only there, even when others may cross",
 			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: true\n", "ConfigMap"),
+			want: []string{
+				"a core configmaps " + all,
+				"a core events create,patch",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+			},
+		},
+		{
+			name:  "cross-namespace children are watched everywhere",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: true\n", "ConfigMap@${parent.spec.target}"),
 			want: []string{
 				"* core configmaps " + all,
 				"a core events create,patch",
@@ -198,12 +216,12 @@ func TestFor(t *testing.T) {
 			wantNotes: []string{"rule r: child c0 makes a Role: kgen must hold every permission it grants (add them with rbac.extraRules), or escalate on roles"},
 		},
 		{
-			name:  "a parent of unknown scope gets both ways to clean up, cluster-wide",
+			name:  "a parent of unknown scope is granted cluster-wide; its child in its namespace is owned",
 			rules: rule("r", "Guess", "    namespaces: [a]\n", "", "ConfigMap"),
 			want: []string{
 				"* core configmaps " + all,
 				"* core events create,patch",
-				"* example.com guesses get,list,watch,patch",
+				"* example.com guesses get,list,watch",
 				"* example.com guesses/finalizers update",
 				"* example.com guesses/status patch",
 			},

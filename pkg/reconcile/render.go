@@ -3,12 +3,14 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
@@ -163,6 +165,7 @@ type renderer struct {
 	rule             *rules.Rule
 	parent           *unstructured.Unstructured
 	scope            Scoper
+	placement        *rules.Placement
 	parentNamespaced bool
 	present          map[string]any // observed children's objects by id
 	vars             *rules.Vars
@@ -190,10 +193,15 @@ func (r *renderer) checkParent() error {
 	if p.GetUID() == "" {
 		return r.invalid("", "the parent %s has no metadata.uid", p.GetName())
 	}
-	namespaced, err := r.scope.Namespaced(r.rule.Parent.GroupVersionKind)
-	if err != nil {
-		return fmt.Errorf("rule %q: scope of the parent: %w", r.rule.Name, err)
+	pl, err := r.rule.Placement(r.scope)
+	if err == nil && pl.ParentScope == kinds.ScopeUnknown {
+		err = fmt.Errorf("scope of the parent: %w: %s", kinds.ErrUnknownScope, describeGVK(r.rule.Parent.GroupVersionKind))
 	}
+	if err != nil {
+		return fmt.Errorf("rule %q: %w", r.rule.Name, err)
+	}
+	r.placement = pl
+	namespaced := pl.ParentScope == kinds.Namespaced
 	r.parentNamespaced = namespaced
 	switch ns := p.GetNamespace(); {
 	case namespaced && ns == "":
@@ -320,10 +328,11 @@ func (r *renderer) child(c *rules.Child) (Child, error) {
 // namespace settles the child's namespace, and tells whether Kubernetes
 // allows it an ownerReference to the parent.
 func (r *renderer) namespace(c *rules.Child, meta map[string]any) (ownerRef bool, err error) {
-	childNamespaced, err := r.scope.Namespaced(c.GroupVersionKind)
-	if err != nil {
-		return false, fmt.Errorf("rule %q: child %q: %w", r.rule.Name, c.ID, err)
+	cp := r.placement.Child(c.ID)
+	if cp.Scope == kinds.ScopeUnknown {
+		return false, fmt.Errorf("rule %q: child %q: %w: %s", r.rule.Name, c.ID, kinds.ErrUnknownScope, describeGVK(c.GroupVersionKind))
 	}
+	childNamespaced := cp.Scope == kinds.Namespaced
 	ns, set := meta["namespace"]
 	nsName, isString := ns.(string)
 	if set && !isString {
@@ -337,9 +346,7 @@ func (r *renderer) namespace(c *rules.Child, meta map[string]any) (ownerRef bool
 				c.GroupVersionKind.GroupVersion(), c.GroupVersionKind.Kind, nsName)
 		}
 		delete(meta, "namespace")
-		// A cluster-scoped child may only be owned by a cluster-scoped
-		// parent.
-		return !r.parentNamespaced, nil
+		return cp.OwnerReference(parentNS, ""), nil
 	case nsName == "" && r.parentNamespaced:
 		nsName = parentNS
 	case nsName == "":
@@ -351,9 +358,11 @@ func (r *renderer) namespace(c *rules.Child, meta map[string]any) (ownerRef bool
 	if msgs := validation.IsDNS1123Label(nsName); len(msgs) > 0 {
 		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not a valid namespace name: %s", nsName, strings.Join(msgs, "; "))
 	}
+	if cp.Namespaces != nil && !slices.Contains(cp.Namespaces, nsName) {
+		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not among the namespaces the rule allows this child: %s", nsName, strings.Join(cp.Namespaces, ", "))
+	}
 	meta["namespace"] = nsName
-	// Owners must be cluster-scoped or in the child's namespace.
-	return !r.parentNamespaced || nsName == parentNS, nil
+	return cp.OwnerReference(parentNS, nsName), nil
 }
 
 // stringMap returns metadata.labels or metadata.annotations as rendered,

@@ -1,0 +1,249 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kgen.dev/kgen/pkg/kinds"
+)
+
+// Placement is where a rule's objects live and how kgen cleans up its
+// children: the one answer that the renderer, pkg/rbac and the controller's
+// watches share. It is computed from the rule and the scope of its kinds by
+// Rule.Placement.
+type Placement struct {
+	// ParentScope is the scope of the parent's kind; kinds.ScopeUnknown when
+	// the Scoper did not know it (kgenctl rbac with a resource named
+	// without its scope).
+	ParentScope kinds.Scope
+	// ParentNamespaces are the namespaces the rule's parents can be in: the
+	// rule's spec.parent.namespaces for a namespaced parent kind; nil for
+	// every namespace, and for a cluster-scoped parent kind.
+	ParentNamespaces []string
+	// EventNamespaces are the namespaces of the Events kgen records about
+	// the parents: the parents' own for a namespaced kind (nil: every
+	// namespace), "default" for a cluster-scoped kind, where Kubernetes
+	// records Events about cluster-scoped objects.
+	EventNamespaces []string
+	// Children are the children's placements, in the rule's order.
+	Children []ChildPlacement
+}
+
+// ChildPlacement is where one child of a rule can live.
+type ChildPlacement struct {
+	// ID is the child's id.
+	ID string
+	// GroupVersionKind is the child's kind.
+	GroupVersionKind schema.GroupVersionKind
+	// Scope is the scope of the child's kind; kinds.ScopeUnknown when the
+	// Scoper did not know it.
+	Scope kinds.Scope
+	// Namespaces are the namespaces the child can live in; nil means any
+	// namespace, and is what a cluster-scoped child has.
+	Namespaces []string
+	// Ownership says whether the child gets an ownerReference to its
+	// parent, or needs the parent's finalizer.
+	Ownership Ownership
+}
+
+// Ownership is how a child is cleaned up when its parent goes.
+type Ownership int
+
+const (
+	// OwnerReference: the child always gets a controller ownerReference to
+	// its parent, and Kubernetes' garbage collector deletes it: the parent
+	// is cluster-scoped, or both live in one namespace.
+	OwnerReference Ownership = iota
+	// Finalizer: the child never gets an ownerReference (a cluster-scoped
+	// child of a namespaced parent), so the parent's finalizer lets kgen
+	// delete it.
+	Finalizer
+	// OwnerReferenceInParentNamespace: the child gets an ownerReference
+	// when it is in its parent's namespace, and needs the parent's
+	// finalizer otherwise (a namespaced parent whose child may live in
+	// another namespace, or a kind of unknown scope).
+	OwnerReferenceInParentNamespace
+)
+
+// OwnerReference tells whether a child in namespace gets an ownerReference
+// to a parent in parentNamespace ("" for cluster-scoped objects).
+func (c ChildPlacement) OwnerReference(parentNamespace, namespace string) bool {
+	switch c.Ownership {
+	case OwnerReference:
+		return true
+	case Finalizer:
+		return false
+	}
+	return parentNamespace == "" || parentNamespace == namespace
+}
+
+// Placement says where the rule's objects live, given the scope of its
+// parent's and children's kinds. A scope the Scoper does not know (an error
+// matching kinds.ErrUnknownScope) is kinds.ScopeUnknown in the answer,
+// which then covers both scopes; any other error of the Scoper is returned,
+// naming the parent or the child.
+//
+// A child's namespaces are those of its template's metadata.namespace: the
+// parent's (absent, or exactly ${parent.metadata.namespace}), the literal
+// it names, or, for an expression, any namespace the rule allows
+// (spec.allowCrossNamespace).
+func (r *Rule) Placement(scope kinds.Scoper) (*Placement, error) {
+	ps, err := scopeOf(scope, r.Parent.GroupVersionKind)
+	if err != nil {
+		return nil, fmt.Errorf("scope of the parent: %w", err)
+	}
+	p := &Placement{ParentScope: ps}
+	switch ps {
+	case kinds.Namespaced:
+		if len(r.Parent.Namespaces) > 0 {
+			p.ParentNamespaces = slices.Clone(r.Parent.Namespaces)
+		}
+		p.EventNamespaces = p.ParentNamespaces
+	case kinds.Cluster:
+		p.EventNamespaces = []string{metav1.NamespaceDefault}
+	}
+	for _, c := range r.Children {
+		cs, err := scopeOf(scope, c.GroupVersionKind)
+		if err != nil {
+			return nil, fmt.Errorf("child %q: %w", c.ID, err)
+		}
+		cp := ChildPlacement{ID: c.ID, GroupVersionKind: c.GroupVersionKind, Scope: cs}
+		switch {
+		case cs == kinds.Cluster:
+			switch ps {
+			case kinds.Cluster:
+				cp.Ownership = OwnerReference
+			case kinds.Namespaced:
+				cp.Ownership = Finalizer
+			default:
+				cp.Ownership = OwnerReferenceInParentNamespace
+			}
+		case ps == kinds.Cluster:
+			// A namespaced child of a cluster-scoped parent names its
+			// namespace; the parent can own it wherever it is.
+			cp.Namespaces = r.childNamespaces(c)
+			cp.Ownership = OwnerReference
+		case c.namespace == nsAbsent || c.namespace == nsParent:
+			// In the parent's namespace, whatever its scope turns out to
+			// be: a cluster-scoped parent cannot have such a child.
+			cp.Namespaces = p.ParentNamespaces
+			if ps == kinds.ScopeUnknown {
+				cp.Namespaces = nil
+			}
+			cp.Ownership = OwnerReference
+			if cs == kinds.ScopeUnknown {
+				cp.Ownership = OwnerReferenceInParentNamespace
+			}
+		default:
+			// Another namespace than the parent's, maybe.
+			cp.Namespaces = r.childNamespaces(c)
+			cp.Ownership = OwnerReferenceInParentNamespace
+		}
+		if cs == kinds.ScopeUnknown {
+			cp.Namespaces = nil
+		}
+		p.Children = append(p.Children, cp)
+	}
+	return p, nil
+}
+
+// childNamespaces are the namespaces a template that names its namespace
+// can put its child in: the literal, or any (nil) for an expression.
+func (r *Rule) childNamespaces(c *Child) []string {
+	if c.namespace == nsLiteral {
+		return []string{c.namespaceLiteral}
+	}
+	return nil
+}
+
+// Child returns the placement of the child with the given id, or nil.
+func (p *Placement) Child(id string) *ChildPlacement {
+	for i := range p.Children {
+		if p.Children[i].ID == id {
+			return &p.Children[i]
+		}
+	}
+	return nil
+}
+
+// MayNeedFinalizer tells whether some child may live where its parent
+// cannot own it, so that the parent may need kgen's cleanup finalizer.
+func (p *Placement) MayNeedFinalizer() bool {
+	for _, c := range p.Children {
+		if c.Ownership != OwnerReference {
+			return true
+		}
+	}
+	return false
+}
+
+// MayOwn tells whether some child may get an ownerReference to its parent.
+func (p *Placement) MayOwn() bool {
+	for _, c := range p.Children {
+		if c.Ownership != Finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+// ParentWatchNamespaces are the namespaces in which the controller watches
+// the rule's parents: metav1.NamespaceAll ("") alone for every namespace.
+func (p *Placement) ParentWatchNamespaces() []string {
+	if p.ParentNamespaces == nil {
+		return []string{metav1.NamespaceAll}
+	}
+	return slices.Clone(p.ParentNamespaces)
+}
+
+// ChildWatchNamespaces returns, for each child kind of the rule, the
+// namespaces in which the controller watches it, in the rule's order of
+// first use: metav1.NamespaceAll ("") alone for every namespace, which is
+// also what a cluster-scoped kind gets. Watching only these is enough to
+// see every child the rule can make, and is what pkg/rbac grants.
+func (p *Placement) ChildWatchNamespaces() map[schema.GroupVersionKind][]string {
+	out := map[schema.GroupVersionKind][]string{}
+	all := map[schema.GroupVersionKind]bool{}
+	for _, c := range p.Children {
+		gvk := c.GroupVersionKind
+		if all[gvk] {
+			continue
+		}
+		if c.Namespaces == nil {
+			all[gvk] = true
+			out[gvk] = []string{metav1.NamespaceAll}
+			continue
+		}
+		out[gvk] = union(out[gvk], c.Namespaces)
+	}
+	return out
+}
+
+// scopeOf asks a Scoper for a kind's scope.
+func scopeOf(s kinds.Scoper, gvk schema.GroupVersionKind) (kinds.Scope, error) {
+	namespaced, err := s.Namespaced(gvk)
+	switch {
+	case errors.Is(err, kinds.ErrUnknownScope):
+		return kinds.ScopeUnknown, nil
+	case err != nil:
+		return kinds.ScopeUnknown, err
+	case namespaced:
+		return kinds.Namespaced, nil
+	}
+	return kinds.Cluster, nil
+}
+
+// union returns a's items followed by those of b that a lacks.
+func union(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, s := range b {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
