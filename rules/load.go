@@ -353,12 +353,7 @@ func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
 		return
 	}
 	if e, ok := f["allowCrossNamespace"]; ok {
-		v := l.resolve(e.valNode)
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" {
-			l.errorf(v, w.key("allowCrossNamespace"), "must be true or false")
-		} else {
-			r.AllowCrossNamespace = v.Value == "true"
-		}
+		l.allowCrossNamespace(r, e.valNode, w.key("allowCrossNamespace"))
 	}
 	if e, ok := f["parent"]; ok {
 		l.parent(r, e.valNode, w.key("parent"))
@@ -413,12 +408,61 @@ func (l *loader) gvk(n *yaml.Node, f map[string]entry, w where) (schema.GroupVer
 	return gv.WithKind(kind), ok
 }
 
+// allowCrossNamespace decodes the namespaces, other than the parent's, that
+// children may be in: a list of namespace names, or false for none.
+func (l *loader) allowCrossNamespace(r *Rule, n *yaml.Node, w where) {
+	v := l.resolve(n)
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!bool" {
+		if v.Value == "true" {
+			l.errorf(v, w, "true is not accepted: list the namespaces the children may be in, as in allowCrossNamespace: [ns-a, ns-b] (a cluster-scoped parent needs no list: set spec.parent.scope: Cluster)")
+		}
+		return
+	}
+	if v.Kind != yaml.SequenceNode {
+		l.errorf(v, w, "must be a list of namespaces, as in allowCrossNamespace: [ns-a, ns-b]")
+		return
+	}
+	names, nodes := l.strings(v, w)
+	for i, ns := range names {
+		switch msgs := validation.IsDNS1123Label(ns); {
+		case strings.Contains(ns, "${"):
+			l.errorf(nodes[i], w.index(i), "must be a literal namespace, not an expression")
+		case len(msgs) > 0:
+			l.errorf(nodes[i], w.index(i), "%q is not a valid namespace name: %s", ns, strings.Join(msgs, "; "))
+		case slices.Contains(r.AllowCrossNamespace, ns):
+			l.errorf(nodes[i], w.index(i), "duplicate namespace %q", ns)
+		default:
+			r.AllowCrossNamespace = append(r.AllowCrossNamespace, ns)
+		}
+	}
+}
+
 func (l *loader) parent(r *Rule, n *yaml.Node, w where) {
-	f := l.fields(n, w, "apiVersion", "kind", "selector", "namespaces")
+	f := l.fields(n, w, "apiVersion", "kind", "selector", "namespaces", "scope")
 	if f == nil {
 		return
 	}
-	r.Parent.GroupVersionKind, _ = l.gvk(l.resolve(n), f, w)
+	var gvkOK bool
+	r.Parent.GroupVersionKind, gvkOK = l.gvk(l.resolve(n), f, w)
+	builtin, isBuiltin := kinds.Builtin(r.Parent.GroupVersionKind.GroupKind())
+	if isBuiltin && gvkOK {
+		r.Parent.Scope = kinds.Cluster
+		if builtin.Namespaced {
+			r.Parent.Scope = kinds.Namespaced
+		}
+	}
+	if e, ok := f["scope"]; ok {
+		s, _ := l.str(e.valNode, w.key("scope"))
+		declared := map[string]kinds.Scope{"Namespaced": kinds.Namespaced, "Cluster": kinds.Cluster}[s]
+		switch {
+		case declared == kinds.ScopeUnknown:
+			l.errorf(e.valNode, w.key("scope"), "must be Namespaced or Cluster")
+		case isBuiltin && declared != r.Parent.Scope:
+			l.errorf(e.valNode, w.key("scope"), "%s is a built-in kind, and it is not %s", r.Parent.GroupVersionKind.GroupKind(), s)
+		default:
+			r.Parent.Scope = declared
+		}
+	}
 	r.Parent.Selector = labels.Everything()
 	if e, ok := f["selector"]; ok {
 		l.selector(&r.Parent, e.valNode, w.key("selector"))
@@ -638,13 +682,25 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 			switch {
 			case isParentNamespace(v):
 				c.namespace = nsParent
+			case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "":
+				c.namespace = nsAbsent
 			case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && !strings.Contains(v.Value, "${"):
 				c.namespace, c.namespaceLiteral = nsLiteral, strings.ReplaceAll(v.Value, "$${", "${")
 			default:
 				c.namespace = nsExpression
 			}
-			if c.namespace != nsParent && !r.AllowCrossNamespace {
-				l.errorf(e.valNode, mw.key("namespace"), "must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true")
+			switch {
+			case c.namespace == nsParent || c.namespace == nsAbsent:
+			case len(r.AllowCrossNamespace) > 0:
+				if c.namespace == nsLiteral && !slices.Contains(r.AllowCrossNamespace, c.namespaceLiteral) {
+					l.errorf(e.valNode, mw.key("namespace"), "%q is not in spec.allowCrossNamespace (%s): add it there", c.namespaceLiteral, strings.Join(r.AllowCrossNamespace, ", "))
+				}
+			case r.Parent.Scope != kinds.Cluster:
+				l.errorf(e.valNode, mw.key("namespace"), "must be absent or exactly ${parent.metadata.namespace}, unless the rule lists the namespaces it allows in spec.allowCrossNamespace, or its parent is cluster-scoped (spec.parent.scope: Cluster)")
+			}
+		} else if r.Parent.Scope == kinds.Cluster && c.GroupVersionKind.Kind != "" {
+			if b, ok := kinds.Builtin(c.GroupVersionKind.GroupKind()); ok && b.Namespaced {
+				l.errorf(m, mw, "namespace is required: the parent is cluster-scoped, so a %s must name its namespace", c.GroupVersionKind.Kind)
 			}
 		}
 		for _, k := range []string{"generateName", "ownerReferences", "uid", "resourceVersion", "managedFields"} {

@@ -89,12 +89,21 @@ func (c ChildPlacement) OwnerReference(parentNamespace, namespace string) bool {
 //
 // A child's namespaces are those of its template's metadata.namespace: the
 // parent's (absent, or exactly ${parent.metadata.namespace}), the literal
-// it names, or, for an expression, any namespace the rule allows
-// (spec.allowCrossNamespace).
+// it names, or, for an expression, the parent's and those the rule allows
+// in spec.allowCrossNamespace (any, for a cluster-scoped parent of a rule
+// without that list).
+//
+// When the rule declares its parent's scope (spec.parent.scope) and the
+// Scoper disagrees, the error is a *Error naming that field.
 func (r *Rule) Placement(scope kinds.Scoper) (*Placement, error) {
 	ps, err := scopeOf(scope, r.Parent.GroupVersionKind)
 	if err != nil {
 		return nil, fmt.Errorf("scope of the parent: %w", err)
+	}
+	if r.Parent.Scope != kinds.ScopeUnknown && ps != kinds.ScopeUnknown && ps != r.Parent.Scope {
+		names := map[kinds.Scope]string{kinds.Namespaced: "namespaced", kinds.Cluster: "cluster-scoped"}
+		return nil, &Error{Pos: r.Pos, Rule: r.Name, Field: "spec.parent.scope",
+			Err: fmt.Errorf("the rule takes %s as %s, but it is %s", r.Parent.GroupVersionKind.GroupKind(), names[r.Parent.Scope], names[ps])}
 	}
 	p := &Placement{ParentScope: ps}
 	switch ps {
@@ -125,7 +134,7 @@ func (r *Rule) Placement(scope kinds.Scoper) (*Placement, error) {
 		case ps == kinds.Cluster:
 			// A namespaced child of a cluster-scoped parent names its
 			// namespace; the parent can own it wherever it is.
-			cp.Namespaces = r.childNamespaces(c)
+			cp.Namespaces = r.childNamespaces(c, p.ParentNamespaces, ps)
 			cp.Ownership = OwnerReference
 		case c.namespace == nsAbsent || c.namespace == nsParent:
 			// In the parent's namespace, whatever its scope turns out to
@@ -140,7 +149,7 @@ func (r *Rule) Placement(scope kinds.Scoper) (*Placement, error) {
 			}
 		default:
 			// Another namespace than the parent's, maybe.
-			cp.Namespaces = r.childNamespaces(c)
+			cp.Namespaces = r.childNamespaces(c, p.ParentNamespaces, ps)
 			cp.Ownership = OwnerReferenceInParentNamespace
 		}
 		if cs == kinds.ScopeUnknown {
@@ -152,10 +161,20 @@ func (r *Rule) Placement(scope kinds.Scoper) (*Placement, error) {
 }
 
 // childNamespaces are the namespaces a template that names its namespace
-// can put its child in: the literal, or any (nil) for an expression.
-func (r *Rule) childNamespaces(c *Child) []string {
-	if c.namespace == nsLiteral {
+// can put its child in, given the namespaces its parent can be in (nil for
+// any, or a cluster-scoped parent): the literal; for an expression, the
+// parent's and those of spec.allowCrossNamespace, or any (nil) when the
+// parent may be in any namespace or the rule has no such list.
+func (r *Rule) childNamespaces(c *Child, parentNamespaces []string, parentScope kinds.Scope) []string {
+	switch {
+	case c.namespace == nsLiteral:
 		return []string{c.namespaceLiteral}
+	case len(r.AllowCrossNamespace) == 0:
+		return nil
+	case parentScope == kinds.Cluster:
+		return slices.Clone(r.AllowCrossNamespace)
+	case parentScope == kinds.Namespaced && parentNamespaces != nil:
+		return union(parentNamespaces, r.AllowCrossNamespace)
 	}
 	return nil
 }

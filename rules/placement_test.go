@@ -77,7 +77,7 @@ func placementRule(kind, parentExtra, specExtra string, children ...string) stri
 }
 
 func TestPlacement(t *testing.T) {
-	const cross = "  allowCrossNamespace: true\n"
+	const cross = "  allowCrossNamespace: [shared, other]\n"
 	tests := []struct {
 		name string
 		rule string
@@ -113,14 +113,23 @@ func TestPlacement(t *testing.T) {
 				"parent namespaced [a] events [a]",
 				"cm namespaced [a] owner",
 				"lit namespaced [shared] owner-in-parent-namespace",
-				"expr namespaced * owner-in-parent-namespace",
+				"expr namespaced [a,shared,other] owner-in-parent-namespace",
 				`watch ConfigMap ["a" "shared"]`,
+				`watch Secret ["a" "shared" "other"]`,
+			},
+		},
+		{
+			name: "children in other namespaces, of a parent in any namespace",
+			rule: placementRule("App", "", cross, "expr Secret@${parent.spec.target}"),
+			want: []string{
+				"parent namespaced * events *",
+				"expr namespaced * owner-in-parent-namespace",
 				`watch Secret [""]`,
 			},
 		},
 		{
 			name: "a cluster-scoped parent owns every child; its events go to default",
-			rule: placementRule("Team", "    namespaces: [ignored]\n", cross, "ns Namespace", "cm ConfigMap@team", "expr ConfigMap@${parent.metadata.name}"),
+			rule: placementRule("Team", "    scope: Cluster\n    namespaces: [ignored]\n", "", "ns Namespace", "cm ConfigMap@team", "expr ConfigMap@${parent.metadata.name}"),
 			want: []string{
 				"parent cluster * events [default]",
 				"ns cluster * owner",
@@ -128,6 +137,15 @@ func TestPlacement(t *testing.T) {
 				"expr namespaced * owner",
 				`watch ConfigMap [""]`,
 				`watch Namespace [""]`,
+			},
+		},
+		{
+			name: "a cluster-scoped parent limiting its children's namespaces",
+			rule: placementRule("Team", "    scope: Cluster\n", cross, "expr ConfigMap@${parent.metadata.name}"),
+			want: []string{
+				"parent cluster * events [default]",
+				"expr namespaced [shared,other] owner",
+				`watch ConfigMap ["shared" "other"]`,
 			},
 		},
 		{
@@ -170,6 +188,10 @@ func TestPlacement(t *testing.T) {
 
 func TestPlacementErrors(t *testing.T) {
 	for _, tt := range []struct{ rule, want string }{
+		{
+			rule: placementRule("App", "    scope: Cluster\n", "", "cm ConfigMap@x"),
+			want: `rules.yaml:1:1: rule "r": spec.parent.scope: the rule takes App.example.com as cluster-scoped, but it is namespaced`,
+		},
 		{
 			rule: placementRule("Nope", "", "", "cm ConfigMap"),
 			want: "scope of the parent: unknown kind: kind Nope (apiVersion example.com/v1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given",

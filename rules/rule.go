@@ -1,10 +1,14 @@
 package rules
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kgen.dev/kgen/pkg/kinds"
 )
 
 // APIVersion and Kind are what every rules document must declare.
@@ -55,9 +59,11 @@ type Rule struct {
 	Pos Position
 	// Parent says which objects the rule applies to.
 	Parent Parent
-	// AllowCrossNamespace lets templates name a namespace other than the
-	// parent's.
-	AllowCrossNamespace bool
+	// AllowCrossNamespace are the namespaces, other than the parent's, that
+	// the rule's children may be in (spec.allowCrossNamespace); empty for
+	// none. A rule of a cluster-scoped parent without the list may put its
+	// children in any namespace.
+	AllowCrossNamespace []string
 	// Children are the templated children, in the order of the file.
 	Children []*Child
 	// Status are the fields written under the parent's .status, in the
@@ -74,6 +80,20 @@ func (r *Rule) Child(id string) *Child { return r.byID[id] }
 // Order returns the children in dependency order: every child comes after the
 // children it reads. Among independent children the file's order is kept.
 func (r *Rule) Order() []*Child { return r.order }
+
+// AllowsNamespace tells whether a child of a parent in parentNamespace ("" for
+// a cluster-scoped parent) may be in namespace: the parent's own, one of
+// AllowCrossNamespace, or, for a cluster-scoped parent of a rule without
+// that list, any.
+func (r *Rule) AllowsNamespace(parentNamespace, namespace string) bool {
+	switch {
+	case parentNamespace != "" && namespace == parentNamespace:
+		return true
+	case len(r.AllowCrossNamespace) > 0:
+		return slices.Contains(r.AllowCrossNamespace, namespace)
+	}
+	return parentNamespace == ""
+}
 
 // Selects tells whether obj is a parent of this rule: its apiVersion and kind
 // are the rule's, it is in one of the rule's namespaces (when the rule names
@@ -108,6 +128,9 @@ type Parent struct {
 	// Namespaces limits the rule to parents in these namespaces; empty means
 	// every namespace.
 	Namespaces []string
+	// Scope is the parent kind's scope when it is known at load time: a
+	// built-in kind's, or spec.parent.scope; kinds.ScopeUnknown otherwise.
+	Scope kinds.Scope
 }
 
 // Child is one templated child of a rule.

@@ -31,6 +31,7 @@ var cluster = fakeResolver{
 	"Tenant":      {Group: "example.com", Resource: "tenants", Scope: kinds.Cluster, Status: true},
 	"Guess":       {Group: "example.com", Resource: "guesses", Status: true},
 	"ConfigMap":   {Resource: "configmaps", Scope: kinds.Namespaced},
+	"Secret":      {Resource: "secrets", Scope: kinds.Namespaced},
 	"Namespace":   {Resource: "namespaces", Scope: kinds.Cluster, Status: true},
 	"RoleBinding": {Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Scope: kinds.Namespaced},
 	"Role":        {Group: "rbac.authorization.k8s.io", Resource: "roles", Scope: kinds.Namespaced},
@@ -147,7 +148,7 @@ func TestFor(t *testing.T) {
 		},
 		{
 			name:  "a child in the parent's namespace is watched only there, even when others may cross",
-			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: true\n", "ConfigMap"),
+			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: [b]\n", "ConfigMap"),
 			want: []string{
 				"a core configmaps " + all,
 				"a core events create,patch",
@@ -157,19 +158,32 @@ func TestFor(t *testing.T) {
 			},
 		},
 		{
-			name:  "cross-namespace children are watched everywhere",
-			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: true\n", "ConfigMap@${parent.spec.target}"),
+			name:  "cross-namespace children of a limited parent: Roles in its namespaces and the allowed ones",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: [b, c]\n", "ConfigMap@${parent.spec.target}", "Secret@c"),
 			want: []string{
-				"* core configmaps " + all,
+				"a core configmaps " + all,
 				"a core events create,patch",
 				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
+				"b core configmaps " + all,
+				"c core configmaps,secrets " + all,
+			},
+		},
+		{
+			name:  "cross-namespace children of a parent in any namespace are watched everywhere",
+			rules: rule("r", "App", "", "  allowCrossNamespace: [b]\n", "ConfigMap@${parent.spec.target}"),
+			want: []string{
+				"* core configmaps " + all,
+				"* core events create,patch",
+				"* example.com apps get,list,watch,patch",
+				"* example.com apps/finalizers update",
+				"* example.com apps/status patch",
 			},
 		},
 		{
 			name:  "a cluster-scoped parent owns every child; its events go to default",
-			rules: rule("r", "Tenant", "", "  allowCrossNamespace: true\n", "Namespace", "ConfigMap"),
+			rules: rule("r", "Tenant", "    scope: Cluster\n", "", "Namespace", "ConfigMap@${parent.metadata.name}"),
 			want: []string{
 				"* core configmaps,namespaces " + all,
 				"* example.com tenants get,list,watch",
@@ -265,7 +279,7 @@ func TestFor(t *testing.T) {
 // Every kind that cannot be resolved is reported, each once.
 func TestForUnknownKinds(t *testing.T) {
 	// Two rules on one kind must select different parents to load.
-	text := rule("r1", "Nope", "    namespaces: [a]\n", "", "Secret", "ConfigMap") + "---\n" + rule("r2", "Nope", "    namespaces: [b]\n", "", "ConfigMap")
+	text := rule("r1", "Nope", "    namespaces: [a]\n", "", "Unknown", "ConfigMap") + "---\n" + rule("r2", "Nope", "    namespaces: [b]\n", "", "ConfigMap")
 	loaded, err := rules.Parse("rules.yaml", []byte(text), rules.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +288,7 @@ func TestForUnknownKinds(t *testing.T) {
 	if !errors.Is(err, kinds.ErrUnknownKind) {
 		t.Fatalf("For() error = %v, want ErrUnknownKind", err)
 	}
-	want := "rule r1: parent: unknown kind: Nope\nrule r1: child c0: unknown kind: Secret"
+	want := "rule r1: parent: unknown kind: Nope\nrule r1: child c0: unknown kind: Unknown"
 	if err.Error() != want {
 		t.Errorf("For() error:\n%v\nwant:\n%s", err, want)
 	}

@@ -197,6 +197,10 @@ func (r *renderer) checkParent() error {
 	if err == nil && pl.ParentScope == kinds.ScopeUnknown {
 		err = fmt.Errorf("scope of the parent: %w: %s", kinds.ErrUnknownScope, describeGVK(r.rule.Parent.GroupVersionKind))
 	}
+	var re *rules.Error
+	if errors.As(err, &re) {
+		return &RenderError{Rule: r.rule.Name, Err: err} // spec.parent.scope is wrong
+	}
 	if err != nil {
 		return fmt.Errorf("rule %q: %w", r.rule.Name, err)
 	}
@@ -352,11 +356,15 @@ func (r *renderer) namespace(c *rules.Child, meta map[string]any) (ownerRef bool
 	case nsName == "":
 		return false, r.invalid(c.ID, "template.metadata.namespace: the parent is cluster-scoped, so the template of namespaced %s %s must set a namespace",
 			c.GroupVersionKind.GroupVersion(), c.GroupVersionKind.Kind)
-	case r.parentNamespaced && nsName != parentNS && !r.rule.AllowCrossNamespace:
-		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not the parent's namespace %q, and the rule does not set allowCrossNamespace", nsName, parentNS)
 	}
 	if msgs := validation.IsDNS1123Label(nsName); len(msgs) > 0 {
 		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not a valid namespace name: %s", nsName, strings.Join(msgs, "; "))
+	}
+	if !r.rule.AllowsNamespace(parentNS, nsName) {
+		if r.parentNamespaced {
+			return false, r.invalid(c.ID, "template.metadata.namespace: %q is neither the parent's namespace %q nor one of spec.allowCrossNamespace (%s)", nsName, parentNS, strings.Join(r.rule.AllowCrossNamespace, ", "))
+		}
+		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not one of spec.allowCrossNamespace (%s)", nsName, strings.Join(r.rule.AllowCrossNamespace, ", "))
 	}
 	if cp.Namespaces != nil && !slices.Contains(cp.Namespaces, nsName) {
 		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not among the namespaces the rule allows this child: %s", nsName, strings.Join(cp.Namespaces, ", "))

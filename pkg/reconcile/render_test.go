@@ -113,8 +113,14 @@ func TestRender(t *testing.T) {
 		{
 			name:   "namespaced child in another namespace",
 			parent: app,
-			rule:   ruleFor("App", "  allowCrossNamespace: true\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: shared}}\n"),
+			rule:   ruleFor("App", "  allowCrossNamespace: [shared]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: shared}}\n"),
 			want:   []string{"cm shared no-owner"},
+		},
+		{
+			name:   "a templated namespace that is the parent's",
+			parent: app,
+			rule:   ruleFor("App", "  allowCrossNamespace: [shared]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.metadata.labels.tier == \"web\" ? parent.metadata.namespace : \"shared\"}'}}\n"),
+			want:   []string{"cm team-a owner"},
 		},
 		{
 			name:   "cluster-scoped child of a cluster-scoped parent",
@@ -125,7 +131,7 @@ func TestRender(t *testing.T) {
 		{
 			name:   "namespaced child of a cluster-scoped parent",
 			parent: team,
-			rule:   ruleFor("Team", "  allowCrossNamespace: true\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: 'team-${parent.metadata.name}'}}\n"),
+			rule:   ruleFor("Team, scope: Cluster", "", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: 'team-${parent.metadata.name}'}}\n"),
 			want:   []string{"cm team-blue owner"},
 		},
 		{
@@ -358,9 +364,30 @@ func TestRenderErrors(t *testing.T) {
 			invalid: true,
 		},
 		{
+			name:    "a templated namespace the rule does not allow",
+			parent:  app,
+			rule:    ruleFor("App", "  allowCrossNamespace: [shared, other]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.spec.image}'}}\n"),
+			want:    `rule "r": child "cm": template.metadata.namespace: "nginx" is neither the parent's namespace "team-a" nor one of spec.allowCrossNamespace (shared, other)`,
+			invalid: true,
+		},
+		{
+			name:    "a templated namespace a cluster-scoped parent's rule does not allow",
+			parent:  team,
+			rule:    ruleFor("Team, scope: Cluster", "  allowCrossNamespace: [shared]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.metadata.name}'}}\n"),
+			want:    `rule "r": child "cm": template.metadata.namespace: "blue" is not one of spec.allowCrossNamespace (shared)`,
+			invalid: true,
+		},
+		{
+			name:    "a parent scope the rule has wrong",
+			parent:  app,
+			rule:    ruleFor("App, scope: Cluster", "", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}\n"),
+			want:    `rules.yaml:1:1: rule "r": spec.parent.scope: the rule takes App.example.com as cluster-scoped, but it is namespaced`,
+			invalid: true,
+		},
+		{
 			name:    "a namespace that is not a name",
 			parent:  app,
-			rule:    ruleFor("App", "  allowCrossNamespace: true\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.spec.image}:1'}}\n"),
+			rule:    ruleFor("App", "  allowCrossNamespace: [shared]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.spec.image}:1'}}\n"),
 			want:    `rule "r": child "cm": template.metadata.namespace: "nginx:1" is not a valid namespace name: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
 			invalid: true,
 		},

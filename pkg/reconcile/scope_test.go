@@ -82,7 +82,7 @@ func TestAssumeScopes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rule := parseRule(t, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent: {apiVersion: example.com/v1, kind: Thing}\n  allowCrossNamespace: true\n  children:\n"+children)
+			rule := parseRule(t, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent: {apiVersion: example.com/v1, kind: Thing}\n  children:\n"+children)
 			notes := AssumeScopes(s, object(t, tt.parent), []*rules.Rule{rule})
 			if strings.Join(notes, "\n") != strings.Join(tt.wantNotes, "\n") {
 				t.Errorf("notes:\n%s\nwant:\n%s", strings.Join(notes, "\n"), strings.Join(tt.wantNotes, "\n"))
