@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -240,6 +241,9 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 	return rules, l.errs
 }
 
+// rbacGroup is the API group of RBAC's kinds.
+const rbacGroup = "rbac.authorization.k8s.io"
+
 var childIDPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // rule decodes one document; nil for an empty document.
@@ -348,12 +352,28 @@ func (l *loader) metadata(n *yaml.Node, w where) string {
 }
 
 func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
-	f := l.fields(n, w, "parent", "allowCrossNamespace", "children", "status")
+	f := l.fields(n, w, "parent", "allowCrossNamespace", "allowBindRoles", "children", "status")
 	if f == nil {
 		return
 	}
 	if e, ok := f["allowCrossNamespace"]; ok {
 		l.allowCrossNamespace(r, e.valNode, w.key("allowCrossNamespace"))
+	}
+	if e, ok := f["allowBindRoles"]; ok {
+		names, nodes := l.strings(e.valNode, w.key("allowBindRoles"))
+		for i, name := range names {
+			iw := w.key("allowBindRoles").index(i)
+			switch msgs := path.IsValidPathSegmentName(name); {
+			case name == "" || strings.Contains(name, "${"):
+				l.errorf(nodes[i], iw, "must be the literal name of a role")
+			case len(msgs) > 0:
+				l.errorf(nodes[i], iw, "%q is not a valid role name: %s", name, strings.Join(msgs, "; "))
+			case slices.Contains(r.AllowBindRoles, name):
+				l.errorf(nodes[i], iw, "duplicate role %q", name)
+			default:
+				r.AllowBindRoles = append(r.AllowBindRoles, name)
+			}
+		}
 	}
 	if e, ok := f["parent"]; ok {
 		l.parent(r, e.valNode, w.key("parent"))
@@ -709,10 +729,41 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 			}
 		}
 	}
+	l.roleRef(r, c, n, top, w)
 	t := l.compileTemplate(n, w)
 	if t != nil {
 		t.child = c.ID
 		c.Template = t
+	}
+}
+
+// roleRef checks the roleRef of a RoleBinding or ClusterRoleBinding
+// template: a role it names by an expression must be one the rule lists in
+// spec.allowBindRoles, since kgen needs bind on every role it may bind, and
+// bind on every role would let a parent grant anything.
+func (l *loader) roleRef(r *Rule, c *Child, n *yaml.Node, top map[string]entry, w where) {
+	gvk := c.GroupVersionKind
+	if gvk.Group != rbacGroup || (gvk.Kind != "RoleBinding" && gvk.Kind != "ClusterRoleBinding") {
+		return
+	}
+	e, ok := top["roleRef"]
+	if !ok {
+		return // the API server says what is missing
+	}
+	at, rw := l.resolve(e.valNode), w.key("roleRef")
+	if at.Kind == yaml.MappingNode {
+		for _, kv := range l.entries(at, rw) {
+			if kv.key == "name" {
+				at, rw = l.resolve(kv.valNode), rw.key("name")
+			}
+		}
+	}
+	if at.Kind != yaml.ScalarNode || at.ShortTag() != "!!str" || !strings.Contains(at.Value, "${") {
+		return // a literal role name, or none: the API server says so
+	}
+	c.templatedRoleRef = true
+	if len(r.AllowBindRoles) == 0 {
+		l.errorf(at, rw, "the role is computed by an expression: list the roles it may name in spec.allowBindRoles, so that kgen may bind those and no other")
 	}
 }
 

@@ -205,6 +205,31 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`rules.yaml:11:17: rule "r": child "a": template.metadata: namespace is required: the parent is cluster-scoped, so a ConfigMap must name its namespace`},
 		},
 		{
+			name: "a computed role binding without allowBindRoles",
+			yaml: header + "  - id: a\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: a}, roleRef: {kind: ClusterRole, name: '${parent.spec.role}'}}\n",
+			want: []string{`rules.yaml:8:133: rule "r": child "a": template.roleRef.name: the role is computed by an expression: list the roles it may name in spec.allowBindRoles, so that kgen may bind those and no other`},
+		},
+		{
+			name: "a whole computed roleRef without allowBindRoles",
+			yaml: header + "  - id: a\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRoleBinding, metadata: {name: a}, roleRef: '${parent.spec.roleRef}'}\n",
+			want: []string{`rules.yaml:8:114: rule "r": child "a": template.roleRef: the role is computed by an expression: list the roles it may name in spec.allowBindRoles, so that kgen may bind those and no other`},
+		},
+		{
+			name: "a computed role binding with allowBindRoles, and a literal one",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowBindRoles: [view]\n", 1) + "  - id: a\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: a}, roleRef: {kind: ClusterRole, name: '${parent.spec.role}'}}\n" +
+				"  - id: b\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: b}, roleRef: {kind: ClusterRole, name: admin}}\n",
+			want: nil,
+		},
+		{
+			name: "allowBindRoles with bad names",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowBindRoles: [view, view, 'a/b', '${x}']\n", 1) + "  - id: a\n" + cm("a"),
+			want: []string{
+				`rules.yaml:5:26: rule "r": spec.allowBindRoles[1]: duplicate role "view"`,
+				`rules.yaml:5:32: rule "r": spec.allowBindRoles[2]: "a/b" is not a valid role name: may not contain '/'`,
+				`rules.yaml:5:39: rule "r": spec.allowBindRoles[3]: must be the literal name of a role`,
+			},
+		},
+		{
 			name: "a scope that is not one",
 			yaml: strings.Replace(header, "kind: App}", "kind: App, scope: Global}", 1) + "  - id: a\n" + cm("a"),
 			want: []string{`rules.yaml:5:58: rule "r": spec.parent.scope: must be Namespaced or Cluster`},

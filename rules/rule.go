@@ -64,6 +64,10 @@ type Rule struct {
 	// none. A rule of a cluster-scoped parent without the list may put its
 	// children in any namespace.
 	AllowCrossNamespace []string
+	// AllowBindRoles are the roles that RoleBinding and ClusterRoleBinding
+	// templates may name by an expression in roleRef.name
+	// (spec.allowBindRoles); empty when none may.
+	AllowBindRoles []string
 	// Children are the templated children, in the order of the file.
 	Children []*Child
 	// Status are the fields written under the parent's .status, in the
@@ -159,7 +163,14 @@ type Child struct {
 	// namespaceLiteral its value when it is a literal.
 	namespace        namespaceForm
 	namespaceLiteral string
+	templatedRoleRef bool
 }
+
+// TemplatedRoleRef tells whether the child is a RoleBinding or
+// ClusterRoleBinding whose template computes roleRef.name with an
+// expression, so that the role it binds must be one of the rule's
+// AllowBindRoles.
+func (c *Child) TemplatedRoleRef() bool { return c.templatedRoleRef }
 
 // namespaceForm is the form of a template's metadata.namespace.
 type namespaceForm int

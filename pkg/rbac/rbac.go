@@ -185,7 +185,7 @@ func (r resolvedScopes) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 
 // addRBACChild grants what RBAC's escalation checks ask of a child that is
 // itself RBAC: binding a role needs bind on it, unless kgen holds every
-// permission it grants.
+// permission it grants. kgen never gets bind or escalate on every role.
 func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child kinds.Mapping, at []string) []string {
 	if c.GroupVersionKind.Group != rbacv1.GroupName {
 		return nil
@@ -199,8 +199,7 @@ func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child kinds.Mappi
 	default:
 		return nil
 	}
-	kind, kindOK := c.Template.Literal("roleRef", "kind")
-	name, nameOK := c.Template.Literal("roleRef", "name")
+	kind, _ := c.Template.Literal("roleRef", "kind")
 	var resources []string
 	switch kind {
 	case "ClusterRole":
@@ -210,18 +209,21 @@ func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child kinds.Mappi
 	default:
 		resources = []string{"clusterroles", "roles"}
 	}
-	var notes []string
-	if !kindOK || !nameOK {
-		notes = append(notes, fmt.Sprintf("%s binds a role its template computes: granted bind on every %s", where, strings.Join(resources, " and ")))
+	// Only the roles the template names literally or, for a computed
+	// roleRef.name, those of spec.allowBindRoles: the renderer refuses any
+	// other, and bind on every role would let a parent grant anything.
+	names := rule.AllowBindRoles
+	if name, ok := c.Template.Literal("roleRef", "name"); ok && !c.TemplatedRoleRef() {
+		if s, isStr := name.(string); isStr {
+			names = []string{s}
+		}
 	}
 	for _, r := range resources {
-		k := grantKey{group: rbacv1.GroupName, resource: r}
-		if s, ok := name.(string); nameOK && ok {
-			k.name = s
+		for _, name := range names {
+			g.add(at, grantKey{group: rbacv1.GroupName, resource: r, name: name}, "bind")
 		}
-		g.add(at, k, "bind")
 	}
-	return notes
+	return nil
 }
 
 // resolver resolves each kind once and collects the errors.

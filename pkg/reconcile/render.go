@@ -292,6 +292,14 @@ func (r *renderer) child(c *rules.Child) (Child, error) {
 	if err != nil {
 		return Child{}, err
 	}
+	if c.TemplatedRoleRef() {
+		// kgen may bind only these (pkg/rbac grants bind on nothing else),
+		// so it does not even try another.
+		role, _, _ := unstructured.NestedString(m, "roleRef", "name")
+		if !slices.Contains(r.rule.AllowBindRoles, role) {
+			return Child{}, r.invalid(c.ID, "template.roleRef.name: binding role %q is not allowed by spec.allowBindRoles (%s)", role, strings.Join(r.rule.AllowBindRoles, ", "))
+		}
+	}
 	labels, err := r.stringMap(c, meta, "labels")
 	if err != nil {
 		return Child{}, err

@@ -135,6 +135,12 @@ func TestRender(t *testing.T) {
 			want:   []string{"cm team-blue owner"},
 		},
 		{
+			name:   "a templated role the rule allows",
+			parent: app,
+			rule:   ruleFor("App", "  allowBindRoles: [view, nginx]\n", "  - id: rb\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: x}, roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: '${parent.spec.image}'}, subjects: []}\n"),
+			want:   []string{"rb team-a owner"},
+		},
+		{
 			name:   "includeWhen",
 			parent: app,
 			rule: ruleFor("App", "", `  - id: a
@@ -361,6 +367,13 @@ func TestRenderErrors(t *testing.T) {
 			parent:  app,
 			rule:    ruleFor("App", "", "  - id: ns\n    template: {apiVersion: v1, kind: Namespace, metadata: {name: x, namespace: '${parent.metadata.namespace}'}}\n"),
 			want:    `rule "r": child "ns": template.metadata.namespace: v1 Namespace is cluster-scoped, but the template sets namespace "team-a"`,
+			invalid: true,
+		},
+		{
+			name:    "a templated role the rule does not allow",
+			parent:  app,
+			rule:    ruleFor("App", "  allowBindRoles: [view, edit]\n", "  - id: rb\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: x}, roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: '${parent.spec.image}'}, subjects: []}\n"),
+			want:    `rule "r": child "rb": template.roleRef.name: binding role "nginx" is not allowed by spec.allowBindRoles (view, edit)`,
 			invalid: true,
 		},
 		{
