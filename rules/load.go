@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -213,6 +214,10 @@ type loader struct {
 	file   string
 	errs   ErrorList
 	budget int
+	// x is what the expressions being compiled may use, and kind what
+	// they are (valueExpr, or inputExpr for input names).
+	x    exprEnv
+	kind exprKind
 }
 
 // parse decodes every document of a file into rules. Rules with errors are
@@ -352,7 +357,7 @@ func (l *loader) metadata(n *yaml.Node, w where) string {
 }
 
 func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
-	f := l.fields(n, w, "parent", "allowCrossNamespace", "allowBindRoles", "children", "status")
+	f := l.fields(n, w, "parent", "allowCrossNamespace", "allowBindRoles", "inputs", "children", "status")
 	if f == nil {
 		return
 	}
@@ -379,6 +384,11 @@ func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
 		l.parent(r, e.valNode, w.key("parent"))
 	} else {
 		l.errorf(l.resolve(n), w, "parent is required")
+	}
+	l.x = exprEnv{}
+	l.parentType(r, f, w)
+	if e, ok := f["inputs"]; ok {
+		l.inputs(r, e.valNode, w.key("inputs"))
 	}
 	if e, ok := f["children"]; ok {
 		l.children(r, e.valNode, w.key("children"))
@@ -428,6 +438,100 @@ func (l *loader) gvk(n *yaml.Node, f map[string]entry, w where) (schema.GroupVer
 	return gv.WithKind(kind), ok
 }
 
+// parentType declares the parent's type for the rule's expressions when its
+// schema is known: from Options.Schemas, or else from spec.parent.schema.
+func (l *loader) parentType(r *Rule, f map[string]entry, w where) {
+	gvk := r.Parent.GroupVersionKind
+	if gvk.Kind == "" {
+		return
+	}
+	var props *apiextensionsv1.JSONSchemaProps
+	var source string
+	if l.c.opts.Schemas != nil {
+		if p, ok := l.c.opts.Schemas(gvk); ok && p != nil {
+			props, source = p, fmt.Sprintf("the schema of %s %s", gvk.GroupVersion(), gvk.Kind)
+		}
+	}
+	if props == nil && r.Parent.Schema != nil {
+		props, source = r.Parent.objectSchema(nil), "spec.parent.schema"
+	}
+	if props == nil {
+		return
+	}
+	t, err := parentType(props)
+	if err != nil {
+		l.errorf(l.resolve(f["parent"].valNode), w.key("parent"), "%v", err)
+		return
+	}
+	if t == nil {
+		return
+	}
+	l.x.parent, l.x.schema = t, source
+	r.Parent.TypeChecked = true
+}
+
+// inputs decodes spec.inputs.
+func (l *loader) inputs(r *Rule, n *yaml.Node, w where) {
+	n = l.resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		l.errorf(n, w, "must be a list of inputs")
+		return
+	}
+	for i, item := range n.Content {
+		item = l.resolve(item)
+		iw := w.index(i)
+		f := l.fields(item, iw, "id", "apiVersion", "kind", "name", "namespace", "selector")
+		if f == nil {
+			continue
+		}
+		in := &Input{Pos: l.pos(item)}
+		if e, ok := f["id"]; !ok {
+			l.errorf(item, iw, "id is required")
+		} else if id, ok := l.str(e.valNode, iw.key("id")); ok {
+			switch {
+			case !childIDPattern.MatchString(id):
+				l.errorf(e.valNode, iw.key("id"), "input id %q must match [a-z][a-z0-9_]*", id)
+			case slices.ContainsFunc(r.Inputs, func(o *Input) bool { return o.ID == id }):
+				l.errorf(e.valNode, iw.key("id"), "duplicate input id %q", id)
+			default:
+				in.ID = id
+			}
+		}
+		in.GroupVersionKind, _ = l.gvk(item, f, iw)
+		_, named := f["name"]
+		_, selected := f["selector"]
+		switch {
+		case named && selected:
+			l.errorf(item, iw, "name and selector exclude each other: name one object, or select a list of them")
+		case !named && !selected:
+			l.errorf(item, iw, "name or selector is required")
+		}
+		l.kind = inputExpr
+		for _, key := range []string{"name", "namespace"} {
+			e, ok := f[key]
+			if !ok {
+				continue
+			}
+			v := l.resolve(e.valNode)
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
+				l.errorf(v, iw.key(key), "must be a non-empty string, which may hold ${...} expressions of parent")
+				continue
+			}
+			t := l.compileTemplate(v, iw.key(key))
+			if key == "name" {
+				in.Name = t
+			} else {
+				in.Namespace = t
+			}
+		}
+		l.kind = valueExpr
+		if e, ok := f["selector"]; ok {
+			in.LabelSelector, in.Selector = l.selector(e.valNode, iw.key("selector"))
+		}
+		r.Inputs = append(r.Inputs, in)
+	}
+}
+
 // allowCrossNamespace decodes the namespaces, other than the parent's, that
 // children may be in: a list of namespace names, or false for none.
 func (l *loader) allowCrossNamespace(r *Rule, n *yaml.Node, w where) {
@@ -458,7 +562,7 @@ func (l *loader) allowCrossNamespace(r *Rule, n *yaml.Node, w where) {
 }
 
 func (l *loader) parent(r *Rule, n *yaml.Node, w where) {
-	f := l.fields(n, w, "apiVersion", "kind", "selector", "namespaces", "scope")
+	f := l.fields(n, w, "apiVersion", "kind", "selector", "namespaces", "scope", "schema")
 	if f == nil {
 		return
 	}
@@ -485,7 +589,15 @@ func (l *loader) parent(r *Rule, n *yaml.Node, w where) {
 	}
 	r.Parent.Selector = labels.Everything()
 	if e, ok := f["selector"]; ok {
-		l.selector(&r.Parent, e.valNode, w.key("selector"))
+		if sel, compiled := l.selector(e.valNode, w.key("selector")); sel != nil {
+			r.Parent.LabelSelector, r.Parent.Selector = sel, compiled
+		}
+	}
+	if e, ok := f["schema"]; ok {
+		r.Parent.Schema = l.simpleSchema(e.valNode, w.key("schema"))
+		if isBuiltin {
+			l.errorf(e.valNode, w.key("schema"), "%s is a built-in kind: its schema is Kubernetes'", r.Parent.GroupVersionKind.GroupKind())
+		}
 	}
 	if e, ok := f["namespaces"]; ok {
 		names, nodes := l.strings(e.valNode, w.key("namespaces"))
@@ -499,11 +611,11 @@ func (l *loader) parent(r *Rule, n *yaml.Node, w where) {
 }
 
 // selector decodes a metav1.LabelSelector, checking each label and
-// requirement where it is written.
-func (l *loader) selector(p *Parent, n *yaml.Node, w where) {
+// requirement where it is written; nil when it is invalid.
+func (l *loader) selector(n *yaml.Node, w where) (*metav1.LabelSelector, labels.Selector) {
 	f := l.fields(n, w, "matchLabels", "matchExpressions")
 	if f == nil {
-		return
+		return nil, nil
 	}
 	sel := &metav1.LabelSelector{}
 	valid := true
@@ -568,15 +680,14 @@ func (l *loader) selector(p *Parent, n *yaml.Node, w where) {
 		}
 	}
 	if !valid {
-		return
+		return nil, nil
 	}
 	compiled, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
 		l.errorf(l.resolve(n), w, "%v", err)
-		return
+		return nil, nil
 	}
-	p.LabelSelector = sel
-	p.Selector = compiled
+	return sel, compiled
 }
 
 func (l *loader) children(r *Rule, n *yaml.Node, w where) {
@@ -593,7 +704,7 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 	for i, item := range n.Content {
 		item = l.resolve(item)
 		iw := w.index(i)
-		f := l.fields(item, iw, "id", "template", "includeWhen", "readyWhen")
+		f := l.fields(item, iw, "id", "forEach", "includeWhen", "readyWhen", "deletionPolicy", "updatePolicy", "template")
 		if f == nil {
 			continue
 		}
@@ -619,8 +730,32 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		if c.ID == "" {
 			cw = iw
 		}
+		c.DeletionPolicy = DeletionDelete
+		if e, ok := f["deletionPolicy"]; ok {
+			if v, ok := l.str(e.valNode, cw.key("deletionPolicy")); ok {
+				if v != string(DeletionDelete) && v != string(DeletionOrphan) {
+					l.errorf(e.valNode, cw.key("deletionPolicy"), "must be Delete or Orphan, not %q", v)
+				}
+				c.DeletionPolicy = DeletionPolicy(v)
+			}
+		}
+		c.UpdatePolicy = UpdateApply
+		if e, ok := f["updatePolicy"]; ok {
+			if v, ok := l.str(e.valNode, cw.key("updatePolicy")); ok {
+				if v != string(UpdateApply) && v != string(UpdateCreateOnly) {
+					l.errorf(e.valNode, cw.key("updatePolicy"), "must be Apply or CreateOnly, not %q", v)
+				}
+				c.UpdatePolicy = UpdatePolicy(v)
+			}
+		}
+		ruleEnv := l.x
+		if e, ok := f["forEach"]; ok {
+			l.x.each = l.forEach(c, e.valNode, cw.key("forEach"))
+		}
 		if e, ok := f["template"]; ok {
+			l.x.random = c.UpdatePolicy == UpdateCreateOnly
 			l.template(r, c, e.valNode, cw.key("template"))
+			l.x.random = false
 		} else {
 			l.errorf(item, cw, "template is required")
 		}
@@ -630,11 +765,62 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		if e, ok := f["readyWhen"]; ok {
 			c.ReadyWhen = l.conditions(e.valNode, cw.key("readyWhen"), readyExpr)
 		}
+		l.x = ruleEnv
 		r.Children = append(r.Children, c)
 		if c.ID != "" {
 			r.byID[c.ID] = c
 		}
 	}
+}
+
+var forEachName = regexp.MustCompile(`^[a-z][a-zA-Z0-9_]*$`)
+
+// forEach decodes a child's forEach: a list of {NAME: "${list or map}"}. It
+// returns the names, also those whose expression has errors, so that the
+// template is checked with them.
+func (l *loader) forEach(c *Child, n *yaml.Node, w where) (names []string) {
+	n = l.resolve(n)
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		l.errorf(n, w, `must be a list of {NAME: "${list or map expression}"}`)
+		return nil
+	}
+	for i, item := range n.Content {
+		iw := w.index(i)
+		item = l.resolve(item)
+		if item.Kind != yaml.MappingNode {
+			l.errorf(item, iw, `must be a mapping of one name to a "${list or map expression}"`)
+			continue
+		}
+		entries := l.entries(item, iw)
+		if len(entries) != 1 {
+			l.errorf(item, iw, `must be a mapping of one name to a "${list or map expression}": write one entry per name, in the order of the product`)
+			for _, e := range entries {
+				if forEachName.MatchString(e.key) && !slices.Contains(reservedNames, e.key) && !slices.Contains(names, e.key) {
+					names = append(names, e.key) // spares errors about their uses
+				}
+			}
+			continue
+		}
+		e := entries[0]
+		name := e.key
+		switch {
+		case !forEachName.MatchString(name):
+			l.errorf(e.keyNode, iw, "forEach name %q must match [a-z][a-zA-Z0-9_]*", name)
+			continue
+		case slices.Contains(reservedNames, name):
+			l.errorf(e.keyNode, iw, "forEach name %q is a variable of every expression already: pick another", name)
+			continue
+		case slices.Contains(names, name):
+			l.errorf(e.keyNode, iw, "duplicate forEach name %q", name)
+			continue
+		}
+		names = append(names, name)
+		exprs := l.conditionList([]*yaml.Node{e.valNode}, iw.key(name), forEachExpr, `must be a string holding one "${...}" list or map expression`)
+		if len(exprs) == 1 {
+			c.ForEach = append(c.ForEach, &ForEach{Name: name, Expr: exprs[0], maxBytes: l.c.opts.MaxOutputBytes})
+		}
+	}
+	return names
 }
 
 // conditions compiles a list of ${...} conditions.
@@ -644,12 +830,21 @@ func (l *loader) conditions(n *yaml.Node, w where, kind exprKind) []*Expression 
 		l.errorf(n, w, `must be a list of "${...}" expressions`)
 		return nil
 	}
+	return l.conditionList(n.Content, w, kind, `must be a string holding one "${...}" expression`)
+}
+
+// conditionList compiles strings that are each exactly one ${...}: at w
+// indexed, or at w itself for a single node.
+func (l *loader) conditionList(nodes []*yaml.Node, w where, kind exprKind, notString string) []*Expression {
 	var out []*Expression
-	for i, item := range n.Content {
+	for i, item := range nodes {
 		iw := w.index(i)
+		if kind == forEachExpr {
+			iw = w
+		}
 		item = l.resolve(item)
 		if item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" {
-			l.errorf(item, iw, `must be a string holding one "${...}" expression`)
+			l.errorf(item, iw, "%s", notString)
 			continue
 		}
 		segs, err := splitTemplate(item.Value)
@@ -662,7 +857,7 @@ func (l *loader) conditions(n *yaml.Node, w where, kind exprKind) []*Expression 
 			continue
 		}
 		pos, exact := l.exprPos(item, segs[0].offset)
-		if e := l.c.compile(segs[0].text, pos, exact, iw, kind, &l.errs); e != nil {
+		if e := l.c.compile(segs[0].text, pos, exact, iw, kind, l.x, &l.errs); e != nil {
 			out = append(out, e)
 		}
 	}
@@ -734,6 +929,17 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 	if t != nil {
 		t.child = c.ID
 		c.Template = t
+		if len(l.x.each) > 0 && md.valNode != nil {
+			if name := t.at([]string{"metadata", "name"}); name != nil && !name.reads(l.x.each) {
+				nameNode := l.resolve(md.valNode)
+				for _, e := range l.entries(nameNode, mw) {
+					if e.key == "name" {
+						nameNode = e.valNode
+					}
+				}
+				l.errorf(nameNode, mw.key("name"), "must use a forEach name (%s): kgen tells the objects of a forEach child apart by their names", strings.Join(l.x.each, ", "))
+			}
+		}
 	}
 }
 
@@ -879,7 +1085,7 @@ func (l *loader) stringNode(n *yaml.Node, w where) *node {
 			continue
 		}
 		pos, exact := l.exprPos(n, s.offset)
-		e := l.c.compile(s.text, pos, exact, w, valueExpr, &l.errs)
+		e := l.c.compile(s.text, pos, exact, w, l.kind, l.x, &l.errs)
 		if e == nil {
 			return nil
 		}

@@ -31,6 +31,8 @@ type Placement struct {
 	EventNamespaces []string
 	// Children are the children's placements, in the rule's order.
 	Children []ChildPlacement
+	// Inputs are the inputs' placements, in the rule's order.
+	Inputs []InputPlacement
 }
 
 // ChildPlacement is where one child of a rule can live.
@@ -157,6 +159,11 @@ func (r *Rule) Placement(scope kinds.Scoper) (*Placement, error) {
 		}
 		p.Children = append(p.Children, cp)
 	}
+	inputs, err := r.inputPlacements(scope, p)
+	if err != nil {
+		return nil, err
+	}
+	p.Inputs = inputs
 	return p, nil
 }
 
@@ -225,21 +232,40 @@ func (p *Placement) ParentWatchNamespaces() []string {
 // also what a cluster-scoped kind gets. Watching only these is enough to
 // see every child the rule can make, and is what pkg/rbac grants.
 func (p *Placement) ChildWatchNamespaces() map[schema.GroupVersionKind][]string {
+	return watchNamespaces(func(yield func(schema.GroupVersionKind, []string)) {
+		for _, c := range p.Children {
+			yield(c.GroupVersionKind, c.Namespaces)
+		}
+	})
+}
+
+// watchNamespaces merges the namespaces of kinds: NamespaceAll alone once a
+// kind may be anywhere (nil).
+func watchNamespaces(each func(yield func(schema.GroupVersionKind, []string))) map[schema.GroupVersionKind][]string {
 	out := map[schema.GroupVersionKind][]string{}
 	all := map[schema.GroupVersionKind]bool{}
-	for _, c := range p.Children {
-		gvk := c.GroupVersionKind
-		if all[gvk] {
-			continue
-		}
-		if c.Namespaces == nil {
+	each(func(gvk schema.GroupVersionKind, namespaces []string) {
+		switch {
+		case all[gvk]:
+		case namespaces == nil:
 			all[gvk] = true
 			out[gvk] = []string{metav1.NamespaceAll}
-			continue
+		default:
+			out[gvk] = union(out[gvk], namespaces)
 		}
-		out[gvk] = union(out[gvk], c.Namespaces)
-	}
+	})
 	return out
+}
+
+// InputWatchNamespaces returns, for each input kind of the rule, the
+// namespaces in which the controller watches it, as ChildWatchNamespaces
+// does for children.
+func (p *Placement) InputWatchNamespaces() map[schema.GroupVersionKind][]string {
+	return watchNamespaces(func(yield func(schema.GroupVersionKind, []string)) {
+		for _, in := range p.Inputs {
+			yield(in.GroupVersionKind, in.Namespaces)
+		}
+	})
 }
 
 // scopeOf asks a Scoper for a kind's scope.

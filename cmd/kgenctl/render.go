@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ type renderOptions struct {
 	rules    []string
 	parent   string
 	observed string
+	inputs   []string
 	crds     []string
 	output   string
 }
@@ -56,7 +58,15 @@ kind known to be namespaced, is taken to be in "default", as kubectl does;
 one without metadata.uid gets a placeholder UID.
 --observed gives the children as they exist in the cluster (labelled
 kgen.dev/child, as kgen labels them, or of a kind only one child has), for
-rules whose children read other children.`,
+rules whose children read other children. --input gives the objects the
+rules read through spec.inputs: each input takes the objects of its kind
+with its name and namespace, or matching its selector; a child reading a
+named input that none of them is waits, and says so.
+
+With --crd, expressions are type-checked against the parent's schema, as
+"kgenctl run" does with the CRD it finds. randomString(n), allowed in
+CreateOnly children, is shown as n characters of "RANDOM" repeated, so the
+output is the same every time; kgen generates random characters.`,
 		Example: `  kgenctl render --rules examples/webapp/rules.yaml --parent examples/webapp/parent.yaml \
       --crd examples/webapp/crd.yaml
   kgenctl render --rules rules/ --parent foo.yaml --crd crds/foo.yaml -o json`,
@@ -69,6 +79,7 @@ rules whose children read other children.`,
 	f.StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
 	f.StringVar(&o.parent, "parent", "", "a file holding the parent object")
 	f.StringVar(&o.observed, "observed", "", "a file holding observed children (a YAML stream or a List)")
+	f.StringArrayVar(&o.inputs, "input", nil, "a file of objects the rules read as inputs (a YAML stream or a List; repeatable)")
 	f.StringArrayVar(&o.crds, "crd", nil, "a file of CustomResourceDefinitions of kinds involved (repeatable)")
 	f.StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
 	_ = cmd.MarkFlagRequired("rules")
@@ -88,21 +99,13 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 	if o.output != "yaml" && o.output != "json" {
 		return fmt.Errorf("unknown output format %q: use yaml or json", o.output)
 	}
-	loaded, err := rules.Load(o.rules, rules.Options{})
+	scope, err := readCRDs(o.crds)
 	if err != nil {
 		return err
 	}
-	scope := kinds.NewStatic()
-	for _, path := range o.crds {
-		objs, err := readObjects(path)
-		if err != nil {
-			return err
-		}
-		for _, crd := range objs {
-			if err := scope.AddCRD(crd); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-		}
+	loaded, err := rules.Load(o.rules, rules.Options{Schemas: scope.Schema, RandomString: rules.PlaceholderRandomString})
+	if err != nil {
+		return err
 	}
 	parent, err := o.readParent(scope, notes)
 	if err != nil {
@@ -126,10 +129,21 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 	if err != nil {
 		return err
 	}
+	inputs, err := readInputFiles(o.inputs)
+	if err != nil {
+		return err
+	}
 	var children []any
 	for _, r := range selected {
-		rendered, err := reconcile.Render(r, parent, observed[r.Name], scope)
+		obs := observed[r.Name]
+		if obs.Inputs, err = matchInputs(r, parent, scope, inputs); err != nil {
+			return err
+		}
+		rendered, err := reconcile.Render(r, parent, obs, scope)
 		if err != nil {
+			return err
+		}
+		if err := noteRandom(notes, r); err != nil {
 			return err
 		}
 		for _, c := range rendered.Children {
@@ -173,13 +187,30 @@ func (o *renderOptions) readParent(scope kinds.Scoper, notes io.Writer) (*unstru
 	return parent, nil
 }
 
+// readCRDs reads CustomResourceDefinition files into an offline resolver.
+func readCRDs(paths []string) (*kinds.Static, error) {
+	scope := kinds.NewStatic()
+	for _, path := range paths {
+		objs, err := readObjects(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, crd := range objs {
+			if err := scope.AddCRD(crd); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+		}
+	}
+	return scope, nil
+}
+
 // readObserved reads the observed children and sorts them by rule and child
 // id: by their kgen.dev/rule and kgen.dev/child labels, or else by their kind
 // when only one child of the selected rules has it.
-func (o *renderOptions) readObserved(selected []*rules.Rule) (map[string]map[string]*unstructured.Unstructured, error) {
-	out := map[string]map[string]*unstructured.Unstructured{}
+func (o *renderOptions) readObserved(selected []*rules.Rule) (map[string]reconcile.Observed, error) {
+	out := map[string]reconcile.Observed{}
 	for _, r := range selected {
-		out[r.Name] = map[string]*unstructured.Unstructured{}
+		out[r.Name] = reconcile.Observed{Children: map[string][]*unstructured.Unstructured{}}
 	}
 	if o.observed == "" {
 		return out, nil
@@ -193,9 +224,67 @@ func (o *renderOptions) readObserved(selected []*rules.Rule) (map[string]map[str
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.observed, err)
 		}
-		out[rule][id] = obj
+		out[rule].Children[id] = append(out[rule].Children[id], obj)
 	}
 	return out, nil
+}
+
+// inputFile is an object of an --input file.
+type inputFile struct {
+	path string
+	obj  *unstructured.Unstructured
+}
+
+func readInputFiles(paths []string) ([]inputFile, error) {
+	var out []inputFile
+	for _, path := range paths {
+		objs, err := readObjects(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range objs {
+			out = append(out, inputFile{path: path, obj: obj})
+		}
+	}
+	return out, nil
+}
+
+// matchInputs gives each input of a rule the objects of the --input files
+// it reads for the parent.
+func matchInputs(r *rules.Rule, parent *unstructured.Unstructured, scope kinds.Scoper, files []inputFile) (map[string][]*unstructured.Unstructured, error) {
+	refs, err := r.InputRefs(parent, scope)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]*unstructured.Unstructured{}
+	for _, ref := range refs {
+		for _, f := range files {
+			obj := f.obj
+			if obj.GetNamespace() == "" && ref.Namespace != "" {
+				// As for the parent: a namespaced object without a
+				// namespace is in the one kubectl would put it in.
+				obj = obj.DeepCopy()
+				obj.SetNamespace("default")
+			}
+			if ref.Matches(obj) {
+				out[ref.ID] = append(out[ref.ID], obj)
+			}
+		}
+	}
+	return out, nil
+}
+
+// noteRandom says on stderr how randomString is shown.
+func noteRandom(w io.Writer, r *rules.Rule) error {
+	for _, c := range r.Children {
+		for _, e := range c.Template.Expressions() {
+			if e.Random {
+				_, err := fmt.Fprintf(w, "# rule %s: child %s: randomString(n) is shown as n characters of RANDOM; kgen generates random ones\n", r.Name, c.ID)
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func childOf(obj *unstructured.Unstructured, selected []*rules.Rule) (rule, id string, err error) {
@@ -240,7 +329,7 @@ func writeNotes(w io.Writer, rule string, r *reconcile.Rendered) error {
 	for _, id := range r.Excluded {
 		fmt.Fprintf(&b, "# rule %s: child %s is excluded\n", rule, id)
 	}
-	for _, id := range sortedKeys(r.Waiting) {
+	for _, id := range slices.Sorted(maps.Keys(r.Waiting)) {
 		fmt.Fprintf(&b, "# rule %s: child %s is not rendered: %s\n", rule, id, r.Waiting[id])
 	}
 	if len(r.Status) > 0 {

@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -68,7 +70,8 @@ type Static struct {
 
 type crdMapping struct {
 	Mapping
-	status map[string]bool // by version: whether it has a status subresource
+	status  map[string]bool                             // by version: whether it has a status subresource
+	schemas map[string]*apiextensionsv1.JSONSchemaProps // by version, when it declares one
 }
 
 var _ Scoper = (*Static)(nil)
@@ -138,6 +141,19 @@ func (s *Static) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	return m.Scope == Namespaced, nil
 }
 
+// Schema returns the OpenAPI v3 schema that the CustomResourceDefinition
+// of a custom resource declares for its version; false when no CRD of the
+// kind was added, or it declares no schema for the version. It fits
+// rules.Options.Schemas.
+func (s *Static) Schema(gvk schema.GroupVersionKind) (*apiextensionsv1.JSONSchemaProps, bool) {
+	c, ok := s.crds[gvk.GroupKind()]
+	if !ok {
+		return nil, false
+	}
+	props, ok := c.schemas[gvk.Version]
+	return props, ok
+}
+
 // HasCRD tells whether a CustomResourceDefinition of the kind was added.
 func (s *Static) HasCRD(gk schema.GroupKind) bool {
 	_, ok := s.crds[gk]
@@ -165,7 +181,7 @@ func (s *Static) AddCRD(crd *unstructured.Unstructured) error {
 	if group == "" || kind == "" || plural == "" {
 		return fmt.Errorf("CustomResourceDefinition %q: spec.group, spec.names.kind and spec.names.plural are required", crd.GetName())
 	}
-	c := crdMapping{Mapping: Mapping{Group: group, Resource: plural}, status: map[string]bool{}}
+	c := crdMapping{Mapping: Mapping{Group: group, Resource: plural}, status: map[string]bool{}, schemas: map[string]*apiextensionsv1.JSONSchemaProps{}}
 	switch scope {
 	case "Namespaced":
 		c.Scope = Namespaced
@@ -186,6 +202,13 @@ func (s *Static) AddCRD(crd *unstructured.Unstructured) error {
 		}
 		_, status, _ := unstructured.NestedFieldNoCopy(m, "subresources", "status")
 		c.status[name] = status
+		if raw, ok, _ := unstructured.NestedMap(m, "schema", "openAPIV3Schema"); ok {
+			props := &apiextensionsv1.JSONSchemaProps{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, props); err != nil {
+				return fmt.Errorf("CustomResourceDefinition %q: version %s: openAPIV3Schema: %w", crd.GetName(), name, err)
+			}
+			c.schemas[name] = props
+		}
 	}
 	if len(c.status) == 0 {
 		return fmt.Errorf("CustomResourceDefinition %q: spec.versions names no version", crd.GetName())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -188,7 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 			liveByID[id] = obj
 		}
 	}
-	rendered, err := Render(rule, parent, liveByID, r.scope)
+	rendered, err := Render(rule, parent, Observed{Children: GroupChildren(rule, observed)}, r.scope)
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonInvalid, err.Error())
@@ -522,7 +523,7 @@ func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructur
 		}
 	}
 	for _, o := range outcomes {
-		ok, msg, err := Ready(rule, o.id, parent, o.live, live)
+		ok, msg, err := Ready(rule, Child{ID: o.id}, parent, o.live, Observed{Children: GroupChildren(rule, slices.Collect(maps.Values(live)))})
 		if err != nil {
 			return readyCondition(ReasonInvalid, err.Error())
 		}

@@ -31,7 +31,7 @@ func BenchmarkRenderWebApp(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		r, err := Render(rs[0], parent, nil, scope)
+		r, err := Render(rs[0], parent, Observed{}, scope)
 		if err != nil {
 			b.Fatal(err)
 		}

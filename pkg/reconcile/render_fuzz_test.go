@@ -67,7 +67,7 @@ func FuzzRenderData(f *testing.F) {
 	f.Fuzz(func(t *testing.T, value string) {
 		p := parent.DeepCopy()
 		p.Object["spec"].(map[string]any)["value"] = value
-		got, err := Render(rule, p, nil, scope)
+		got, err := Render(rule, p, Observed{}, scope)
 		if err != nil {
 			if errors.Is(err, rules.ErrLimitExceeded) && len(value) > rules.DefaultMaxOutputBytes/8 {
 				return

@@ -88,7 +88,7 @@ func TestRender(t *testing.T) {
 		// (namespace "-" for cluster-scoped children).
 		want        []string
 		wantExclude []string
-		wantWaiting map[string]string
+		wantWaiting map[string]Wait
 		wantStatus  map[string]any
 		wantOmitted map[string]string
 	}{
@@ -178,7 +178,7 @@ func TestRender(t *testing.T) {
     template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${children.deploy.metadata.name + children.config.metadata.name}"}}
 `),
 			want:        []string{"config team-a owner"},
-			wantWaiting: map[string]string{"deploy": "waiting for child config", "both": "waiting for children config, deploy"},
+			wantWaiting: map[string]Wait{"deploy": {Reason: ReasonWaiting, Message: "waiting for child config"}, "both": {Reason: ReasonWaiting, Message: "waiting for children config, deploy"}},
 		},
 		{
 			name:   "dependencies observed: dependency order",
@@ -201,7 +201,7 @@ func TestRender(t *testing.T) {
     template: {apiVersion: v1, kind: ConfigMap, metadata: {name: b}}
 `),
 			want:        []string{"b team-a owner"},
-			wantWaiting: map[string]string{"a": "waiting for child b"},
+			wantWaiting: map[string]Wait{"a": {Reason: ReasonWaiting, Message: "waiting for child b"}},
 		},
 		{
 			name:   "excluded although a dependency of the template is missing",
@@ -250,10 +250,11 @@ func TestRender(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rule := parseRule(t, tt.rule)
 			parent := object(t, tt.parent)
-			observed := map[string]*unstructured.Unstructured{}
+			observed := Observed{Children: map[string][]*unstructured.Unstructured{}}
 			for _, doc := range tt.observed {
 				o := object(t, doc)
-				observed[o.GetLabels()[LabelChild]] = o
+				id := o.GetLabels()[LabelChild]
+				observed.Children[id] = append(observed.Children[id], o)
 			}
 			before := parent.DeepCopy()
 			got, err := Render(rule, parent, observed, scoper(t))
@@ -285,7 +286,7 @@ func TestRender(t *testing.T) {
 				t.Errorf("Excluded = %q, want %q", got.Excluded, tt.wantExclude)
 			}
 			if tt.wantWaiting == nil {
-				tt.wantWaiting = map[string]string{}
+				tt.wantWaiting = map[string]Wait{}
 			}
 			if !reflect.DeepEqual(got.Waiting, tt.wantWaiting) {
 				t.Errorf("Waiting = %q, want %q", got.Waiting, tt.wantWaiting)
@@ -322,7 +323,7 @@ func TestRenderMetadata(t *testing.T) {
       spec:
         replicas: ${parent.spec.replicas}
 `))
-	got, err := Render(rule, object(t, app), nil, scoper(t))
+	got, err := Render(rule, object(t, app), Observed{}, scoper(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +470,7 @@ func TestRenderErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Render(parseRule(t, tt.rule), object(t, tt.parent), nil, scoper(t))
+			_, err := Render(parseRule(t, tt.rule), object(t, tt.parent), Observed{}, scoper(t))
 			if err == nil {
 				t.Fatalf("Render() succeeded, want error %s", tt.want)
 			}
@@ -495,7 +496,7 @@ func TestRenderLimitIsInvalid(t *testing.T) {
 	}
 	parent := object(t, app)
 	parent.Object["spec"].(map[string]any)["big"] = strings.Repeat("x", 2000)
-	_, err = Render(rs[0], parent, nil, scoper(t))
+	_, err = Render(rs[0], parent, Observed{}, scoper(t))
 	if !errors.Is(err, ErrInvalid) || !errors.Is(err, rules.ErrLimitExceeded) {
 		t.Fatalf("Render() error = %v, want one matching ErrInvalid and rules.ErrLimitExceeded", err)
 	}
@@ -523,7 +524,7 @@ func TestReady(t *testing.T) {
 		name     string
 		id       string
 		self     *unstructured.Unstructured
-		observed map[string]*unstructured.Unstructured
+		observed map[string][]*unstructured.Unstructured
 		want     bool
 		wantMsg  string
 	}{
@@ -536,13 +537,13 @@ func TestReady(t *testing.T) {
 			wantMsg: "readyWhen ${self.status.availableReplicas >= parent.spec.replicas}: no such key: availableReplicas"},
 		{name: "does not exist", id: "deploy", wantMsg: "child deploy does not exist yet"},
 		{name: "no readyWhen", id: "cm", self: cm, want: true},
-		{name: "reads another child", id: "svc", self: svc, observed: map[string]*unstructured.Unstructured{"cm": cm}, want: true},
+		{name: "reads another child", id: "svc", self: svc, observed: map[string][]*unstructured.Unstructured{"cm": {cm}}, want: true},
 		{name: "waits for another child", id: "svc", self: svc,
 			wantMsg: "readyWhen ${has(children.cm.data) && self.spec.type == 'ClusterIP'} is waiting for child cm"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, msg, err := Ready(rule, tt.id, parent, tt.self, tt.observed)
+			got, msg, err := Ready(rule, Child{ID: tt.id}, parent, tt.self, Observed{Children: tt.observed})
 			if err != nil {
 				t.Fatalf("Ready() error: %v", err)
 			}
@@ -551,7 +552,7 @@ func TestReady(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := Ready(rule, "nope", parent, cm, nil); err == nil || err.Error() != `rule "r" has no child "nope"` {
+	if _, _, err := Ready(rule, Child{ID: "nope"}, parent, cm, Observed{}); err == nil || err.Error() != `rule "r" has no child "nope"` {
 		t.Errorf("Ready(nope) error = %v", err)
 	}
 }
@@ -563,7 +564,7 @@ func TestReadyLimitIsInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	self := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {list: [a, b, c, d, e, f, g, h, i, j, k, l]}\n")
-	_, _, err = Ready(rs[0], "cm", object(t, app), self, nil)
+	_, _, err = Ready(rs[0], Child{ID: "cm"}, object(t, app), self, Observed{})
 	if !errors.Is(err, ErrInvalid) || !errors.Is(err, rules.ErrLimitExceeded) {
 		t.Fatalf("Ready() error = %v, want one matching ErrInvalid and rules.ErrLimitExceeded", err)
 	}
