@@ -355,7 +355,7 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// printChildren writes the children as a YAML stream or a JSON v1 List.
+// printChildren writes objects as a YAML stream or a JSON v1 List.
 func printChildren(out io.Writer, format string, children []any) error {
 	if format == "json" {
 		if children == nil {

@@ -21,6 +21,7 @@ informers and keeps the children equal to the templates with server-side apply.`
 	kube := &kubeFlags{}
 	kube.addFlags(cmd.PersistentFlags())
 	cmd.AddCommand(
+		newCRDCmd(out),
 		newGVKToGVRCmd(out, kube),
 		newRBACCmd(out, kube),
 		newRenderCmd(out),

@@ -12,6 +12,7 @@
 //     create, patch (server-side apply) and delete (pruning). Never update.
 //     A RoleBinding or ClusterRoleBinding child also needs bind on the role it
 //     references, since RBAC forbids granting what one does not hold.
+//   - inputs (spec.inputs): list and watch, where they can be.
 //   - events: create and patch, where the parents are (Events of a
 //     cluster-scoped parent go to the default namespace).
 //

@@ -37,6 +37,7 @@ var (
 	parentVerbs = []string{"get", "list", "watch"}
 	childVerbs  = []string{"get", "list", "watch", "create", "patch", "delete"}
 	eventVerbs  = []string{"create", "patch"}
+	inputVerbs  = []string{"list", "watch"}
 )
 
 // LeaderElectionRules are what 'kgenctl run --leader-elect' needs in the
@@ -87,10 +88,15 @@ func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
 			m, cok := res.resolve(c.GroupVersionKind, fmt.Sprintf("rule %s: child %s", rule.Name, c.ID))
 			children[i], ok = m, ok && cok
 		}
+		inputs := make([]kinds.Mapping, len(rule.Inputs))
+		for i, in := range rule.Inputs {
+			m, iok := res.resolve(in.GroupVersionKind, fmt.Sprintf("rule %s: input %s", rule.Name, in.ID))
+			inputs[i], ok = m, ok && iok
+		}
 		if !ok {
 			continue
 		}
-		notes = append(notes, g.addRule(rule, parent, children)...)
+		notes = append(notes, g.addRule(rule, parent, children, inputs)...)
 	}
 	if err := errors.Join(res.errs...); err != nil {
 		return nil, err
@@ -125,10 +131,13 @@ func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
 // addRule grants what one rule needs and returns notes on what it cannot.
 // Where kgen watches and writes is the rule's Placement, as the controller
 // and the renderer see it.
-func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children []kinds.Mapping) (notes []string) {
+func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs []kinds.Mapping) (notes []string) {
 	scopes := resolvedScopes{rule.Parent.GroupVersionKind: parent}
 	for i, c := range rule.Children {
 		scopes[c.GroupVersionKind] = children[i]
+	}
+	for i, in := range rule.Inputs {
+		scopes[in.GroupVersionKind] = inputs[i]
 	}
 	pl, err := rule.Placement(scopes)
 	if err != nil { // resolvedScopes knows every kind of the rule
@@ -146,6 +155,10 @@ func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children []kinds
 		childAt := orClusterWide(pl.Children[i].Namespaces)
 		g.add(childAt, grantKey{group: child.Group, resource: child.Resource}, childVerbs...)
 		notes = append(notes, g.addRBACChild(rule, c, child, childAt)...)
+	}
+	for i, in := range inputs {
+		// Inputs are read from informers' caches, never written.
+		g.add(orClusterWide(pl.Inputs[i].Namespaces), grantKey{group: in.Group, resource: in.Resource}, inputVerbs...)
 	}
 	if pl.MayOwn() {
 		// Checked by the OwnerReferencesPermissionEnforcement admission

@@ -242,6 +242,20 @@ func TestFor(t *testing.T) {
 			},
 		},
 		{
+			name:  "inputs: list and watch where they can be",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  inputs:\n  - {id: own, apiVersion: v1, kind: Secret, name: x}\n  - {id: shared, apiVersion: v1, kind: Secret, name: x, namespace: common}\n  - {id: any, apiVersion: v1, kind: ConfigMap, selector: {}, namespace: '${parent.spec.ns}'}\n", "ConfigMap"),
+			want: []string{
+				"* core configmaps list,watch",
+				"a core configmaps get,create,patch,delete",
+				"a core events create,patch",
+				"a core secrets list,watch",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+				"common core secrets list,watch",
+			},
+		},
+		{
 			name:  "a Role child is noted",
 			rules: rule("r", "App", "", "", "Role"),
 			want: []string{
