@@ -61,8 +61,8 @@ const (
 	// is cluster-scoped, or both live in one namespace.
 	OwnerReference Ownership = iota
 	// Finalizer: the child never gets an ownerReference (a cluster-scoped
-	// child of a namespaced parent), so the parent's finalizer lets kgen
-	// delete it.
+	// child of a namespaced parent, or a child with deletionPolicy Orphan),
+	// so the parent's finalizer lets kgen delete it, or let it go.
 	Finalizer
 	// OwnerReferenceInParentNamespace: the child gets an ownerReference
 	// when it is in its parent's namespace, and needs the parent's
@@ -156,6 +156,12 @@ func (r *Rule) Placement(scope kinds.Scoper) (*Placement, error) {
 		}
 		if cs == kinds.ScopeUnknown {
 			cp.Namespaces = nil
+		}
+		if c.DeletionPolicy == DeletionOrphan {
+			// An ownerReference would let the garbage collector delete the
+			// child with its parent (foreground deletion deletes it even
+			// before kgen could act): the finalizer lets kgen let it go.
+			cp.Ownership = Finalizer
 		}
 		p.Children = append(p.Children, cp)
 	}

@@ -149,6 +149,15 @@ func TestPlacement(t *testing.T) {
 			},
 		},
 		{
+			name: "an orphaned child is never owned",
+			rule: strings.Replace(placementRule("App", "", "", "cm ConfigMap"), "  - id: cm\n", "  - id: cm\n    deletionPolicy: Orphan\n", 1),
+			want: []string{
+				"parent namespaced * events *",
+				"cm namespaced * finalizer",
+				`watch ConfigMap [""]`,
+			},
+		},
+		{
 			name: "a parent of unknown scope",
 			rule: placementRule("Vague", "    namespaces: [a]\n", "", "cm ConfigMap", "ns Namespace"),
 			want: []string{

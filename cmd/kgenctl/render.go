@@ -143,7 +143,7 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := noteRandom(notes, r); err != nil {
+		if err := notePolicies(notes, r); err != nil {
 			return err
 		}
 		for _, c := range rendered.Children {
@@ -274,17 +274,26 @@ func matchInputs(r *rules.Rule, parent *unstructured.Unstructured, scope kinds.S
 	return out, nil
 }
 
-// noteRandom says on stderr how randomString is shown.
-func noteRandom(w io.Writer, r *rules.Rule) error {
+// notePolicies says on stderr what the output does not show of the
+// children's policies, and how randomString is shown.
+func notePolicies(w io.Writer, r *rules.Rule) error {
+	var b strings.Builder
 	for _, c := range r.Children {
+		if c.UpdatePolicy == rules.UpdateCreateOnly {
+			fmt.Fprintf(&b, "# rule %s: child %s is CreateOnly: kgen creates it and never updates it\n", r.Name, c.ID)
+		}
+		if c.DeletionPolicy == rules.DeletionOrphan {
+			fmt.Fprintf(&b, "# rule %s: child %s is orphaned when pruned or when its parent goes: it has no ownerReference\n", r.Name, c.ID)
+		}
 		for _, e := range c.Template.Expressions() {
 			if e.Random {
-				_, err := fmt.Fprintf(w, "# rule %s: child %s: randomString(n) is shown as n characters of RANDOM; kgen generates random ones\n", r.Name, c.ID)
-				return err
+				fmt.Fprintf(&b, "# rule %s: child %s: randomString(n) is shown as n characters of RANDOM; kgen generates random ones\n", r.Name, c.ID)
+				break
 			}
 		}
 	}
-	return nil
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 func childOf(obj *unstructured.Unstructured, selected []*rules.Rule) (rule, id string, err error) {

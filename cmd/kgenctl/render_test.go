@@ -30,7 +30,9 @@ func noCluster(t *testing.T) {
 
 // TestRenderExamples renders every example and compares the children with
 // the example's rendered.yaml, and the notes on stderr with
-// testdata/render/<example>.stderr.
+// testdata/render/<example>.stderr. An example has the CRD of its parent
+// kind (crd.yaml) unless the parent is a built-in kind, and may have
+// observed children (observed.yaml) and inputs (input.yaml).
 func TestRenderExamples(t *testing.T) {
 	noCluster(t)
 	dirs, err := filepath.Glob("../../examples/*")
@@ -43,10 +45,11 @@ func TestRenderExamples(t *testing.T) {
 			args := []string{"render",
 				"--rules", filepath.Join(dir, "rules.yaml"),
 				"--parent", filepath.Join(dir, "parent.yaml"),
-				"--crd", filepath.Join(dir, "crd.yaml"),
 			}
-			if observed := filepath.Join(dir, "observed.yaml"); exists(observed) {
-				args = append(args, "--observed", observed)
+			for _, f := range []struct{ flag, file string }{{"--crd", "crd.yaml"}, {"--observed", "observed.yaml"}, {"--input", "input.yaml"}} {
+				if path := filepath.Join(dir, f.file); exists(path) {
+					args = append(args, f.flag, path)
+				}
 			}
 			out, notes, err := runKgenctl(t, args...)
 			if err != nil {
@@ -55,6 +58,33 @@ func TestRenderExamples(t *testing.T) {
 			golden.Check(t, filepath.Join(dir, "rendered.yaml"), out)
 			golden.Check(t, filepath.Join("testdata", "render", name+".stderr"), notes)
 		})
+	}
+}
+
+// TestExampleSchemaCRDs checks that an example whose rule describes its
+// parent kind with spec.parent.schema has the CRD kgenctl crd prints for it.
+func TestExampleSchemaCRDs(t *testing.T) {
+	dirs, err := filepath.Glob("../../examples/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, "rules.yaml"))
+		if err != nil || !strings.Contains(string(data), "    schema:\n") {
+			continue
+		}
+		found++
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			out, _, err := runKgenctl(t, "crd", "--rules", filepath.Join(dir, "rules.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join(dir, "crd.yaml"), out)
+		})
+	}
+	if found == 0 {
+		t.Error("no example has spec.parent.schema")
 	}
 }
 
