@@ -1,11 +1,14 @@
 // Package reconcile makes one parent's children match its rule.
 //
-// Render is the pure half. From a rule, a parent and the children as last
-// observed, it computes the desired children (templates evaluated; kgen's
-// labels, parent annotation, namespace and ownerReference filled in) in the
-// order to apply them, the children to prune because their includeWhen is
-// false, the children that wait for a child they read, and the rule's status
-// fields. Ready judges an observed child by its readyWhen. Errors that come
+// Render is the pure half. From a rule, a parent and what was observed
+// (Observed: the children, several for a forEach child, and the inputs), it
+// computes the desired children (templates evaluated; kgen's labels, parent
+// annotation, namespace and ownerReference filled in) in the order to apply
+// them, one per object of a forEach child (identity ChildKey: id, namespace,
+// name), the children to prune because their includeWhen is false, the
+// children that wait for a child they read or a missing input, and the
+// rule's status fields. Ready judges an observed object by its child's
+// readyWhen. Errors that come
 // from the rule or the parent's data are *RenderError values matching
 // ErrInvalid: retrying does not fix them, a change to the parent or the
 // rules does.

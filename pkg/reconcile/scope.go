@@ -18,8 +18,9 @@ type Scoper = kinds.Scoper
 // children's kinds that s does not know, what kgenctl render assumes
 // without their CustomResourceDefinitions (contract section 4):
 //
-//   - the parent's kind is namespaced when the parent has
-//     metadata.namespace, and cluster-scoped otherwise;
+//   - the parent's kind has the scope a rule declares (spec.parent.scope),
+//     or else is namespaced when the parent has metadata.namespace, and
+//     cluster-scoped otherwise;
 //   - a child's kind is namespaced when its template sets
 //     metadata.namespace, and otherwise has the parent's scope.
 //
@@ -35,11 +36,18 @@ func AssumeScopes(s *kinds.Static, parent *unstructured.Unstructured, rs []*rule
 	pgvk := parent.GroupVersionKind()
 	if unknown(pgvk) {
 		namespaced := parent.GetNamespace() != ""
-		s.Assume(pgvk.GroupKind(), namespaced)
 		why := "the parent has no metadata.namespace"
 		if namespaced {
 			why = "the parent has metadata.namespace"
 		}
+		for _, r := range rs {
+			if r.Parent.Scope != kinds.ScopeUnknown {
+				namespaced = r.Parent.Scope == kinds.Namespaced
+				why = fmt.Sprintf("rule %s says so in spec.parent.scope", r.Name)
+				break
+			}
+		}
+		s.Assume(pgvk.GroupKind(), namespaced)
 		notes = append(notes, fmt.Sprintf("%s is taken as %s: %s and no CustomResourceDefinition for it was given", describeGVK(pgvk), scopeName[namespaced], why))
 	}
 	parentNamespaced, err := s.Namespaced(pgvk)

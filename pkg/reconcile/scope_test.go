@@ -40,6 +40,7 @@ func TestAssumeScopes(t *testing.T) {
 	tests := []struct {
 		name      string
 		parent    string
+		scope     string // spec.parent lines
 		crds      []*unstructured.Unstructured
 		want      map[string]bool // kind: namespaced
 		wantNotes []string
@@ -65,6 +66,17 @@ func TestAssumeScopes(t *testing.T) {
 			},
 		},
 		{
+			name:   "the rule's declared scope",
+			parent: "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a, uid: u}\n",
+			scope:  "    scope: Namespaced\n",
+			want:   map[string]bool{"Thing": true, "Widget": true, "Gadget": true},
+			wantNotes: []string{
+				"kind Thing (apiVersion example.com/v1) is taken as namespaced: rule r says so in spec.parent.scope and no CustomResourceDefinition for it was given",
+				"kind Widget (apiVersion example.com/v1) (rule r, child ns) is taken as namespaced, since its template sets metadata.namespace: no CustomResourceDefinition for it was given",
+				"kind Gadget (apiVersion example.com/v1) (rule r, child plain) is taken as namespaced, like its parent: no CustomResourceDefinition for it was given",
+			},
+		},
+		{
 			name:   "CRDs are not overridden",
 			parent: "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a, uid: u}\n",
 			crds:   []*unstructured.Unstructured{crd("example.com", "Thing", "Namespaced", "v1"), crd("example.com", "Gadget", "Cluster", "v1")},
@@ -82,7 +94,7 @@ func TestAssumeScopes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rule := parseRule(t, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent: {apiVersion: example.com/v1, kind: Thing}\n  children:\n"+children)
+			rule := parseRule(t, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent:\n    apiVersion: example.com/v1\n    kind: Thing\n"+tt.scope+"  children:\n"+children)
 			notes := AssumeScopes(s, object(t, tt.parent), []*rules.Rule{rule})
 			if strings.Join(notes, "\n") != strings.Join(tt.wantNotes, "\n") {
 				t.Errorf("notes:\n%s\nwant:\n%s", strings.Join(notes, "\n"), strings.Join(tt.wantNotes, "\n"))
