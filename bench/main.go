@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/controlplane"
-	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
@@ -166,7 +166,7 @@ type bench struct {
 	rule      *rules.Rule
 	rulesFile string
 	crd       *unstructured.Unstructured // the WebApp CRD
-	scope     *reconcile.StaticScoper    // for rendering offline
+	scope     *kinds.Static              // for rendering offline
 }
 
 // freshControlPlane stops the running control plane, if any, and starts a
@@ -247,7 +247,7 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.rule = loaded[0]
-	b.scope = reconcile.NewStaticScoper()
+	b.scope = kinds.NewStatic()
 	if err := b.scope.AddCRD(b.crd); err != nil {
 		return err
 	}

@@ -266,7 +266,7 @@ func (b *bench) measureFloor(ctx context.Context, n int, r *result) error {
 		if err != nil {
 			return err
 		}
-		rendered, err := reconcile.Render(b.rule, p, nil, b.scope)
+		rendered, err := reconcile.Render(b.rule, p, reconcile.Observed{}, b.scope)
 		if err != nil {
 			return err
 		}
@@ -338,7 +338,7 @@ func (b *bench) createRawParent(ctx context.Context, ns string, i int) (*unstruc
 	if err != nil {
 		return nil, err
 	}
-	rendered, err := reconcile.Render(b.rule, p, nil, b.scope)
+	rendered, err := reconcile.Render(b.rule, p, reconcile.Observed{}, b.scope)
 	if err != nil {
 		return nil, err
 	}

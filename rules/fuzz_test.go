@@ -3,6 +3,7 @@ package rules
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,9 @@ func FuzzParse(f *testing.F) {
 		"apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec: {parent: {apiVersion: v1, kind: Pod}, children: [{id: a, template: {apiVersion: v1, kind: Pod, metadata: {name: '${'}}}]}\n",
 		header + "  - id: a\n" + cm("${children.a}"),
 		header + "  - id: a\n" + cm("${parent.spec.x}-${[1,2].map(x, x)}") + "      <<: {data: {a: b}}\n",
+		eachRule(`[{r: "${parent.spec.list}"}, {t: "${parent.spec.map}"}]`, "x-${r}-${t.key}", "    includeWhen: ['${t.value != 0}']\n"),
+		inputRule("  - {id: cfg, apiVersion: v1, kind: ConfigMap, name: '${parent.metadata.name}'}\n  - {id: all, apiVersion: v1, kind: Secret, selector: {matchLabels: {a: b}}}\n", "${inputs.cfg.data.x}${size(inputs.all)}"),
+		strings.Replace(header, "kind: App}", "kind: App, schema: {image: string, n: 'integer | default=1'}}", 1) + "  - id: a\n" + cm("${parent.spec.image}"),
 	} {
 		f.Add([]byte(s))
 	}
@@ -47,9 +51,13 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		vars := NewVars(parent, map[string]any{}, parent)
+		vars := NewVars(parent, map[string]any{}, parent).WithInputs(map[string]any{})
 		for _, r := range rules {
 			for _, c := range r.Order() {
+				elements, _ := c.Elements(vars)
+				for _, each := range elements {
+					_, _, _ = c.Template.Evaluate(vars.With(each))
+				}
 				_, _, _ = c.Template.Evaluate(vars)
 				for _, e := range append(c.IncludeWhen, c.ReadyWhen...) {
 					_, _ = e.EvalBool(vars)

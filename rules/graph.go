@@ -6,13 +6,20 @@ import (
 	"strings"
 )
 
-// graph checks the children's references, fills in DependsOn, rejects
-// dependency cycles and computes the rule's dependency order.
+// graph checks the children's and inputs' references, fills in DependsOn
+// and Inputs, rejects dependency cycles and computes the rule's dependency
+// order.
 func (l *loader) graph(r *Rule) {
 	known := make([]string, 0, len(r.Children))
 	for _, c := range r.Children {
 		if c.ID != "" {
 			known = append(known, c.ID)
+		}
+	}
+	inputIDs := make([]string, 0, len(r.Inputs))
+	for _, in := range r.Inputs {
+		if in.ID != "" {
+			inputIDs = append(inputIDs, in.ID)
 		}
 	}
 	check := func(exprs []*Expression) bool {
@@ -21,6 +28,16 @@ func (l *loader) graph(r *Rule) {
 			for _, ref := range e.References {
 				if r.byID[ref] == nil {
 					l.errs = append(l.errs, e.error(fmt.Errorf("unknown child id %q in children.%s (the rule's children are: %s)", ref, ref, strings.Join(known, ", "))))
+					ok = false
+				}
+			}
+			for _, ref := range e.Inputs {
+				if !slices.Contains(inputIDs, ref) {
+					msg := "the rule has no inputs"
+					if len(inputIDs) > 0 {
+						msg = "the rule's inputs are: " + strings.Join(inputIDs, ", ")
+					}
+					l.errs = append(l.errs, e.error(fmt.Errorf("unknown input id %q in inputs.%s (%s)", ref, ref, msg)))
 					ok = false
 				}
 			}
@@ -33,8 +50,12 @@ func (l *loader) graph(r *Rule) {
 			valid = false
 			continue
 		}
-		deps := map[string]bool{}
-		for _, exprs := range [][]*Expression{c.Template.Expressions(), c.IncludeWhen} {
+		deps, inputs := map[string]bool{}, map[string]bool{}
+		forEach := make([]*Expression, len(c.ForEach))
+		for i, f := range c.ForEach {
+			forEach[i] = f.Expr
+		}
+		for _, exprs := range [][]*Expression{c.Template.Expressions(), c.IncludeWhen, forEach} {
 			if !check(exprs) {
 				valid = false
 			}
@@ -42,12 +63,20 @@ func (l *loader) graph(r *Rule) {
 				for _, ref := range e.References {
 					deps[ref] = true
 				}
+				for _, ref := range e.Inputs {
+					inputs[ref] = true
+				}
 			}
 		}
 		check(c.ReadyWhen)
 		for _, o := range r.Children {
 			if deps[o.ID] {
 				c.DependsOn = append(c.DependsOn, o.ID)
+			}
+		}
+		for _, id := range inputIDs {
+			if inputs[id] {
+				c.Inputs = append(c.Inputs, id)
 			}
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -212,6 +214,10 @@ type loader struct {
 	file   string
 	errs   ErrorList
 	budget int
+	// x is what the expressions being compiled may use, and kind what
+	// they are (valueExpr, or inputExpr for input names).
+	x    exprEnv
+	kind exprKind
 }
 
 // parse decodes every document of a file into rules. Rules with errors are
@@ -239,6 +245,9 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 	}
 	return rules, l.errs
 }
+
+// rbacGroup is the API group of RBAC's kinds.
+const rbacGroup = "rbac.authorization.k8s.io"
 
 var childIDPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
@@ -348,22 +357,38 @@ func (l *loader) metadata(n *yaml.Node, w where) string {
 }
 
 func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
-	f := l.fields(n, w, "parent", "allowCrossNamespace", "children", "status")
+	f := l.fields(n, w, "parent", "allowCrossNamespace", "allowBindRoles", "inputs", "children", "status")
 	if f == nil {
 		return
 	}
 	if e, ok := f["allowCrossNamespace"]; ok {
-		v := l.resolve(e.valNode)
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" {
-			l.errorf(v, w.key("allowCrossNamespace"), "must be true or false")
-		} else {
-			r.AllowCrossNamespace = v.Value == "true"
+		l.allowCrossNamespace(r, e.valNode, w.key("allowCrossNamespace"))
+	}
+	if e, ok := f["allowBindRoles"]; ok {
+		names, nodes := l.strings(e.valNode, w.key("allowBindRoles"))
+		for i, name := range names {
+			iw := w.key("allowBindRoles").index(i)
+			switch msgs := path.IsValidPathSegmentName(name); {
+			case name == "" || strings.Contains(name, "${"):
+				l.errorf(nodes[i], iw, "must be the literal name of a role")
+			case len(msgs) > 0:
+				l.errorf(nodes[i], iw, "%q is not a valid role name: %s", name, strings.Join(msgs, "; "))
+			case slices.Contains(r.AllowBindRoles, name):
+				l.errorf(nodes[i], iw, "duplicate role %q", name)
+			default:
+				r.AllowBindRoles = append(r.AllowBindRoles, name)
+			}
 		}
 	}
 	if e, ok := f["parent"]; ok {
 		l.parent(r, e.valNode, w.key("parent"))
 	} else {
 		l.errorf(l.resolve(n), w, "parent is required")
+	}
+	l.x = exprEnv{}
+	l.parentType(r, f, w)
+	if e, ok := f["inputs"]; ok {
+		l.inputs(r, e.valNode, w.key("inputs"))
 	}
 	if e, ok := f["children"]; ok {
 		l.children(r, e.valNode, w.key("children"))
@@ -413,15 +438,166 @@ func (l *loader) gvk(n *yaml.Node, f map[string]entry, w where) (schema.GroupVer
 	return gv.WithKind(kind), ok
 }
 
+// parentType declares the parent's type for the rule's expressions when its
+// schema is known: from Options.Schemas, or else from spec.parent.schema.
+func (l *loader) parentType(r *Rule, f map[string]entry, w where) {
+	gvk := r.Parent.GroupVersionKind
+	if gvk.Kind == "" {
+		return
+	}
+	var props *apiextensionsv1.JSONSchemaProps
+	var source string
+	if l.c.opts.Schemas != nil {
+		if p, ok := l.c.opts.Schemas(gvk); ok && p != nil {
+			props, source = p, fmt.Sprintf("the schema of %s %s", gvk.GroupVersion(), gvk.Kind)
+		}
+	}
+	if props == nil && r.Parent.Schema != nil {
+		props, source = r.Parent.objectSchema(nil), "spec.parent.schema"
+	}
+	if props == nil {
+		return
+	}
+	t, err := parentType(props)
+	if err != nil {
+		l.errorf(l.resolve(f["parent"].valNode), w.key("parent"), "%v", err)
+		return
+	}
+	if t == nil {
+		return
+	}
+	l.x.parent, l.x.schema = t, source
+	r.Parent.TypeChecked = true
+}
+
+// inputs decodes spec.inputs.
+func (l *loader) inputs(r *Rule, n *yaml.Node, w where) {
+	n = l.resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		l.errorf(n, w, "must be a list of inputs")
+		return
+	}
+	for i, item := range n.Content {
+		item = l.resolve(item)
+		iw := w.index(i)
+		f := l.fields(item, iw, "id", "apiVersion", "kind", "name", "namespace", "selector")
+		if f == nil {
+			continue
+		}
+		in := &Input{Pos: l.pos(item)}
+		if e, ok := f["id"]; !ok {
+			l.errorf(item, iw, "id is required")
+		} else if id, ok := l.str(e.valNode, iw.key("id")); ok {
+			switch {
+			case !childIDPattern.MatchString(id):
+				l.errorf(e.valNode, iw.key("id"), "input id %q must match [a-z][a-z0-9_]*", id)
+			case slices.ContainsFunc(r.Inputs, func(o *Input) bool { return o.ID == id }):
+				l.errorf(e.valNode, iw.key("id"), "duplicate input id %q", id)
+			default:
+				in.ID = id
+			}
+		}
+		in.GroupVersionKind, _ = l.gvk(item, f, iw)
+		_, named := f["name"]
+		_, selected := f["selector"]
+		switch {
+		case named && selected:
+			l.errorf(item, iw, "name and selector exclude each other: name one object, or select a list of them")
+		case !named && !selected:
+			l.errorf(item, iw, "name or selector is required")
+		}
+		l.kind = inputExpr
+		for _, key := range []string{"name", "namespace"} {
+			e, ok := f[key]
+			if !ok {
+				continue
+			}
+			v := l.resolve(e.valNode)
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
+				l.errorf(v, iw.key(key), "must be a non-empty string, which may hold ${...} expressions of parent")
+				continue
+			}
+			t := l.compileTemplate(v, iw.key(key))
+			if key == "name" {
+				in.Name = t
+			} else {
+				in.Namespace = t
+			}
+		}
+		l.kind = valueExpr
+		if e, ok := f["selector"]; ok {
+			in.LabelSelector, in.Selector = l.selector(e.valNode, iw.key("selector"))
+		}
+		r.Inputs = append(r.Inputs, in)
+	}
+}
+
+// allowCrossNamespace decodes the namespaces, other than the parent's, that
+// children may be in: a list of namespace names, or false for none.
+func (l *loader) allowCrossNamespace(r *Rule, n *yaml.Node, w where) {
+	v := l.resolve(n)
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!bool" {
+		if v.Value == "true" {
+			l.errorf(v, w, "true is not accepted: list the namespaces the children may be in, as in allowCrossNamespace: [ns-a, ns-b] (a cluster-scoped parent needs no list: set spec.parent.scope: Cluster)")
+		}
+		return
+	}
+	if v.Kind != yaml.SequenceNode {
+		l.errorf(v, w, "must be a list of namespaces, as in allowCrossNamespace: [ns-a, ns-b]")
+		return
+	}
+	names, nodes := l.strings(v, w)
+	for i, ns := range names {
+		switch msgs := validation.IsDNS1123Label(ns); {
+		case strings.Contains(ns, "${"):
+			l.errorf(nodes[i], w.index(i), "must be a literal namespace, not an expression")
+		case len(msgs) > 0:
+			l.errorf(nodes[i], w.index(i), "%q is not a valid namespace name: %s", ns, strings.Join(msgs, "; "))
+		case slices.Contains(r.AllowCrossNamespace, ns):
+			l.errorf(nodes[i], w.index(i), "duplicate namespace %q", ns)
+		default:
+			r.AllowCrossNamespace = append(r.AllowCrossNamespace, ns)
+		}
+	}
+}
+
 func (l *loader) parent(r *Rule, n *yaml.Node, w where) {
-	f := l.fields(n, w, "apiVersion", "kind", "selector", "namespaces")
+	f := l.fields(n, w, "apiVersion", "kind", "selector", "namespaces", "scope", "schema")
 	if f == nil {
 		return
 	}
-	r.Parent.GroupVersionKind, _ = l.gvk(l.resolve(n), f, w)
+	var gvkOK bool
+	r.Parent.GroupVersionKind, gvkOK = l.gvk(l.resolve(n), f, w)
+	builtin, isBuiltin := kinds.Builtin(r.Parent.GroupVersionKind.GroupKind())
+	if isBuiltin && gvkOK {
+		r.Parent.Scope = kinds.Cluster
+		if builtin.Namespaced {
+			r.Parent.Scope = kinds.Namespaced
+		}
+	}
+	if e, ok := f["scope"]; ok {
+		s, _ := l.str(e.valNode, w.key("scope"))
+		declared := map[string]kinds.Scope{"Namespaced": kinds.Namespaced, "Cluster": kinds.Cluster}[s]
+		switch {
+		case declared == kinds.ScopeUnknown:
+			l.errorf(e.valNode, w.key("scope"), "must be Namespaced or Cluster")
+		case isBuiltin && declared != r.Parent.Scope:
+			l.errorf(e.valNode, w.key("scope"), "%s is a built-in kind, and it is not %s", r.Parent.GroupVersionKind.GroupKind(), s)
+		default:
+			r.Parent.Scope = declared
+		}
+	}
 	r.Parent.Selector = labels.Everything()
 	if e, ok := f["selector"]; ok {
-		l.selector(&r.Parent, e.valNode, w.key("selector"))
+		if sel, compiled := l.selector(e.valNode, w.key("selector")); sel != nil {
+			r.Parent.LabelSelector, r.Parent.Selector = sel, compiled
+		}
+	}
+	if e, ok := f["schema"]; ok {
+		r.Parent.Schema = l.simpleSchema(e.valNode, w.key("schema"))
+		if isBuiltin {
+			l.errorf(e.valNode, w.key("schema"), "%s is a built-in kind: its schema is Kubernetes'", r.Parent.GroupVersionKind.GroupKind())
+		}
 	}
 	if e, ok := f["namespaces"]; ok {
 		names, nodes := l.strings(e.valNode, w.key("namespaces"))
@@ -435,11 +611,11 @@ func (l *loader) parent(r *Rule, n *yaml.Node, w where) {
 }
 
 // selector decodes a metav1.LabelSelector, checking each label and
-// requirement where it is written.
-func (l *loader) selector(p *Parent, n *yaml.Node, w where) {
+// requirement where it is written; nil when it is invalid.
+func (l *loader) selector(n *yaml.Node, w where) (*metav1.LabelSelector, labels.Selector) {
 	f := l.fields(n, w, "matchLabels", "matchExpressions")
 	if f == nil {
-		return
+		return nil, nil
 	}
 	sel := &metav1.LabelSelector{}
 	valid := true
@@ -504,15 +680,14 @@ func (l *loader) selector(p *Parent, n *yaml.Node, w where) {
 		}
 	}
 	if !valid {
-		return
+		return nil, nil
 	}
 	compiled, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
 		l.errorf(l.resolve(n), w, "%v", err)
-		return
+		return nil, nil
 	}
-	p.LabelSelector = sel
-	p.Selector = compiled
+	return sel, compiled
 }
 
 func (l *loader) children(r *Rule, n *yaml.Node, w where) {
@@ -529,7 +704,7 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 	for i, item := range n.Content {
 		item = l.resolve(item)
 		iw := w.index(i)
-		f := l.fields(item, iw, "id", "template", "includeWhen", "readyWhen")
+		f := l.fields(item, iw, "id", "forEach", "includeWhen", "readyWhen", "deletionPolicy", "updatePolicy", "template")
 		if f == nil {
 			continue
 		}
@@ -555,8 +730,32 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		if c.ID == "" {
 			cw = iw
 		}
+		c.DeletionPolicy = DeletionDelete
+		if e, ok := f["deletionPolicy"]; ok {
+			if v, ok := l.str(e.valNode, cw.key("deletionPolicy")); ok {
+				if v != string(DeletionDelete) && v != string(DeletionOrphan) {
+					l.errorf(e.valNode, cw.key("deletionPolicy"), "must be Delete or Orphan, not %q", v)
+				}
+				c.DeletionPolicy = DeletionPolicy(v)
+			}
+		}
+		c.UpdatePolicy = UpdateApply
+		if e, ok := f["updatePolicy"]; ok {
+			if v, ok := l.str(e.valNode, cw.key("updatePolicy")); ok {
+				if v != string(UpdateApply) && v != string(UpdateCreateOnly) {
+					l.errorf(e.valNode, cw.key("updatePolicy"), "must be Apply or CreateOnly, not %q", v)
+				}
+				c.UpdatePolicy = UpdatePolicy(v)
+			}
+		}
+		ruleEnv := l.x
+		if e, ok := f["forEach"]; ok {
+			l.x.each = l.forEach(c, e.valNode, cw.key("forEach"))
+		}
 		if e, ok := f["template"]; ok {
+			l.x.random = c.UpdatePolicy == UpdateCreateOnly
 			l.template(r, c, e.valNode, cw.key("template"))
+			l.x.random = false
 		} else {
 			l.errorf(item, cw, "template is required")
 		}
@@ -566,11 +765,62 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		if e, ok := f["readyWhen"]; ok {
 			c.ReadyWhen = l.conditions(e.valNode, cw.key("readyWhen"), readyExpr)
 		}
+		l.x = ruleEnv
 		r.Children = append(r.Children, c)
 		if c.ID != "" {
 			r.byID[c.ID] = c
 		}
 	}
+}
+
+var forEachName = regexp.MustCompile(`^[a-z][a-zA-Z0-9_]*$`)
+
+// forEach decodes a child's forEach: a list of {NAME: "${list or map}"}. It
+// returns the names, also those whose expression has errors, so that the
+// template is checked with them.
+func (l *loader) forEach(c *Child, n *yaml.Node, w where) (names []string) {
+	n = l.resolve(n)
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		l.errorf(n, w, `must be a list of {NAME: "${list or map expression}"}`)
+		return nil
+	}
+	for i, item := range n.Content {
+		iw := w.index(i)
+		item = l.resolve(item)
+		if item.Kind != yaml.MappingNode {
+			l.errorf(item, iw, `must be a mapping of one name to a "${list or map expression}"`)
+			continue
+		}
+		entries := l.entries(item, iw)
+		if len(entries) != 1 {
+			l.errorf(item, iw, `must be a mapping of one name to a "${list or map expression}": write one entry per name, in the order of the product`)
+			for _, e := range entries {
+				if forEachName.MatchString(e.key) && !slices.Contains(reservedNames, e.key) && !slices.Contains(names, e.key) {
+					names = append(names, e.key) // spares errors about their uses
+				}
+			}
+			continue
+		}
+		e := entries[0]
+		name := e.key
+		switch {
+		case !forEachName.MatchString(name):
+			l.errorf(e.keyNode, iw, "forEach name %q must match [a-z][a-zA-Z0-9_]*", name)
+			continue
+		case slices.Contains(reservedNames, name):
+			l.errorf(e.keyNode, iw, "forEach name %q is a variable of every expression already: pick another", name)
+			continue
+		case slices.Contains(names, name):
+			l.errorf(e.keyNode, iw, "duplicate forEach name %q", name)
+			continue
+		}
+		names = append(names, name)
+		exprs := l.conditionList([]*yaml.Node{e.valNode}, iw.key(name), forEachExpr, `must be a string holding one "${...}" list or map expression`)
+		if len(exprs) == 1 {
+			c.ForEach = append(c.ForEach, &ForEach{Name: name, Expr: exprs[0], maxBytes: l.c.opts.MaxOutputBytes})
+		}
+	}
+	return names
 }
 
 // conditions compiles a list of ${...} conditions.
@@ -580,12 +830,21 @@ func (l *loader) conditions(n *yaml.Node, w where, kind exprKind) []*Expression 
 		l.errorf(n, w, `must be a list of "${...}" expressions`)
 		return nil
 	}
+	return l.conditionList(n.Content, w, kind, `must be a string holding one "${...}" expression`)
+}
+
+// conditionList compiles strings that are each exactly one ${...}: at w
+// indexed, or at w itself for a single node.
+func (l *loader) conditionList(nodes []*yaml.Node, w where, kind exprKind, notString string) []*Expression {
 	var out []*Expression
-	for i, item := range n.Content {
+	for i, item := range nodes {
 		iw := w.index(i)
+		if kind == forEachExpr {
+			iw = w
+		}
 		item = l.resolve(item)
 		if item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" {
-			l.errorf(item, iw, `must be a string holding one "${...}" expression`)
+			l.errorf(item, iw, "%s", notString)
 			continue
 		}
 		segs, err := splitTemplate(item.Value)
@@ -598,7 +857,7 @@ func (l *loader) conditions(n *yaml.Node, w where, kind exprKind) []*Expression 
 			continue
 		}
 		pos, exact := l.exprPos(item, segs[0].offset)
-		if e := l.c.compile(segs[0].text, pos, exact, iw, kind, &l.errs); e != nil {
+		if e := l.c.compile(segs[0].text, pos, exact, iw, kind, l.x, &l.errs); e != nil {
 			out = append(out, e)
 		}
 	}
@@ -633,8 +892,31 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 		} else if s, ok := l.str(e.valNode, mw.key("name")); ok && s == "" {
 			l.errorf(e.valNode, mw.key("name"), "must not be empty")
 		}
-		if e, ok := meta["namespace"]; ok && !r.AllowCrossNamespace && !isParentNamespace(l.resolve(e.valNode)) {
-			l.errorf(e.valNode, mw.key("namespace"), "must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true")
+		if e, ok := meta["namespace"]; ok {
+			v := l.resolve(e.valNode)
+			switch {
+			case isParentNamespace(v):
+				c.namespace = nsParent
+			case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "":
+				c.namespace = nsAbsent
+			case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && !strings.Contains(v.Value, "${"):
+				c.namespace, c.namespaceLiteral = nsLiteral, strings.ReplaceAll(v.Value, "$${", "${")
+			default:
+				c.namespace = nsExpression
+			}
+			switch {
+			case c.namespace == nsParent || c.namespace == nsAbsent:
+			case len(r.AllowCrossNamespace) > 0:
+				if c.namespace == nsLiteral && !slices.Contains(r.AllowCrossNamespace, c.namespaceLiteral) {
+					l.errorf(e.valNode, mw.key("namespace"), "%q is not in spec.allowCrossNamespace (%s): add it there", c.namespaceLiteral, strings.Join(r.AllowCrossNamespace, ", "))
+				}
+			case r.Parent.Scope != kinds.Cluster:
+				l.errorf(e.valNode, mw.key("namespace"), "must be absent or exactly ${parent.metadata.namespace}, unless the rule lists the namespaces it allows in spec.allowCrossNamespace, or its parent is cluster-scoped (spec.parent.scope: Cluster)")
+			}
+		} else if r.Parent.Scope == kinds.Cluster && c.GroupVersionKind.Kind != "" {
+			if b, ok := kinds.Builtin(c.GroupVersionKind.GroupKind()); ok && b.Namespaced {
+				l.errorf(m, mw, "namespace is required: the parent is cluster-scoped, so a %s must name its namespace", c.GroupVersionKind.Kind)
+			}
 		}
 		for _, k := range []string{"generateName", "ownerReferences", "uid", "resourceVersion", "managedFields"} {
 			if e, ok := meta[k]; ok {
@@ -642,10 +924,52 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 			}
 		}
 	}
+	l.roleRef(r, c, n, top, w)
 	t := l.compileTemplate(n, w)
 	if t != nil {
 		t.child = c.ID
 		c.Template = t
+		if len(l.x.each) > 0 && md.valNode != nil {
+			if name := t.at([]string{"metadata", "name"}); name != nil && !name.reads(l.x.each) {
+				nameNode := l.resolve(md.valNode)
+				for _, e := range l.entries(nameNode, mw) {
+					if e.key == "name" {
+						nameNode = e.valNode
+					}
+				}
+				l.errorf(nameNode, mw.key("name"), "must use a forEach name (%s): kgen tells the objects of a forEach child apart by their names", strings.Join(l.x.each, ", "))
+			}
+		}
+	}
+}
+
+// roleRef checks the roleRef of a RoleBinding or ClusterRoleBinding
+// template: a role it names by an expression must be one the rule lists in
+// spec.allowBindRoles, since kgen needs bind on every role it may bind, and
+// bind on every role would let a parent grant anything.
+func (l *loader) roleRef(r *Rule, c *Child, n *yaml.Node, top map[string]entry, w where) {
+	gvk := c.GroupVersionKind
+	if gvk.Group != rbacGroup || (gvk.Kind != "RoleBinding" && gvk.Kind != "ClusterRoleBinding") {
+		return
+	}
+	e, ok := top["roleRef"]
+	if !ok {
+		return // the API server says what is missing
+	}
+	at, rw := l.resolve(e.valNode), w.key("roleRef")
+	if at.Kind == yaml.MappingNode {
+		for _, kv := range l.entries(at, rw) {
+			if kv.key == "name" {
+				at, rw = l.resolve(kv.valNode), rw.key("name")
+			}
+		}
+	}
+	if at.Kind != yaml.ScalarNode || at.ShortTag() != "!!str" || !strings.Contains(at.Value, "${") {
+		return // a literal role name, or none: the API server says so
+	}
+	c.templatedRoleRef = true
+	if len(r.AllowBindRoles) == 0 {
+		l.errorf(at, rw, "the role is computed by an expression: list the roles it may name in spec.allowBindRoles, so that kgen may bind those and no other")
 	}
 }
 
@@ -761,7 +1085,7 @@ func (l *loader) stringNode(n *yaml.Node, w where) *node {
 			continue
 		}
 		pos, exact := l.exprPos(n, s.offset)
-		e := l.c.compile(s.text, pos, exact, w, valueExpr, &l.errs)
+		e := l.c.compile(s.text, pos, exact, w, l.kind, l.x, &l.errs)
 		if e == nil {
 			return nil
 		}

@@ -77,7 +77,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "status fields on a built-in parent",
-			yaml: "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent: {apiVersion: v1, kind: Namespace}\n  children:\n  - id: a\n" + cm("a") + "  status: {x: \"${parent.metadata.name}\"}\n",
+			yaml: "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent: {apiVersion: v1, kind: Namespace}\n  children:\n  - id: a\n    template: {apiVersion: v1, kind: Secret, metadata: {name: a, namespace: x}}\n  status: {x: \"${parent.metadata.name}\"}\n",
 			want: []string{`rules.yaml:1:1: rule "r": spec.status: Namespace is a built-in kind: its status belongs to Kubernetes, so a rule cannot add status fields to it`},
 		},
 		{
@@ -157,8 +157,87 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "namespace allowed by allowCrossNamespace",
-			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: true\n", 1) + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: kube-system}}\n",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: [kube-system]\n", 1) + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: kube-system}}\n",
 			want: nil,
+		},
+		{
+			name: "a namespace expression with allowCrossNamespace",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: [a, b]\n", 1) + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: \"${parent.spec.ns}\"}}\n",
+			want: nil,
+		},
+		{
+			name: "a literal namespace outside allowCrossNamespace",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: [a, b]\n", 1) + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: kube-system}}\n",
+			want: []string{`rules.yaml:9:80: rule "r": child "a": template.metadata.namespace: "kube-system" is not in spec.allowCrossNamespace (a, b): add it there`},
+		},
+		{
+			name: "allowCrossNamespace: true",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: true\n", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:24: rule "r": spec.allowCrossNamespace: true is not accepted: list the namespaces the children may be in, as in allowCrossNamespace: [ns-a, ns-b] (a cluster-scoped parent needs no list: set spec.parent.scope: Cluster)`},
+		},
+		{
+			name: "allowCrossNamespace: false",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: false\n", 1) + "  - id: a\n" + cm("a"),
+			want: nil,
+		},
+		{
+			name: "allowCrossNamespace with invalid names",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: [a, Bad, a, '${x}']\n", 1) + "  - id: a\n" + cm("a"),
+			want: []string{
+				`rules.yaml:5:28: rule "r": spec.allowCrossNamespace[1]: "Bad" is not a valid namespace name: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
+				`rules.yaml:5:33: rule "r": spec.allowCrossNamespace[2]: duplicate namespace "a"`,
+				`rules.yaml:5:36: rule "r": spec.allowCrossNamespace[3]: must be a literal namespace, not an expression`,
+			},
+		},
+		{
+			name: "any namespace for a cluster-scoped parent",
+			yaml: strings.Replace(header, "kind: App}", "kind: App, scope: Cluster}", 1) + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: \"team-${parent.metadata.name}\"}}\n",
+			want: nil,
+		},
+		{
+			name: "a built-in cluster-scoped parent",
+			yaml: strings.Replace(header, "apiVersion: example.com/v1, kind: App}", "apiVersion: v1, kind: Namespace}", 1) + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: \"${parent.metadata.name}\"}}\n",
+			want: nil,
+		},
+		{
+			name: "a namespaced child of a cluster-scoped parent without a namespace",
+			yaml: strings.Replace(header, "apiVersion: example.com/v1, kind: App}", "apiVersion: v1, kind: Namespace}", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:11:17: rule "r": child "a": template.metadata: namespace is required: the parent is cluster-scoped, so a ConfigMap must name its namespace`},
+		},
+		{
+			name: "a computed role binding without allowBindRoles",
+			yaml: header + "  - id: a\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: a}, roleRef: {kind: ClusterRole, name: '${parent.spec.role}'}}\n",
+			want: []string{`rules.yaml:8:133: rule "r": child "a": template.roleRef.name: the role is computed by an expression: list the roles it may name in spec.allowBindRoles, so that kgen may bind those and no other`},
+		},
+		{
+			name: "a whole computed roleRef without allowBindRoles",
+			yaml: header + "  - id: a\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRoleBinding, metadata: {name: a}, roleRef: '${parent.spec.roleRef}'}\n",
+			want: []string{`rules.yaml:8:114: rule "r": child "a": template.roleRef: the role is computed by an expression: list the roles it may name in spec.allowBindRoles, so that kgen may bind those and no other`},
+		},
+		{
+			name: "a computed role binding with allowBindRoles, and a literal one",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowBindRoles: [view]\n", 1) + "  - id: a\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: a}, roleRef: {kind: ClusterRole, name: '${parent.spec.role}'}}\n" +
+				"  - id: b\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: b}, roleRef: {kind: ClusterRole, name: admin}}\n",
+			want: nil,
+		},
+		{
+			name: "allowBindRoles with bad names",
+			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowBindRoles: [view, view, 'a/b', '${x}']\n", 1) + "  - id: a\n" + cm("a"),
+			want: []string{
+				`rules.yaml:5:26: rule "r": spec.allowBindRoles[1]: duplicate role "view"`,
+				`rules.yaml:5:32: rule "r": spec.allowBindRoles[2]: "a/b" is not a valid role name: may not contain '/'`,
+				`rules.yaml:5:39: rule "r": spec.allowBindRoles[3]: must be the literal name of a role`,
+			},
+		},
+		{
+			name: "a scope that is not one",
+			yaml: strings.Replace(header, "kind: App}", "kind: App, scope: Global}", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:58: rule "r": spec.parent.scope: must be Namespaced or Cluster`},
+		},
+		{
+			name: "a scope that is not a built-in kind's",
+			yaml: strings.Replace(header, "apiVersion: example.com/v1, kind: App}", "apiVersion: v1, kind: ConfigMap, scope: Cluster}", 1) + "  - id: a\n" + cm("a"),
+			want: []string{`rules.yaml:5:52: rule "r": spec.parent.scope: ConfigMap is a built-in kind, and it is not Cluster`},
 		},
 		{
 			name: "the parent's namespace",
@@ -168,12 +247,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "namespace other than the parent's",
 			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: kube-system}}\n",
-			want: []string{`rules.yaml:8:80: rule "r": child "a": template.metadata.namespace: must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true`},
+			want: []string{`rules.yaml:8:80: rule "r": child "a": template.metadata.namespace: must be absent or exactly ${parent.metadata.namespace}, unless the rule lists the namespaces it allows in spec.allowCrossNamespace, or its parent is cluster-scoped (spec.parent.scope: Cluster)`},
 		},
 		{
 			name: "namespace expression other than the parent's",
 			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: \"${parent.spec.ns}\"}}\n",
-			want: []string{`rules.yaml:8:80: rule "r": child "a": template.metadata.namespace: must be absent or exactly ${parent.metadata.namespace}, unless the rule sets spec.allowCrossNamespace: true`},
+			want: []string{`rules.yaml:8:80: rule "r": child "a": template.metadata.namespace: must be absent or exactly ${parent.metadata.namespace}, unless the rule lists the namespaces it allows in spec.allowCrossNamespace, or its parent is cluster-scoped (spec.parent.scope: Cluster)`},
 		},
 		{
 			name: "syntax error",
@@ -271,9 +350,9 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`rules.yaml:13:5: rule "r": spec.status: status field "conditions" is written by kgen itself`},
 		},
 		{
-			name: "allowCrossNamespace not a bool",
+			name: "allowCrossNamespace not a list",
 			yaml: strings.Replace(header, "spec:\n", "spec:\n  allowCrossNamespace: \"yes\"\n", 1) + "  - id: a\n" + cm("a"),
-			want: []string{`rules.yaml:5:24: rule "r": spec.allowCrossNamespace: must be true or false`},
+			want: []string{`rules.yaml:5:24: rule "r": spec.allowCrossNamespace: must be a list of namespaces, as in allowCrossNamespace: [ns-a, ns-b]`},
 		},
 		{
 			name: "YAML syntax error",

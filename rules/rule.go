@@ -1,10 +1,15 @@
 package rules
 
 import (
+	"slices"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kgen.dev/kgen/pkg/kinds"
 )
 
 // APIVersion and Kind are what every rules document must declare.
@@ -33,6 +38,16 @@ type Options struct {
 	// object, a status field), counted as its JSON encoding. Zero means
 	// DefaultMaxOutputBytes.
 	MaxOutputBytes int
+	// RandomString generates the value of randomString(n): n characters of
+	// [a-zA-Z0-9]. Nil means crypto/rand; PlaceholderRandomString gives
+	// the same string every time, for showing rules.
+	RandomString func(n int) (string, error)
+	// Schemas returns the OpenAPI v3 schema of a kind's objects, as a
+	// CustomResourceDefinition version declares it, or false when it is
+	// not known. With the parent's schema, every parent.… path in the
+	// rule's expressions is type-checked when the rules load. Nil knows no
+	// schema; a rule's spec.parent.schema is used then.
+	Schemas func(gvk schema.GroupVersionKind) (*apiextensionsv1.JSONSchemaProps, bool)
 }
 
 func (o Options) withDefaults() Options {
@@ -55,9 +70,18 @@ type Rule struct {
 	Pos Position
 	// Parent says which objects the rule applies to.
 	Parent Parent
-	// AllowCrossNamespace lets templates name a namespace other than the
-	// parent's.
-	AllowCrossNamespace bool
+	// AllowCrossNamespace are the namespaces, other than the parent's, that
+	// the rule's children may be in (spec.allowCrossNamespace); empty for
+	// none. A rule of a cluster-scoped parent without the list may put its
+	// children in any namespace.
+	AllowCrossNamespace []string
+	// AllowBindRoles are the roles that RoleBinding and ClusterRoleBinding
+	// templates may name by an expression in roleRef.name
+	// (spec.allowBindRoles); empty when none may.
+	AllowBindRoles []string
+	// Inputs are the objects the rule reads besides its parent and
+	// children (spec.inputs), in the order of the file.
+	Inputs []*Input
 	// Children are the templated children, in the order of the file.
 	Children []*Child
 	// Status are the fields written under the parent's .status, in the
@@ -74,6 +98,20 @@ func (r *Rule) Child(id string) *Child { return r.byID[id] }
 // Order returns the children in dependency order: every child comes after the
 // children it reads. Among independent children the file's order is kept.
 func (r *Rule) Order() []*Child { return r.order }
+
+// AllowsNamespace tells whether a child of a parent in parentNamespace ("" for
+// a cluster-scoped parent) may be in namespace: the parent's own, one of
+// AllowCrossNamespace, or, for a cluster-scoped parent of a rule without
+// that list, any.
+func (r *Rule) AllowsNamespace(parentNamespace, namespace string) bool {
+	switch {
+	case parentNamespace != "" && namespace == parentNamespace:
+		return true
+	case len(r.AllowCrossNamespace) > 0:
+		return slices.Contains(r.AllowCrossNamespace, namespace)
+	}
+	return parentNamespace == ""
+}
 
 // Selects tells whether obj is a parent of this rule: its apiVersion and kind
 // are the rule's, it is in one of the rule's namespaces (when the rule names
@@ -108,7 +146,72 @@ type Parent struct {
 	// Namespaces limits the rule to parents in these namespaces; empty means
 	// every namespace.
 	Namespaces []string
+	// Scope is the parent kind's scope when it is known at load time: a
+	// built-in kind's, or spec.parent.scope; kinds.ScopeUnknown otherwise.
+	Scope kinds.Scope
+	// Schema is the OpenAPI v3 schema of the parent's spec, from
+	// spec.parent.schema; nil when the rule has none. See Rule.CRD.
+	Schema *apiextensionsv1.JSONSchemaProps
+	// TypeChecked tells whether the rule's expressions were checked against
+	// the parent's schema (Options.Schemas, or Schema) when they loaded.
+	TypeChecked bool
 }
+
+// Input is an object a rule reads that is neither its parent nor a child:
+// inputs.<id> in expressions.
+type Input struct {
+	// ID is unique among the rule's inputs and matches [a-z][a-z0-9_]*.
+	ID string
+	// Pos is where the input's entry starts.
+	Pos Position
+	// GroupVersionKind is the input's literal apiVersion and kind.
+	GroupVersionKind schema.GroupVersionKind
+	// Name is the input's name: a string template of parent; nil for a
+	// selector input.
+	Name *Template
+	// Namespace is the input's namespace: a string template of parent; nil
+	// for the parent's namespace (for a namespaced kind).
+	Namespace *Template
+	// LabelSelector selects the input's objects instead of Name; nil for a
+	// named input. Selector is it compiled.
+	LabelSelector *metav1.LabelSelector
+	Selector      labels.Selector
+}
+
+// ForEach is one entry of a child's forEach: Name is bound, in turn, to each
+// element of the list (or each {key, value} of the map) Expr returns.
+type ForEach struct {
+	Name string
+	Expr *Expression
+
+	maxBytes int
+}
+
+// DeletionPolicy says what happens to a child that is pruned, or whose
+// parent goes.
+type DeletionPolicy string
+
+// The deletion policies.
+const (
+	// DeletionDelete deletes the child (the default).
+	DeletionDelete DeletionPolicy = "Delete"
+	// DeletionOrphan leaves the child, without kgen's ownerReference and
+	// labels.
+	DeletionOrphan DeletionPolicy = "Orphan"
+)
+
+// UpdatePolicy says whether kgen keeps a child equal to its template.
+type UpdatePolicy string
+
+// The update policies.
+const (
+	// UpdateApply applies the template whenever the child differs (the
+	// default).
+	UpdateApply UpdatePolicy = "Apply"
+	// UpdateCreateOnly creates the child once and never writes it again:
+	// for generated passwords (randomString).
+	UpdateCreateOnly UpdatePolicy = "CreateOnly"
+)
 
 // Child is one templated child of a rule.
 type Child struct {
@@ -127,11 +230,46 @@ type Child struct {
 	// ReadyWhen are conditions on the observed child (self) that must all be
 	// true for it to count as ready; empty means ready once it exists.
 	ReadyWhen []*Expression
-	// DependsOn are the ids of the children that the template and
-	// includeWhen read through children.<id>, in the rule's order. The child
-	// is rendered only once they all exist.
+	// ForEach, when set, makes the child one object per element of the
+	// cartesian product of its entries, in the order written. Empty for an
+	// ordinary child.
+	ForEach []*ForEach
+	// DeletionPolicy is spec.children[].deletionPolicy; DeletionDelete by
+	// default.
+	DeletionPolicy DeletionPolicy
+	// UpdatePolicy is spec.children[].updatePolicy; UpdateApply by default.
+	UpdatePolicy UpdatePolicy
+	// DependsOn are the ids of the children that the template, includeWhen
+	// and forEach read through children.<id>, in the rule's order. The
+	// child is rendered only once they all exist.
 	DependsOn []string
+	// Inputs are the ids of the inputs that the template, includeWhen and
+	// forEach read, in the rule's order. The child waits while a named one
+	// is missing.
+	Inputs []string
+
+	// namespace is what the template's metadata.namespace is, and
+	// namespaceLiteral its value when it is a literal.
+	namespace        namespaceForm
+	namespaceLiteral string
+	templatedRoleRef bool
 }
+
+// TemplatedRoleRef tells whether the child is a RoleBinding or
+// ClusterRoleBinding whose template computes roleRef.name with an
+// expression, so that the role it binds must be one of the rule's
+// AllowBindRoles.
+func (c *Child) TemplatedRoleRef() bool { return c.templatedRoleRef }
+
+// namespaceForm is the form of a template's metadata.namespace.
+type namespaceForm int
+
+const (
+	nsAbsent     namespaceForm = iota // not set: the parent's namespace
+	nsParent                          // exactly ${parent.metadata.namespace}
+	nsLiteral                         // a literal namespace
+	nsExpression                      // any other expression
+)
 
 // StatusField is one field the rule writes under the parent's .status.
 type StatusField struct {

@@ -34,30 +34,76 @@ type Template struct {
 	rule, child, field string
 	maxBytes           int
 	refs               []string
+	inputs             []string
 	exprs              []*Expression
 }
 
 // References are the ids of the children the template reads, sorted.
 func (t *Template) References() []string { return t.refs }
 
+// Inputs are the ids of the inputs the template reads, sorted.
+func (t *Template) Inputs() []string { return t.inputs }
+
 // Expressions are the template's expressions, in the order of the file.
 func (t *Template) Expressions() []*Expression { return t.exprs }
+
+// Sets tells whether the template sets a value, a literal or an
+// expression, at a path of map keys such as ("metadata", "namespace").
+func (t *Template) Sets(path ...string) bool {
+	return t.at(path) != nil
+}
+
+// at returns the node at a path of map keys, or nil.
+func (t *Template) at(path []string) *node {
+	n := t.root
+	for _, key := range path {
+		if n == nil || n.kind != mapNode {
+			return nil
+		}
+		i := slices.Index(n.keys, key)
+		if i < 0 {
+			return nil
+		}
+		n = n.elems[i]
+	}
+	return n
+}
+
+// reads tells whether an expression of the node reads one of the
+// variables.
+func (n *node) reads(vars []string) bool {
+	var exprs []*Expression
+	switch n.kind {
+	case exprNode:
+		exprs = []*Expression{n.expr}
+	case textNode:
+		for _, p := range n.parts {
+			if p.expr != nil {
+				exprs = append(exprs, p.expr)
+			}
+		}
+	case mapNode, listNode:
+		for _, e := range n.elems {
+			if e.reads(vars) {
+				return true
+			}
+		}
+	}
+	for _, e := range exprs {
+		for _, v := range vars {
+			if e.Reads(v) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Literal returns the constant scalar the template holds at a path of map
 // keys, such as ("roleRef", "name"). ok is false when there is nothing at
 // the path or the value there holds an expression, or is a map or list.
 func (t *Template) Literal(path ...string) (v any, ok bool) {
-	n := t.root
-	for _, key := range path {
-		if n == nil || n.kind != mapNode {
-			return nil, false
-		}
-		i := slices.Index(n.keys, key)
-		if i < 0 {
-			return nil, false
-		}
-		n = n.elems[i]
-	}
+	n := t.at(path)
 	if n == nil || n.kind != literalNode {
 		return nil, false
 	}
@@ -461,6 +507,7 @@ func (t *Template) collect() {
 		}
 	}
 	walk(t.root)
+	seenInput := map[string]bool{}
 	for _, e := range t.exprs {
 		for _, r := range e.References {
 			if !seen[r] {
@@ -468,6 +515,13 @@ func (t *Template) collect() {
 				t.refs = append(t.refs, r)
 			}
 		}
+		for _, in := range e.Inputs {
+			if !seenInput[in] {
+				seenInput[in] = true
+				t.inputs = append(t.inputs, in)
+			}
+		}
 	}
 	slices.Sort(t.refs)
+	slices.Sort(t.inputs)
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/rbac"
 	"kgen.dev/kgen/rules"
@@ -101,7 +102,7 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 	}
 	policy, err := rbac.For(loaded, resolver)
 	err = kube.withServerMessage(err)
-	if errors.Is(err, rbac.ErrUnknownKind) {
+	if errors.Is(err, kinds.ErrUnknownKind) {
 		return fmt.Errorf("%w\n(give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)", err)
 	}
 	if err != nil {
@@ -168,7 +169,7 @@ func (o *rbacOptions) resolver(kube *kubeFlags) (rbac.Resolver, error) {
 		}
 		return rbac.Discovery{Mapper: m}, nil
 	}
-	s := rbac.NewStatic()
+	s := kinds.NewStatic()
 	for _, path := range o.crds {
 		objs, err := readObjects(path)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"kgen.dev/kgen/internal/manifest"
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
@@ -26,6 +28,7 @@ type renderOptions struct {
 	rules    []string
 	parent   string
 	observed string
+	inputs   []string
 	crds     []string
 	output   *outputFlags
 }
@@ -44,13 +47,25 @@ The children are printed as a YAML stream, in the order they are applied.
 includeWhen, children waiting for a child they read, and the status fields
 that would be written to the parent.
 
-Every kind involved must be a built-in kind or have its
-CustomResourceDefinition given with --crd, so that its scope is known. A
-parent without metadata.namespace, of a namespaced kind, is taken to be in
-"default", as kubectl does; one without metadata.uid gets a placeholder UID.
+The scope of built-in kinds is known, and that of custom resources whose
+CustomResourceDefinition is given with --crd. Without it, a parent with
+metadata.namespace is taken as namespaced and one without as cluster-scoped;
+a child of an unknown kind is taken as namespaced when its template sets
+metadata.namespace, and otherwise as having its parent's scope. Each such
+assumption is noted on stderr. A parent without metadata.namespace, of a
+kind known to be namespaced, is taken to be in "default", as kubectl does;
+one without metadata.uid gets a placeholder UID.
 --observed gives the children as they exist in the cluster (labelled
 kgen.dev/child, as kgen labels them, or of a kind only one child has), for
-rules whose children read other children.`,
+rules whose children read other children. --input gives the objects the
+rules read through spec.inputs: each input takes the objects of its kind
+with its name and namespace, or matching its selector; a child reading a
+named input that none of them is waits, and says so.
+
+With --crd, expressions are type-checked against the parent's schema, as
+"kgenctl run" does with the CRD it finds. randomString(n), allowed in
+CreateOnly children, is shown as n characters of "RANDOM" repeated, so the
+output is the same every time; kgen generates random characters.`,
 		Example: `  kgenctl render --rules examples/webapp/rules.yaml --parent examples/webapp/parent.yaml \
       --crd examples/webapp/crd.yaml
   kgenctl render --rules rules/ --parent foo.yaml --crd crds/foo.yaml -o json
@@ -64,6 +79,7 @@ rules whose children read other children.`,
 	f.StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
 	f.StringVar(&o.parent, "parent", "", "a file holding the parent object")
 	f.StringVar(&o.observed, "observed", "", "a file holding observed children (a YAML stream or a List)")
+	f.StringArrayVar(&o.inputs, "input", nil, "a file of objects the rules read as inputs (a YAML stream or a List; repeatable)")
 	f.StringArrayVar(&o.crds, "crd", nil, "a file of CustomResourceDefinitions of kinds involved (repeatable)")
 	o.output = addOutputFlag(cmd, "yaml")
 	_ = cmd.MarkFlagRequired("rules")
@@ -73,7 +89,7 @@ rules whose children read other children.`,
 
 func (o *renderOptions) run(out, notes io.Writer) error {
 	err := o.render(out, notes)
-	if errors.Is(err, reconcile.ErrUnknownKind) {
+	if errors.Is(err, kinds.ErrUnknownKind) {
 		return fmt.Errorf("%w (pass its CustomResourceDefinition with --crd)", err)
 	}
 	return err
@@ -84,21 +100,13 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 	if err != nil {
 		return err
 	}
-	loaded, err := rules.Load(o.rules, rules.Options{})
+	scope, err := readCRDs(o.crds)
 	if err != nil {
 		return err
 	}
-	scope := reconcile.NewStaticScoper()
-	for _, path := range o.crds {
-		objs, err := readObjects(path)
-		if err != nil {
-			return err
-		}
-		for _, crd := range objs {
-			if err := scope.AddCRD(crd); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-		}
+	loaded, err := rules.Load(o.rules, rules.Options{Schemas: scope.Schema, RandomString: rules.PlaceholderRandomString})
+	if err != nil {
+		return err
 	}
 	parent, err := o.readParent(scope, notes)
 	if err != nil {
@@ -113,14 +121,30 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 	if len(selected) == 0 {
 		return fmt.Errorf("no rule selects %s %s (check the rules' parent kind, selector and namespaces)", parent.GetKind(), describeObject(parent))
 	}
+	for _, n := range reconcile.AssumeScopes(scope, parent, selected) {
+		if _, err := fmt.Fprintf(notes, "# %s\n", n); err != nil {
+			return err
+		}
+	}
 	observed, err := o.readObserved(selected)
+	if err != nil {
+		return err
+	}
+	inputs, err := readInputFiles(o.inputs)
 	if err != nil {
 		return err
 	}
 	var children []unstructured.Unstructured
 	for _, r := range selected {
-		rendered, err := reconcile.Render(r, parent, observed[r.Name], scope)
+		obs := observed[r.Name]
+		if obs.Inputs, err = matchInputs(r, parent, scope, inputs); err != nil {
+			return err
+		}
+		rendered, err := reconcile.Render(r, parent, obs, scope)
 		if err != nil {
+			return err
+		}
+		if err := notePolicies(notes, r); err != nil {
 			return err
 		}
 		for _, c := range rendered.Children {
@@ -135,7 +159,7 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 
 // readParent reads the one parent object and completes it as the API server
 // would have: a namespace for a namespaced kind, a UID.
-func (o *renderOptions) readParent(scope reconcile.Scoper, notes io.Writer) (*unstructured.Unstructured, error) {
+func (o *renderOptions) readParent(scope kinds.Scoper, notes io.Writer) (*unstructured.Unstructured, error) {
 	objs, err := readObjects(o.parent)
 	if err != nil {
 		return nil, err
@@ -145,8 +169,10 @@ func (o *renderOptions) readParent(scope reconcile.Scoper, notes io.Writer) (*un
 	}
 	parent := objs[0]
 	if parent.GetNamespace() == "" {
+		// A kind of unknown scope is taken as cluster-scoped, since the
+		// parent has no namespace (see reconcile.AssumeScopes).
 		namespaced, err := scope.Namespaced(parent.GroupVersionKind())
-		if err != nil {
+		if err != nil && !errors.Is(err, kinds.ErrUnknownKind) {
 			return nil, fmt.Errorf("%s: %w", o.parent, err)
 		}
 		if namespaced {
@@ -162,13 +188,30 @@ func (o *renderOptions) readParent(scope reconcile.Scoper, notes io.Writer) (*un
 	return parent, nil
 }
 
+// readCRDs reads CustomResourceDefinition files into an offline resolver.
+func readCRDs(paths []string) (*kinds.Static, error) {
+	scope := kinds.NewStatic()
+	for _, path := range paths {
+		objs, err := readObjects(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, crd := range objs {
+			if err := scope.AddCRD(crd); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+		}
+	}
+	return scope, nil
+}
+
 // readObserved reads the observed children and sorts them by rule and child
 // id: by their kgen.dev/rule and kgen.dev/child labels, or else by their kind
 // when only one child of the selected rules has it.
-func (o *renderOptions) readObserved(selected []*rules.Rule) (map[string]map[string]*unstructured.Unstructured, error) {
-	out := map[string]map[string]*unstructured.Unstructured{}
+func (o *renderOptions) readObserved(selected []*rules.Rule) (map[string]reconcile.Observed, error) {
+	out := map[string]reconcile.Observed{}
 	for _, r := range selected {
-		out[r.Name] = map[string]*unstructured.Unstructured{}
+		out[r.Name] = reconcile.Observed{Children: map[string][]*unstructured.Unstructured{}}
 	}
 	if o.observed == "" {
 		return out, nil
@@ -182,9 +225,76 @@ func (o *renderOptions) readObserved(selected []*rules.Rule) (map[string]map[str
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.observed, err)
 		}
-		out[rule][id] = obj
+		out[rule].Children[id] = append(out[rule].Children[id], obj)
 	}
 	return out, nil
+}
+
+// inputFile is an object of an --input file.
+type inputFile struct {
+	path string
+	obj  *unstructured.Unstructured
+}
+
+func readInputFiles(paths []string) ([]inputFile, error) {
+	var out []inputFile
+	for _, path := range paths {
+		objs, err := readObjects(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range objs {
+			out = append(out, inputFile{path: path, obj: obj})
+		}
+	}
+	return out, nil
+}
+
+// matchInputs gives each input of a rule the objects of the --input files
+// it reads for the parent.
+func matchInputs(r *rules.Rule, parent *unstructured.Unstructured, scope kinds.Scoper, files []inputFile) (map[string][]*unstructured.Unstructured, error) {
+	refs, err := r.InputRefs(parent, scope)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]*unstructured.Unstructured{}
+	for _, ref := range refs {
+		for _, f := range files {
+			obj := f.obj
+			if obj.GetNamespace() == "" && ref.Namespace != "" {
+				// As for the parent: a namespaced object without a
+				// namespace is in the one kubectl would put it in.
+				obj = obj.DeepCopy()
+				obj.SetNamespace("default")
+			}
+			if ref.Matches(obj) {
+				out[ref.ID] = append(out[ref.ID], obj)
+			}
+		}
+	}
+	return out, nil
+}
+
+// notePolicies says on stderr what the output does not show of the
+// children's policies, and how randomString is shown.
+func notePolicies(w io.Writer, r *rules.Rule) error {
+	var b strings.Builder
+	for _, c := range r.Children {
+		if c.UpdatePolicy == rules.UpdateCreateOnly {
+			fmt.Fprintf(&b, "# rule %s: child %s is CreateOnly: kgen creates it and never updates it\n", r.Name, c.ID)
+		}
+		if c.DeletionPolicy == rules.DeletionOrphan {
+			fmt.Fprintf(&b, "# rule %s: child %s is orphaned when pruned or when its parent goes: it has no ownerReference\n", r.Name, c.ID)
+		}
+		for _, e := range c.Template.Expressions() {
+			if e.Random {
+				fmt.Fprintf(&b, "# rule %s: child %s: randomString(n) is shown as n characters of RANDOM; kgen generates random ones\n", r.Name, c.ID)
+				break
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 func childOf(obj *unstructured.Unstructured, selected []*rules.Rule) (rule, id string, err error) {
@@ -229,7 +339,7 @@ func writeNotes(w io.Writer, rule string, r *reconcile.Rendered) error {
 	for _, id := range r.Excluded {
 		fmt.Fprintf(&b, "# rule %s: child %s is excluded\n", rule, id)
 	}
-	for _, id := range sortedKeys(r.Waiting) {
+	for _, id := range slices.Sorted(maps.Keys(r.Waiting)) {
 		fmt.Fprintf(&b, "# rule %s: child %s is not rendered: %s\n", rule, id, r.Waiting[id])
 	}
 	if len(r.Status) > 0 {

@@ -33,7 +33,9 @@ func noCluster(t *testing.T) {
 
 // TestRenderExamples renders every example and compares the children with
 // the example's rendered.yaml, and the notes on stderr with
-// testdata/render/<example>.stderr.
+// testdata/render/<example>.stderr. An example has the CRD of its parent
+// kind (crd.yaml) unless the parent is a built-in kind, and may have
+// observed children (observed.yaml) and inputs (input.yaml).
 func TestRenderExamples(t *testing.T) {
 	noCluster(t)
 	// A folder without rules (examples/portal is a program) is no rules example.
@@ -48,10 +50,11 @@ func TestRenderExamples(t *testing.T) {
 			args := []string{"render",
 				"--rules", filepath.Join(dir, "rules.yaml"),
 				"--parent", filepath.Join(dir, "parent.yaml"),
-				"--crd", filepath.Join(dir, "crd.yaml"),
 			}
-			if observed := filepath.Join(dir, "observed.yaml"); exists(observed) {
-				args = append(args, "--observed", observed)
+			for _, f := range []struct{ flag, file string }{{"--crd", "crd.yaml"}, {"--observed", "observed.yaml"}, {"--input", "input.yaml"}} {
+				if path := filepath.Join(dir, f.file); exists(path) {
+					args = append(args, f.flag, path)
+				}
 			}
 			out, notes, err := runKgenctl(t, args...)
 			if err != nil {
@@ -63,9 +66,66 @@ func TestRenderExamples(t *testing.T) {
 	}
 }
 
+// TestExampleSchemaCRDs checks that an example whose rule describes its
+// parent kind with spec.parent.schema has the CRD kgenctl crd prints for it.
+func TestExampleSchemaCRDs(t *testing.T) {
+	dirs, err := filepath.Glob("../../examples/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, "rules.yaml"))
+		if err != nil || !strings.Contains(string(data), "    schema:\n") {
+			continue
+		}
+		found++
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			out, _, err := runKgenctl(t, "crd", "--rules", filepath.Join(dir, "rules.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join(dir, "crd.yaml"), out)
+		})
+	}
+	if found == 0 {
+		t.Error("no example has spec.parent.schema")
+	}
+}
+
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// TestRenderWithoutCRD renders examples without their CRDs: a parent with
+// metadata.namespace is taken as namespaced and one without as
+// cluster-scoped (contract section 4), so the children are those of
+// rendered.yaml, and the notes say what was assumed.
+func TestRenderWithoutCRD(t *testing.T) {
+	noCluster(t)
+	for _, tt := range []struct{ name, rules, parent, observed string }{
+		{name: "webapp", rules: "../../examples/webapp/rules.yaml", parent: "../../examples/webapp/parent.yaml"},
+		{name: "tenant", rules: "../../examples/tenant/rules.yaml", parent: "../../examples/tenant/parent.yaml", observed: "../../examples/tenant/observed.yaml"},
+		{name: "nocrd", rules: "testdata/render/nocrd/rules.yaml", parent: "testdata/render/nocrd/parent.yaml"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"render", "--rules", tt.rules, "--parent", tt.parent}
+			if tt.observed != "" {
+				args = append(args, "--observed", tt.observed)
+			}
+			out, notes, err := runKgenctl(t, args...)
+			if err != nil {
+				t.Fatalf("kgenctl %s: %v", strings.Join(args, " "), err)
+			}
+			rendered := filepath.Join(filepath.Dir(tt.parent), "rendered.yaml")
+			if tt.name == "nocrd" {
+				rendered = filepath.Join("testdata", "render", "nocrd", "rendered.yaml")
+			}
+			golden.Check(t, rendered, out)
+			golden.Check(t, filepath.Join("testdata", "render", "nocrd", tt.name+".stderr"), notes)
+		})
+	}
 }
 
 func TestRender(t *testing.T) {
@@ -101,9 +161,9 @@ func TestRender(t *testing.T) {
 			golden: "team.golden.yaml",
 		},
 		{
-			name:    "no CRD for the parent",
-			args:    webapp(),
-			wantErr: "rule \"webapp\": scope of the parent: unknown kind: kind WebApp (apiVersion example.com/v1alpha1) is not a built-in kind and no CustomResourceDefinition for it was given (pass its CustomResourceDefinition with --crd)",
+			name:    "a CRD without the parent's version",
+			args:    []string{"render", "--rules", "testdata/render/nocrd/rules.yaml", "--parent", "testdata/render/nocrd/parent.yaml", "--crd", "testdata/render/nocrd/crd-v2.yaml"},
+			wantErr: "rule \"gadgets\": scope of the parent: unknown kind: Gadget.example.com: its CustomResourceDefinition declares versions v2, not v1 (pass its CustomResourceDefinition with --crd)",
 		},
 		{
 			name:    "no rule selects the parent",

@@ -23,6 +23,7 @@ informers and keeps the children equal to the templates with server-side apply.`
 	cmd.AddCommand(
 		newCheckCmd(out),
 		newCleanupCmd(out, errOut),
+		newCRDCmd(out),
 		newGVKToGVRCmd(out),
 		newRBACCmd(out),
 		newRenderCmd(out),

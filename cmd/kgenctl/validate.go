@@ -13,6 +13,7 @@ import (
 
 type validateOptions struct {
 	rules []string
+	crds  []string
 }
 
 func newValidateCmd(out io.Writer) *cobra.Command {
@@ -26,21 +27,31 @@ ids, selectors, the namespace policy and the children's dependencies.
 
 PATH is a file, or a directory whose *.yaml and *.yml files are read. Every
 error is listed with its file, line and column; the exit code is 0 when the
-rules are valid and 1 otherwise.`,
+rules are valid and 1 otherwise.
+
+With --crd, every parent.… path is checked against the schema the parent's
+CustomResourceDefinition declares, as "kgenctl run" does with the CRD the
+cluster serves; a rule's spec.parent.schema is used the same way.`,
 		Example: `  kgenctl validate --rules examples/webapp/rules.yaml
-  kgenctl validate --rules rules/ --rules more-rules.yaml`,
+  kgenctl validate --rules rules/ --rules more-rules.yaml
+  kgenctl validate --rules examples/webapp/rules.yaml --crd examples/webapp/crd.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return o.run(out)
 		},
 	}
 	cmd.Flags().StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
+	cmd.Flags().StringArrayVar(&o.crds, "crd", nil, "a file of CustomResourceDefinitions whose schemas type-check expressions (repeatable)")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
 
 func (o *validateOptions) run(out io.Writer) error {
-	loaded, err := rules.Load(o.rules, rules.Options{})
+	scope, err := readCRDs(o.crds)
+	if err != nil {
+		return err
+	}
+	loaded, err := rules.Load(o.rules, rules.Options{Schemas: scope.Schema})
 	if err != nil {
 		var list rules.ErrorList
 		if errors.As(err, &list) {

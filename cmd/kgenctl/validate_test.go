@@ -17,6 +17,8 @@ func TestValidate(t *testing.T) {
 		{name: "valid", args: []string{"--rules", "../../examples/webapp/rules.yaml", "--rules", "testdata/render/rules"}, golden: "valid.txt"},
 		{name: "every error listed", args: []string{"--rules", "testdata/validate/bad.yaml"}, golden: "bad.txt"},
 		{name: "missing file", args: []string{"--rules", "testdata/validate/missing.yaml"}, golden: "missing.txt"},
+		{name: "typed with the CRD", args: []string{"--rules", "testdata/validate/typo.yaml", "--crd", "../../examples/webapp/crd.yaml"}, golden: "typo.txt"},
+		{name: "untyped without it", args: []string{"--rules", "testdata/validate/typo.yaml"}, golden: "typo-untyped.txt"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -527,7 +527,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	// only there, unless they may live elsewhere: such a rule then needs no
 	// cluster-wide access (pkg/rbac grants exactly this).
 	childNamespaces := []string{""}
-	if parent.Namespaced && len(rule.Parent.Namespaces) > 0 && !rule.AllowCrossNamespace {
+	if parent.Namespaced && len(rule.Parent.Namespaces) > 0 && len(rule.AllowCrossNamespace) == 0 {
 		childNamespaces = rule.Parent.Namespaces
 	}
 	var childKeys []watch.Key

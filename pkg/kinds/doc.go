@@ -4,9 +4,14 @@
 // subresource.
 //
 // It is what offline commands (kgenctl render, kgenctl rbac) use where the
-// controller asks discovery. It never guesses a plural: a kind it does not
-// know, such as any custom resource, is reported as unknown, and the caller
-// must learn it elsewhere (a CustomResourceDefinition, the user, discovery).
+// controller asks discovery: Static is the one offline resolver, knowing the
+// built-in kinds, the CustomResourceDefinitions added to it, resources the
+// user names, and scopes a caller assumes. It never guesses a plural: a kind
+// it does not know, such as any custom resource, is an error matching
+// ErrUnknownKind, and the caller must learn it elsewhere (a
+// CustomResourceDefinition, the user, discovery). Scoper is the one
+// question Render asks of kinds, answered by Static offline and by
+// discovery in the controller.
 //
 // The table is checked against a live kube-apiserver serving every API
 // version (alpha and beta included) by the e2e test TestBuiltinKindsMatchDiscovery,

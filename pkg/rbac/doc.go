@@ -12,17 +12,20 @@
 //     create, patch (server-side apply) and delete (pruning). Never update.
 //     A RoleBinding or ClusterRoleBinding child also needs bind on the role it
 //     references, since RBAC forbids granting what one does not hold.
+//   - inputs (spec.inputs): list and watch, where they can be.
 //   - events: create and patch, where the parents are (Events of a
 //     cluster-scoped parent go to the default namespace).
 //
-// A rule whose namespaced parent is limited to namespaces (spec.parent.namespaces)
-// gets Roles in those namespaces instead of ClusterRole rules, for its
-// parent, its namespaced children (kgen watches them only there, unless the
-// rule allows cross-namespace children) and its events. Everything else is
-// in one ClusterRole. The leader-election Lease is not a rule's business:
+// Where is the rule's Placement (rules.Rule.Placement), as the controller
+// watches and the renderer writes: a rule whose namespaced parent is limited
+// to namespaces (spec.parent.namespaces) gets Roles in those namespaces
+// instead of ClusterRole rules, for its parent, its events and its
+// namespaced children, which live there or in the namespaces its templates
+// name or spec.allowCrossNamespace lists. Everything else is in one
+// ClusterRole. The leader-election Lease is not a rule's business:
 // Manifests adds a Role for it in kgen's own namespace.
 //
 // Kinds are resolved to resources by a Resolver: discovery (a live cluster),
-// or offline from the built-in kinds of package kinds, CustomResourceDefinition
-// files and resources the user names. The package never guesses a plural.
+// or offline by kinds.Static (built-in kinds, CustomResourceDefinition files
+// and resources the user names). The package never guesses a plural.
 package rbac

@@ -10,36 +10,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
-// Scope is whether a kind's objects live in namespaces.
-type Scope int
-
-// The scopes of a kind. ScopeUnknown is for a kind named by the user without
-// its scope: its rules are granted cluster-wide, which works for either.
-const (
-	ScopeUnknown Scope = iota
-	Namespaced
-	Cluster
-)
-
-// Resource is what the rules need to know of a kind's API resource.
-type Resource struct {
-	// Group is the API group; "" for the core group.
-	Group string
-	// Resource is the resource name, the lower-case plural.
-	Resource string
-	// Scope says whether the kind is namespaced.
-	Scope Scope
-	// Status is true when the resource has a status subresource, or when
-	// that is not known.
-	Status bool
-}
-
 // Resolver finds the API resource of a kind.
 type Resolver interface {
-	Resolve(gvk schema.GroupVersionKind) (Resource, error)
+	Resolve(gvk schema.GroupVersionKind) (kinds.Mapping, error)
 }
 
 // Policy is the RBAC that a set of rules needs.
@@ -60,6 +37,7 @@ var (
 	parentVerbs = []string{"get", "list", "watch"}
 	childVerbs  = []string{"get", "list", "watch", "create", "patch", "delete"}
 	eventVerbs  = []string{"create", "patch"}
+	inputVerbs  = []string{"list", "watch"}
 )
 
 // LeaderElectionRules are what 'kgenctl run --leader-elect' needs in the
@@ -100,20 +78,25 @@ var clusterWide = []string{""}
 // Every kind the rules use is resolved first; all that fail are reported
 // together.
 func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
-	res := &resolver{r: r, done: map[schema.GroupVersionKind]Resource{}, failed: map[schema.GroupVersionKind]bool{}}
+	res := &resolver{r: r, done: map[schema.GroupVersionKind]kinds.Mapping{}, failed: map[schema.GroupVersionKind]bool{}}
 	var notes []string
 	g := grants{}
 	for _, rule := range loaded {
 		parent, ok := res.resolve(rule.Parent.GroupVersionKind, fmt.Sprintf("rule %s: parent", rule.Name))
-		children := make([]Resource, len(rule.Children))
+		children := make([]kinds.Mapping, len(rule.Children))
 		for i, c := range rule.Children {
 			m, cok := res.resolve(c.GroupVersionKind, fmt.Sprintf("rule %s: child %s", rule.Name, c.ID))
 			children[i], ok = m, ok && cok
 		}
+		inputs := make([]kinds.Mapping, len(rule.Inputs))
+		for i, in := range rule.Inputs {
+			m, iok := res.resolve(in.GroupVersionKind, fmt.Sprintf("rule %s: input %s", rule.Name, in.ID))
+			inputs[i], ok = m, ok && iok
+		}
 		if !ok {
 			continue
 		}
-		notes = append(notes, g.addRule(rule, parent, children)...)
+		notes = append(notes, g.addRule(rule, parent, children, inputs)...)
 	}
 	if err := errors.Join(res.errs...); err != nil {
 		return nil, err
@@ -146,66 +129,77 @@ func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
 }
 
 // addRule grants what one rule needs and returns notes on what it cannot.
-func (g grants) addRule(rule *rules.Rule, parent Resource, children []Resource) (notes []string) {
-	// Where kgen watches and writes, as pkg/controller decides it: a
-	// namespaced parent limited to namespaces is watched only there, and so
-	// are its namespaced children unless they may live elsewhere.
-	parentAt := clusterWide
-	limited := parent.Scope == Namespaced && len(rule.Parent.Namespaces) > 0
-	if limited {
-		parentAt = rule.Parent.Namespaces
+// Where kgen watches and writes is the rule's Placement, as the controller
+// and the renderer see it.
+func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs []kinds.Mapping) (notes []string) {
+	scopes := resolvedScopes{rule.Parent.GroupVersionKind: parent}
+	for i, c := range rule.Children {
+		scopes[c.GroupVersionKind] = children[i]
 	}
-	eventsAt := parentAt
-	if parent.Scope == Cluster {
-		// Events about cluster-scoped objects are recorded in "default".
-		eventsAt = []string{"default"}
+	for i, in := range rule.Inputs {
+		scopes[in.GroupVersionKind] = inputs[i]
 	}
+	pl, err := rule.Placement(scopes)
+	if err != nil { // resolvedScopes knows every kind of the rule
+		panic(err)
+	}
+	parentAt := orClusterWide(pl.ParentNamespaces)
 	parentKey := grantKey{group: parent.Group, resource: parent.Resource}
 	g.add(parentAt, parentKey, parentVerbs...)
 	if parent.Status {
 		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/status"}, "patch")
 	}
-	g.add(eventsAt, grantKey{resource: "events"}, eventVerbs...)
-
-	var owned, finalizer bool
+	g.add(orClusterWide(pl.EventNamespaces), grantKey{resource: "events"}, eventVerbs...)
 	for i, c := range rule.Children {
 		child := children[i]
-		childAt := clusterWide
-		if limited && !rule.AllowCrossNamespace && child.Scope == Namespaced {
-			childAt = rule.Parent.Namespaces
-		}
+		childAt := orClusterWide(pl.Children[i].Namespaces)
 		g.add(childAt, grantKey{group: child.Group, resource: child.Resource}, childVerbs...)
-		// Kubernetes allows an ownerReference from a cluster-scoped
-		// parent, or within one namespace; kgen's finalizer covers the rest.
-		switch {
-		case parent.Scope == Cluster:
-			owned = true
-		case parent.Scope == Namespaced && child.Scope == Namespaced && !rule.AllowCrossNamespace:
-			owned = true
-		case parent.Scope == Namespaced && child.Scope == Cluster:
-			finalizer = true
-		default: // a cross-namespace child, or a scope not known: either
-			owned, finalizer = true, true
-		}
 		notes = append(notes, g.addRBACChild(rule, c, child, childAt)...)
 	}
-	if owned {
+	for i, in := range inputs {
+		// Inputs are read from informers' caches, never written.
+		g.add(orClusterWide(pl.Inputs[i].Namespaces), grantKey{group: in.Group, resource: in.Resource}, inputVerbs...)
+	}
+	if pl.MayOwn() {
 		// Checked by the OwnerReferencesPermissionEnforcement admission
 		// plugin before it lets a child's ownerReference block the
 		// parent's deletion.
 		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/finalizers"}, "update")
 	}
-	if finalizer {
+	if pl.MayNeedFinalizer() {
 		// kgen's cleanup finalizer is set by server-side apply of the parent.
 		g.add(parentAt, parentKey, "patch")
 	}
 	return notes
 }
 
+// orClusterWide returns namespaces, or clusterWide for nil (every
+// namespace).
+func orClusterWide(namespaces []string) []string {
+	if namespaces == nil {
+		return clusterWide
+	}
+	return namespaces
+}
+
+// resolvedScopes answers scope questions from resolved kinds.
+type resolvedScopes map[schema.GroupVersionKind]kinds.Mapping
+
+func (r resolvedScopes) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
+	m, ok := r[gvk]
+	switch {
+	case !ok:
+		return false, fmt.Errorf("%w: %s", kinds.ErrUnknownKind, gvk)
+	case m.Scope == kinds.ScopeUnknown:
+		return false, fmt.Errorf("%w: %s", kinds.ErrUnknownScope, gvk)
+	}
+	return m.Scope == kinds.Namespaced, nil
+}
+
 // addRBACChild grants what RBAC's escalation checks ask of a child that is
 // itself RBAC: binding a role needs bind on it, unless kgen holds every
-// permission it grants.
-func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child Resource, at []string) []string {
+// permission it grants. kgen never gets bind or escalate on every role.
+func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child kinds.Mapping, at []string) []string {
 	if c.GroupVersionKind.Group != rbacv1.GroupName {
 		return nil
 	}
@@ -218,8 +212,7 @@ func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child Resource, a
 	default:
 		return nil
 	}
-	kind, kindOK := c.Template.Literal("roleRef", "kind")
-	name, nameOK := c.Template.Literal("roleRef", "name")
+	kind, _ := c.Template.Literal("roleRef", "kind")
 	var resources []string
 	switch kind {
 	case "ClusterRole":
@@ -229,44 +222,47 @@ func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child Resource, a
 	default:
 		resources = []string{"clusterroles", "roles"}
 	}
-	var notes []string
-	if !kindOK || !nameOK {
-		notes = append(notes, fmt.Sprintf("%s binds a role its template computes: granted bind on every %s", where, strings.Join(resources, " and ")))
+	// Only the roles the template names literally or, for a computed
+	// roleRef.name, those of spec.allowBindRoles: the renderer refuses any
+	// other, and bind on every role would let a parent grant anything.
+	names := rule.AllowBindRoles
+	if name, ok := c.Template.Literal("roleRef", "name"); ok && !c.TemplatedRoleRef() {
+		if s, isStr := name.(string); isStr {
+			names = []string{s}
+		}
 	}
 	for _, r := range resources {
-		k := grantKey{group: rbacv1.GroupName, resource: r}
-		if s, ok := name.(string); nameOK && ok {
-			k.name = s
+		for _, name := range names {
+			g.add(at, grantKey{group: rbacv1.GroupName, resource: r, name: name}, "bind")
 		}
-		g.add(at, k, "bind")
 	}
-	return notes
+	return nil
 }
 
 // resolver resolves each kind once and collects the errors.
 type resolver struct {
 	r            Resolver
-	done         map[schema.GroupVersionKind]Resource
+	done         map[schema.GroupVersionKind]kinds.Mapping
 	failed       map[schema.GroupVersionKind]bool
 	errs         []error
 	unknownScope []string
 }
 
-func (res *resolver) resolve(gvk schema.GroupVersionKind, where string) (Resource, bool) {
+func (res *resolver) resolve(gvk schema.GroupVersionKind, where string) (kinds.Mapping, bool) {
 	if m, ok := res.done[gvk]; ok {
 		return m, true
 	}
 	if res.failed[gvk] {
-		return Resource{}, false
+		return kinds.Mapping{}, false
 	}
 	m, err := res.r.Resolve(gvk)
 	if err != nil {
 		res.failed[gvk] = true
 		res.errs = append(res.errs, fmt.Errorf("%s: %w", where, err))
-		return Resource{}, false
+		return kinds.Mapping{}, false
 	}
 	res.done[gvk] = m
-	if m.Scope == ScopeUnknown {
+	if m.Scope == kinds.ScopeUnknown {
 		res.unknownScope = append(res.unknownScope, gvk.GroupKind().String())
 	}
 	return m, true

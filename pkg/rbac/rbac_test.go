@@ -9,46 +9,54 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
 // fakeResolver knows the kinds the tests use, as a cluster would.
-type fakeResolver map[string]Resource
+type fakeResolver map[string]kinds.Mapping
 
-func (f fakeResolver) Resolve(gvk schema.GroupVersionKind) (Resource, error) {
+func (f fakeResolver) Resolve(gvk schema.GroupVersionKind) (kinds.Mapping, error) {
 	if r, ok := f[gvk.Kind]; ok {
 		return r, nil
 	}
-	return Resource{}, fmt.Errorf("%w: %s", ErrUnknownKind, gvk.Kind)
+	return kinds.Mapping{}, fmt.Errorf("%w: %s", kinds.ErrUnknownKind, gvk.Kind)
 }
 
 var cluster = fakeResolver{
-	"App":         {Group: "example.com", Resource: "apps", Scope: Namespaced, Status: true},
-	"Plain":       {Group: "example.com", Resource: "plains", Scope: Namespaced},
-	"Tenant":      {Group: "example.com", Resource: "tenants", Scope: Cluster, Status: true},
+	"App":         {Group: "example.com", Resource: "apps", Scope: kinds.Namespaced, Status: true},
+	"Plain":       {Group: "example.com", Resource: "plains", Scope: kinds.Namespaced},
+	"Tenant":      {Group: "example.com", Resource: "tenants", Scope: kinds.Cluster, Status: true},
 	"Guess":       {Group: "example.com", Resource: "guesses", Status: true},
-	"ConfigMap":   {Resource: "configmaps", Scope: Namespaced},
-	"Namespace":   {Resource: "namespaces", Scope: Cluster, Status: true},
-	"RoleBinding": {Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Scope: Namespaced},
-	"Role":        {Group: "rbac.authorization.k8s.io", Resource: "roles", Scope: Namespaced},
+	"ConfigMap":   {Resource: "configmaps", Scope: kinds.Namespaced},
+	"Secret":      {Resource: "secrets", Scope: kinds.Namespaced},
+	"Namespace":   {Resource: "namespaces", Scope: kinds.Cluster, Status: true},
+	"RoleBinding": {Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Scope: kinds.Namespaced},
+	"Role":        {Group: "rbac.authorization.k8s.io", Resource: "roles", Scope: kinds.Namespaced},
 }
 
 // rule writes a rule with a parent of the given kind and extra parent and
-// spec lines, and children given as "kind" or "kind: extra template YAML".
+// spec lines, and children given as "kind" or "kind: extra template YAML",
+// where kind may be followed by @namespace for the template's
+// metadata.namespace.
 func rule(name, parentKind, parentExtra, specExtra string, children ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: %s}\nspec:\n%s  parent:\n    apiVersion: example.com/v1\n    kind: %s\n%s  children:\n",
 		name, specExtra, parentKind, parentExtra)
 	for i, c := range children {
 		kind, extra, _ := strings.Cut(c, ":")
+		kind, ns, _ := strings.Cut(kind, "@")
 		apiVersion := "v1"
 		if strings.HasPrefix(kind, "Role") {
 			apiVersion = "rbac.authorization.k8s.io/v1"
 		}
-		fmt.Fprintf(&b, "  - id: c%d\n    template:\n      apiVersion: %s\n      kind: %s\n      metadata: {name: \"x%d\"}\n", i, apiVersion, kind, i)
+		meta := fmt.Sprintf(`{name: "x%d"}`, i)
+		if ns != "" {
+			meta = fmt.Sprintf(`{name: "x%d", namespace: "%s"}`, i, ns)
+		}
+		fmt.Fprintf(&b, "  - id: c%d\n    template:\n      apiVersion: %s\n      kind: %s\n      metadata: %s\n", i, apiVersion, kind, meta)
 		if extra != "" {
 			fmt.Fprintf(&b, "      %s\n", strings.TrimSpace(extra))
 		}
@@ -139,19 +147,43 @@ func TestFor(t *testing.T) {
 			},
 		},
 		{
-			name:  "cross-namespace children are watched everywhere",
-			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: true\n", "ConfigMap"),
+			name:  "a child in the parent's namespace is watched only there, even when others may cross",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: [b]\n", "ConfigMap"),
 			want: []string{
-				"* core configmaps " + all,
+				"a core configmaps " + all,
 				"a core events create,patch",
-				"a example.com apps get,list,watch,patch",
+				"a example.com apps get,list,watch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 			},
 		},
 		{
+			name:  "cross-namespace children of a limited parent: Roles in its namespaces and the allowed ones",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: [b, c]\n", "ConfigMap@${parent.spec.target}", "Secret@c"),
+			want: []string{
+				"a core configmaps " + all,
+				"a core events create,patch",
+				"a example.com apps get,list,watch,patch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+				"b core configmaps " + all,
+				"c core configmaps,secrets " + all,
+			},
+		},
+		{
+			name:  "cross-namespace children of a parent in any namespace are watched everywhere",
+			rules: rule("r", "App", "", "  allowCrossNamespace: [b]\n", "ConfigMap@${parent.spec.target}"),
+			want: []string{
+				"* core configmaps " + all,
+				"* core events create,patch",
+				"* example.com apps get,list,watch,patch",
+				"* example.com apps/finalizers update",
+				"* example.com apps/status patch",
+			},
+		},
+		{
 			name:  "a cluster-scoped parent owns every child; its events go to default",
-			rules: rule("r", "Tenant", "", "  allowCrossNamespace: true\n", "Namespace", "ConfigMap"),
+			rules: rule("r", "Tenant", "    scope: Cluster\n", "", "Namespace", "ConfigMap@${parent.metadata.name}"),
 			want: []string{
 				"* core configmaps,namespaces " + all,
 				"* example.com tenants get,list,watch",
@@ -173,17 +205,55 @@ func TestFor(t *testing.T) {
 			},
 		},
 		{
-			name:  "a computed roleRef needs bind on every role",
-			rules: rule("r", "App", "", "", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: \"${parent.spec.role}\"}"),
+			name:  "a computed roleRef gets bind only on the roles of allowBindRoles",
+			rules: rule("r", "App", "", "  allowBindRoles: [view, edit]\n", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: \"${parent.spec.role}\"}"),
 			want: []string{
 				"* core events create,patch",
 				"* example.com apps get,list,watch",
 				"* example.com apps/finalizers update",
 				"* example.com apps/status patch",
-				"* rbac.authorization.k8s.io clusterroles bind",
+				"* rbac.authorization.k8s.io clusterroles[edit,view] bind",
 				"* rbac.authorization.k8s.io rolebindings " + all,
 			},
-			wantNotes: []string{"rule r: child c0 binds a role its template computes: granted bind on every clusterroles"},
+		},
+		{
+			name:  "a computed roleRef kind: bind on roles and cluster roles of those names",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  allowBindRoles: [view]\n", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: \"${parent.spec.kind}\", name: \"${parent.spec.role}\"}"),
+			want: []string{
+				"a core events create,patch",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+				"a rbac.authorization.k8s.io clusterroles[view] bind",
+				"a rbac.authorization.k8s.io rolebindings " + all,
+				"a rbac.authorization.k8s.io roles[view] bind",
+			},
+		},
+		{
+			name:  "a literal roleRef next to allowBindRoles binds only its role",
+			rules: rule("r", "App", "", "  allowBindRoles: [view]\n", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}"),
+			want: []string{
+				"* core events create,patch",
+				"* example.com apps get,list,watch",
+				"* example.com apps/finalizers update",
+				"* example.com apps/status patch",
+				"* rbac.authorization.k8s.io clusterroles[admin] bind",
+				"* rbac.authorization.k8s.io rolebindings " + all,
+			},
+		},
+		{
+			name:  "inputs: list and watch where they can be",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  inputs:\n  - {id: own, apiVersion: v1, kind: Secret, name: x}\n  - {id: shared, apiVersion: v1, kind: Secret, name: x, namespace: common}\n  - {id: any, apiVersion: v1, kind: ConfigMap, selector: {}, namespace: '${parent.spec.ns}'}\n", "ConfigMap"),
+			want: []string{
+				"* core configmaps list,watch",
+				"a core configmaps get,create,patch,delete",
+				"a core events create,patch",
+				"a core secrets list,watch",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+				"common core secrets list,watch",
+			},
 		},
 		{
 			name:  "a Role child is noted",
@@ -198,12 +268,12 @@ func TestFor(t *testing.T) {
 			wantNotes: []string{"rule r: child c0 makes a Role: kgen must hold every permission it grants (add them with rbac.extraRules), or escalate on roles"},
 		},
 		{
-			name:  "a parent of unknown scope gets both ways to clean up, cluster-wide",
+			name:  "a parent of unknown scope is granted cluster-wide; its child in its namespace is owned",
 			rules: rule("r", "Guess", "    namespaces: [a]\n", "", "ConfigMap"),
 			want: []string{
 				"* core configmaps " + all,
 				"* core events create,patch",
-				"* example.com guesses get,list,watch,patch",
+				"* example.com guesses get,list,watch",
 				"* example.com guesses/finalizers update",
 				"* example.com guesses/status patch",
 			},
@@ -247,117 +317,17 @@ func TestFor(t *testing.T) {
 // Every kind that cannot be resolved is reported, each once.
 func TestForUnknownKinds(t *testing.T) {
 	// Two rules on one kind must select different parents to load.
-	text := rule("r1", "Nope", "    namespaces: [a]\n", "", "Secret", "ConfigMap") + "---\n" + rule("r2", "Nope", "    namespaces: [b]\n", "", "ConfigMap")
+	text := rule("r1", "Nope", "    namespaces: [a]\n", "", "Unknown", "ConfigMap") + "---\n" + rule("r2", "Nope", "    namespaces: [b]\n", "", "ConfigMap")
 	loaded, err := rules.Parse("rules.yaml", []byte(text), rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = For(loaded, cluster)
-	if !errors.Is(err, ErrUnknownKind) {
+	if !errors.Is(err, kinds.ErrUnknownKind) {
 		t.Fatalf("For() error = %v, want ErrUnknownKind", err)
 	}
-	want := "rule r1: parent: unknown kind: Nope\nrule r1: child c0: unknown kind: Secret"
+	want := "rule r1: parent: unknown kind: Nope\nrule r1: child c0: unknown kind: Unknown"
 	if err.Error() != want {
 		t.Errorf("For() error:\n%v\nwant:\n%s", err, want)
-	}
-}
-
-func crd(group, kind, plural, scope string, versions map[string]bool) *unstructured.Unstructured {
-	var vs []any
-	for _, v := range slices.Sorted(maps.Keys(versions)) {
-		m := map[string]any{"name": v, "served": true, "storage": true}
-		if versions[v] {
-			m["subresources"] = map[string]any{"status": map[string]any{}}
-		}
-		vs = append(vs, m)
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": plural + "." + group},
-		"spec": map[string]any{
-			"group": group, "scope": scope, "versions": vs,
-			"names": map[string]any{"kind": kind, "plural": plural},
-		},
-	}}
-}
-
-func TestStatic(t *testing.T) {
-	s := NewStatic()
-	if err := s.AddCRD(crd("example.com", "Octopus", "octopodes", "Namespaced", map[string]bool{"v1": true, "v1beta1": false})); err != nil {
-		t.Fatal(err)
-	}
-	for _, spec := range []string{"Tenant.example.com=tenants:Cluster", "Widget=widgets", "Deployment.apps=overridden:Namespaced"} {
-		if err := s.AddResource(spec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gvk := func(group, version, kind string) schema.GroupVersionKind {
-		return schema.GroupVersionKind{Group: group, Version: version, Kind: kind}
-	}
-	tests := []struct {
-		gvk     schema.GroupVersionKind
-		want    Resource
-		wantErr string
-	}{
-		{gvk: gvk("", "v1", "ConfigMap"), want: Resource{Resource: "configmaps", Scope: Namespaced}},
-		{gvk: gvk("", "v1", "Namespace"), want: Resource{Resource: "namespaces", Scope: Cluster, Status: true}},
-		{gvk: gvk("networking.k8s.io", "v1", "Ingress"), want: Resource{Group: "networking.k8s.io", Resource: "ingresses", Scope: Namespaced, Status: true}},
-		{gvk: gvk("example.com", "v1", "Octopus"), want: Resource{Group: "example.com", Resource: "octopodes", Scope: Namespaced, Status: true}},
-		{gvk: gvk("example.com", "v1beta1", "Octopus"), want: Resource{Group: "example.com", Resource: "octopodes", Scope: Namespaced}},
-		{gvk: gvk("example.com", "v2", "Octopus"), wantErr: "unknown kind: Octopus.example.com: its CustomResourceDefinition declares versions v1, v1beta1, not v2"},
-		{gvk: gvk("example.com", "v1", "Tenant"), want: Resource{Group: "example.com", Resource: "tenants", Scope: Cluster, Status: true}},
-		{gvk: gvk("other.io", "v1", "Widget"), want: Resource{Group: "other.io", Resource: "widgets", Status: true}},
-		{gvk: gvk("apps", "v1", "Deployment"), want: Resource{Group: "apps", Resource: "overridden", Scope: Namespaced, Status: true}},
-		{gvk: gvk("", "v1", "Deployment"), wantErr: "unknown kind: Deployment (apiVersion v1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.gvk.String(), func(t *testing.T) {
-			got, err := s.Resolve(tt.gvk)
-			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr || !errors.Is(err, ErrUnknownKind) {
-					t.Fatalf("Resolve() error = %v, want %s", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Errorf("Resolve() = %+v, %v; want %+v", got, err, tt.want)
-			}
-		})
-	}
-}
-
-func TestAddResourceErrors(t *testing.T) {
-	for spec, want := range map[string]string{
-		"WebApp":                     `resource "WebApp": want KIND[.GROUP]=PLURAL[:Namespaced|Cluster]`,
-		"WebApp=":                    `resource "WebApp=": want KIND[.GROUP]=PLURAL[:Namespaced|Cluster]`,
-		"WebApp=WebApps":             `resource "WebApp=WebApps": "WebApps" is not a resource name: lower-case, without dots`,
-		"WebApp=webapps.example.com": `resource "WebApp=webapps.example.com": "webapps.example.com" is not a resource name: lower-case, without dots`,
-		"WebApp=webapps:Global":      `resource "WebApp=webapps:Global": the scope must be Namespaced or Cluster, not "Global"`,
-		".example.com=webapps":       `resource ".example.com=webapps": no kind`,
-	} {
-		if err := NewStatic().AddResource(spec); err == nil || err.Error() != want {
-			t.Errorf("AddResource(%q) = %v, want %s", spec, err, want)
-		}
-	}
-}
-
-func TestAddCRDErrors(t *testing.T) {
-	notCRD := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x"}}}
-	noPlural := crd("example.com", "Thing", "", "Namespaced", map[string]bool{"v1": true})
-	badScope := crd("example.com", "Thing", "things", "Galaxy", map[string]bool{"v1": true})
-	noVersions := crd("example.com", "Thing", "things", "Namespaced", nil)
-	for _, tt := range []struct {
-		crd  *unstructured.Unstructured
-		want string
-	}{
-		{notCRD, `ConfigMap "x" is not a CustomResourceDefinition`},
-		{noPlural, `CustomResourceDefinition ".example.com": spec.group, spec.names.kind and spec.names.plural are required`},
-		{badScope, `CustomResourceDefinition "things.example.com": spec.scope must be Namespaced or Cluster, not "Galaxy"`},
-		{noVersions, `CustomResourceDefinition "things.example.com": spec.versions names no version`},
-	} {
-		if err := NewStatic().AddCRD(tt.crd); err == nil || err.Error() != tt.want {
-			t.Errorf("AddCRD() = %v, want %s", err, tt.want)
-		}
 	}
 }

@@ -1,18 +1,25 @@
 // Package reconcile makes one parent's children match its rule.
 //
-// Render is the pure half of rendering. From a rule, a parent and the
-// children as last observed, it computes the desired children (templates
-// evaluated; kgen's labels, parent annotation, namespace and ownerReference
-// filled in) in the order to apply them, the children to prune because their
-// includeWhen is false, the children that wait for a child they read, and
-// the rule's status fields. Ready judges an observed child by its readyWhen.
-// Errors that come from the rule or the parent's data are *RenderError
-// values matching ErrInvalid: retrying does not fix them, a change to the
-// parent or the rules does.
+// Render is the pure half of rendering. From a rule, a parent and what was
+// observed (Observed: the children, several for a forEach child, and the
+// inputs), it computes the desired children (templates evaluated; kgen's
+// labels, parent annotation, namespace and ownerReference filled in) in the
+// order to apply them, one per object of a forEach child (identity
+// ChildKey: id, namespace, name), the children to prune because their
+// includeWhen is false, the children that wait for a child they read or a
+// missing input, and the rule's status fields. Ready judges an observed
+// object by its child's readyWhen. Errors that come from the rule or the
+// parent's data are *RenderError values matching ErrInvalid: retrying does
+// not fix them, a change to the parent or the rules does.
+//
+// A Scoper (kinds.Scoper) is all Render needs to know of the cluster:
+// whether a kind is namespaced. kinds.Static answers without a cluster, for
+// built-in kinds and the CustomResourceDefinitions it is given, and
+// AssumeScopes fills in what kgenctl render assumes for the other kinds.
 //
 // MakePlan is the pure half of a reconcile: from the rendering and the
-// parent's children as cached it decides, per child, whether to create,
-// update, repair or keep it, which observed objects a renamed child
+// parent's children as cached it decides, per child object, whether to
+// create, update, repair or keep it, which observed objects a renamed child
 // replaces, which to prune, and whether the parent needs kgen's finalizer.
 // A child is the parent's by UID (its controller ownerReference, or where
 // none is allowed the kgen.dev/parent-uid label and parent annotation),

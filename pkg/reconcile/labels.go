@@ -19,4 +19,9 @@ const (
 	// namespace, or a cluster-scoped child of a namespaced parent) still
 	// leads back to its parent.
 	AnnotationParent = "kgen.dev/parent"
+	// AnnotationDeletionPolicy marks a child whose deletionPolicy is
+	// Orphan: when it is no longer wanted, or its parent goes, kgen removes
+	// its marks instead of deleting it. The mark is on the object, so it
+	// holds after the rule changes or kgen restarts.
+	AnnotationDeletionPolicy = "kgen.dev/deletion-policy"
 )

@@ -36,21 +36,28 @@ func (o Op) String() string {
 type Plan struct {
 	// Rendered is the rule's rendering for the parent.
 	Rendered *Rendered
-	// Steps are the wanted children, in the order to write them.
+	// Steps are the wanted child objects, in the order to write them: one
+	// per object of a forEach child.
 	Steps []Step
+	// Superseded are, per child id, observed objects of the child that no
+	// wanted object is: the old name of a renamed child, or the object of
+	// a forEach element that is gone. They are deleted only once every
+	// step of their child succeeded, so a parent is never left without a
+	// child because its replacement could not be made.
+	Superseded map[string][]*unstructured.Unstructured
 	// Prunes are observed children no longer wanted at all (their
 	// includeWhen is false, or their id or kind left the rule): delete
 	// them.
 	Prunes []Prune
 	// Keep are observed children that are neither written nor pruned this
-	// time: they wait for a child they read.
+	// time: they wait for a child or an input they read.
 	Keep []*unstructured.Unstructured
 	// Finalizer tells whether the parent needs kgen's finalizer: some child
 	// it wants, or still has, cannot carry an ownerReference to it.
 	Finalizer bool
 }
 
-// Step is one wanted child.
+// Step is one wanted child object.
 type Step struct {
 	Child
 	// Live is the observed object the child is, or nil when it must be
@@ -58,10 +65,6 @@ type Step struct {
 	Live *unstructured.Unstructured
 	// Op says what to do.
 	Op Op
-	// Replaces are observed objects of the same child under another name
-	// (the template renders a new name): they are deleted only once the
-	// new object exists, so the parent is never left without the child.
-	Replaces []*unstructured.Unstructured
 }
 
 // Prune is one observed child to delete.
@@ -80,70 +83,71 @@ type Judge func(desired, live *unstructured.Unstructured) Op
 
 // MakePlan decides what to do for one parent. observed are the parent's
 // children as cached (those marked with its UID, of the kinds the rule
-// watches), newest writes included; scope answers whether kinds are
-// namespaced; judge compares a desired child with its live object.
+// watches), newest writes included; inputs are the rule's inputs as read
+// (see Observed.Inputs); scope answers whether kinds are namespaced; judge
+// compares a desired child with its live object.
 //
 // An error comes from rendering: a *RenderError (ErrInvalid) for a problem
 // of the rule or the parent's data, or the Scoper's error.
-func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*unstructured.Unstructured, scope Scoper, judge Judge) (*Plan, error) {
+func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*unstructured.Unstructured, inputs map[string][]*unstructured.Unstructured, scope Scoper, judge Judge) (*Plan, error) {
 	// Only the parent's own children count: an object that merely carries
 	// its marks (someone added kgen's labels to an object of theirs) is
 	// neither read, written, nor pruned.
-	observed = slices.DeleteFunc(slices.Clone(observed), func(obj *unstructured.Unstructured) bool { return !ownedBy(obj, parent) })
-	byID := map[string][]*unstructured.Unstructured{}
+	observed = slices.DeleteFunc(slices.Clone(observed), func(obj *unstructured.Unstructured) bool {
+		return !ownedBy(obj, parent) || obj.GetDeletionTimestamp() != nil
+	})
+	// The oldest object of a child is the one a template reads.
+	slices.SortStableFunc(observed, func(a, b *unstructured.Unstructured) int {
+		return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
+	})
+	var ofKind []*unstructured.Unstructured
 	for _, obj := range observed {
-		if obj.GetDeletionTimestamp() != nil {
-			continue // going already
-		}
-		id := obj.GetLabels()[LabelChild]
-		byID[id] = append(byID[id], obj)
-	}
-	for _, objs := range byID {
-		// The oldest object of a child is the one a template reads.
-		slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
-			return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
-		})
-	}
-	reads := map[string]*unstructured.Unstructured{}
-	for _, c := range rule.Children {
-		for _, obj := range byID[c.ID] {
-			if sameKind(obj, c.GroupVersionKind) {
-				reads[c.ID] = obj
-				break
-			}
+		if c := rule.Child(obj.GetLabels()[LabelChild]); c != nil && sameKind(obj, c.GroupVersionKind) {
+			ofKind = append(ofKind, obj)
 		}
 	}
-	rendered, err := Render(rule, parent, reads, scope)
+	rendered, err := Render(rule, parent, Observed{Children: GroupChildren(rule, ofKind), Inputs: inputs}, scope)
 	if err != nil {
 		return nil, err
 	}
 
-	p := &Plan{Rendered: rendered}
+	p := &Plan{Rendered: rendered, Superseded: map[string][]*unstructured.Unstructured{}}
+	byKey := map[ChildKey]*unstructured.Unstructured{}
+	for _, obj := range ofKind {
+		if k := KeyOf(obj); byKey[k] == nil {
+			byKey[k] = obj
+		}
+	}
 	handled := map[types.UID]bool{}
+	rendering := map[string]bool{} // ids with a step
 	for _, c := range rendered.Children {
+		if rule.Child(c.ID).DeletionPolicy == rules.DeletionOrphan {
+			ann := c.Object.GetAnnotations()
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[AnnotationDeletionPolicy] = string(rules.DeletionOrphan)
+			c.Object.SetAnnotations(ann)
+		}
 		desired := withHash(c.Object) // Render's objects are ours to change
 		step := Step{Child: c}
 		step.Object = desired
-		for _, obj := range byID[c.ID] {
-			if !sameKind(obj, desired.GroupVersionKind()) {
-				continue
-			}
-			handled[obj.GetUID()] = true
-			if step.Live == nil && obj.GetName() == desired.GetName() && obj.GetNamespace() == desired.GetNamespace() {
-				step.Live = obj
-				continue
-			}
-			step.Replaces = append(step.Replaces, obj)
+		if live := byKey[c.Key()]; live != nil && sameKind(live, desired.GroupVersionKind()) {
+			step.Live = live
+			handled[live.GetUID()] = true
 		}
 		switch {
 		case step.Live == nil:
 			step.Op = OpCreate
+		case rule.Child(c.ID).UpdatePolicy == rules.UpdateCreateOnly:
+			step.Op = OpKeep // created once, never written again
 		default:
 			step.Op = judge(desired, step.Live)
 		}
 		if !c.OwnerReference {
 			p.Finalizer = true
 		}
+		rendering[c.ID] = true
 		p.Steps = append(p.Steps, step)
 	}
 	excluded := map[string]bool{}
@@ -151,11 +155,12 @@ func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 		excluded[id] = true
 	}
 	for _, obj := range observed {
-		if handled[obj.GetUID()] || obj.GetDeletionTimestamp() != nil {
+		if handled[obj.GetUID()] {
 			continue
 		}
 		id := obj.GetLabels()[LabelChild]
 		c := rule.Child(id)
+		_, waiting := rendered.Waiting[id]
 		switch {
 		case c != nil && !sameKind(obj, c.GroupVersionKind):
 			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its kind is no longer the child's"})
@@ -163,15 +168,19 @@ func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "the rule has no child " + id + " any more"})
 		case excluded[id]:
 			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its includeWhen is false"})
+		case rendering[id]:
+			p.Superseded[id] = append(p.Superseded[id], obj)
+		case waiting:
+			p.Keep = append(p.Keep, obj) // keep what exists of it
 		default:
-			// Waiting for a dependency: keep what exists of it.
-			p.Keep = append(p.Keep, obj)
+			// A forEach child with no element now.
+			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its forEach has no element for it"})
 		}
 	}
 	// A child that has no ownerReference to the parent (another namespace,
 	// or cluster-scoped) still needs the finalizer until it is gone.
 	for _, obj := range observed {
-		if !hasOwner(obj, parent.GetUID()) && obj.GetDeletionTimestamp() == nil {
+		if !hasOwner(obj, parent.GetUID()) {
 			p.Finalizer = true
 		}
 	}

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -58,6 +60,7 @@ const (
 	EventRepaired = "Repaired"
 	EventDeleted  = "Deleted"
 	EventAdopted  = "Adopted"
+	EventOrphaned = "Orphaned"
 )
 
 // createOnlyResourceVersion is the resourceVersion kgen puts in a
@@ -109,6 +112,13 @@ type Resources interface {
 	ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error)
 }
 
+// InputReader reads a rule's inputs for a parent from the caches.
+type InputReader interface {
+	// Inputs returns, per input id, the objects the parent's rule reads
+	// (see Observed.Inputs).
+	Inputs(rule *rules.Rule, parent *unstructured.Unstructured) (map[string][]*unstructured.Unstructured, error)
+}
+
 // Schemas tells what is known of a kind's fields; *schema.Source is one.
 // A nil *schema.Field, or an error, means nothing is known.
 type Schemas interface {
@@ -132,6 +142,8 @@ type Config struct {
 	// for changes, and how to write a parent's status.
 	Schemas  Schemas
 	Children ChildLister
+	// Inputs reads rules' inputs; rules with inputs wait for them without.
+	Inputs InputReader
 	// Writes remembers kgen's own writes until the caches show them.
 	Writes   *watch.Writes
 	Recorder record.EventRecorder
@@ -199,7 +211,7 @@ func (r *Reconciler) judge(desired, live *unstructured.Unstructured) Op {
 
 // outcome is what happened to one child in one reconcile.
 type outcome struct {
-	id     string
+	step   Step
 	live   *unstructured.Unstructured // the child as it now is; nil if it does not exist
 	reason string                     // a Ready reason when the child is not fine
 	msg    string
@@ -219,7 +231,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 	if parent.GetDeletionTimestamp() != nil {
 		return r.finalize(ctx, mapping, parent, observed)
 	}
-	plan, err := MakePlan(rule, parent, observed, r.scope, r.judge)
+	var inputs map[string][]*unstructured.Unstructured
+	if r.cfg.Inputs != nil && len(rule.Inputs) > 0 {
+		var err error
+		if inputs, err = r.cfg.Inputs.Inputs(rule, parent); err != nil {
+			return Result{}, err
+		}
+	}
+	plan, err := MakePlan(rule, parent, observed, inputs, r.scope, r.judge)
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonInvalid, err.Error())
@@ -231,7 +250,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 		}
 		return Result{}, err
 	}
-	return r.execute(ctx, rule, mapping, parent, plan, observed)
+	return r.execute(ctx, rule, mapping, parent, plan, observed, inputs)
 }
 
 // observed returns the parent's children from the cache, each replaced by
@@ -247,7 +266,7 @@ func (r *Reconciler) observed(rule *rules.Rule, parent *unstructured.Unstructure
 
 // execute carries out a plan: the finalizer first when a child needs it,
 // then the children in order, the prunes, and the parent's status.
-func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, plan *Plan, observed []*unstructured.Unstructured) (Result, error) {
+func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, plan *Plan, observed []*unstructured.Unstructured, inputs map[string][]*unstructured.Unstructured) (Result, error) {
 	var errs []error
 	var outcomes []outcome
 	var finalizerErr error
@@ -260,33 +279,47 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	// is missing now was deleted, and creating it again repairs drift.
 	current, _, _ := unstructured.NestedMap(parent.Object, "status")
 	known := current != nil && observedGeneration(current) == parent.GetGeneration()
-	live := map[string]*unstructured.Unstructured{}
-	for _, obj := range plan.Keep {
-		live[obj.GetLabels()[LabelChild]] = obj
-	}
+	var live []*unstructured.Unstructured // the children as they now are
+	live = append(live, plan.Keep...)
+	failed := map[string]bool{} // ids with a step that did not succeed
 	for _, step := range plan.Steps {
 		var out outcome
 		var err error
 		if finalizerErr != nil && !step.OwnerReference {
 			// Without the finalizer such a child could never be cleaned
 			// up: do not write it, but keep what exists of it.
-			out = outcome{id: step.ID, live: step.Live}
+			out = outcome{step: step, live: step.Live}
 			out.reason, out.msg = failure(step.ID, "the parent", "set the finalizer on", finalizerErr)
 		} else {
-			out, err = r.writeChild(ctx, rule, parent, step, known)
+			out, err = r.writeChild(ctx, rule, parent, step, known && len(plan.Superseded[step.ID]) == 0)
 			errs = append(errs, err)
 		}
 		if out.live != nil {
-			live[step.ID] = out.live
+			live = append(live, out.live)
+		}
+		if !out.ok {
+			failed[step.ID] = true
 		}
 		outcomes = append(outcomes, out)
-		// A renamed child's old object goes only once the new one exists.
-		if out.ok {
-			for _, old := range step.Replaces {
-				errs = append(errs, r.prune(ctx, parent, old, step.ID, "the child was renamed to "+step.Object.GetName()))
+	}
+	// A renamed child's old object, or the object of a forEach element
+	// that is gone, goes only once every object of its child exists.
+	for _, id := range sortedKeys(plan.Superseded) {
+		for _, old := range plan.Superseded[id] {
+			if failed[id] {
+				live = append(live, old)
+				continue
 			}
-		} else if len(step.Replaces) > 0 && live[step.ID] == nil {
-			live[step.ID] = step.Replaces[0]
+			why := "its forEach has no element for it any more"
+			if c := rule.Child(id); c != nil && len(c.ForEach) == 0 {
+				why = "the child was renamed"
+				for _, o := range outcomes {
+					if o.step.ID == id && o.live != nil {
+						why += " to " + o.live.GetName()
+					}
+				}
+			}
+			errs = append(errs, r.prune(ctx, parent, old, id, why))
 		}
 	}
 	for _, p := range plan.Prunes {
@@ -296,16 +329,17 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		errs = append(errs, r.setFinalizer(ctx, mapping, parent, false))
 	}
 
+	observedNow := Observed{Children: GroupChildren(rule, live), Inputs: inputs}
 	status := plan.Rendered.Status
-	if len(plan.Rendered.StatusOmitted) > 0 && created(outcomes, plan.Steps) {
+	if len(plan.Rendered.StatusOmitted) > 0 && created(outcomes) {
 		// Status fields that read a child this reconcile created can be
 		// computed now, rather than in one more status write once the
 		// cache shows the child.
-		if again, err := Render(rule, parent, live, r.scope); err == nil {
+		if again, err := Render(rule, parent, observedNow, r.scope); err == nil {
 			status = again.Status
 		}
 	}
-	cond := r.readiness(rule, parent, plan.Rendered, outcomes, live)
+	cond := r.readiness(rule, parent, plan.Rendered, outcomes, observedNow)
 	res, statusErr := r.writeStatus(ctx, rule, mapping, parent, status, cond, observed)
 	errs = append(errs, statusErr)
 	err := classify(errs)
@@ -317,13 +351,22 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 }
 
 // created reports whether a step created its child.
-func created(outcomes []outcome, steps []Step) bool {
-	for i, o := range outcomes {
-		if o.ok && steps[i].Op == OpCreate {
+func created(outcomes []outcome) bool {
+	for _, o := range outcomes {
+		if o.ok && o.step.Op == OpCreate {
 			return true
 		}
 	}
 	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // classify joins the errors of one reconcile so that it is terminal only when
@@ -351,7 +394,7 @@ func classify(errs []error) error {
 // writeChild creates, applies or keeps one child, as its step says.
 func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *unstructured.Unstructured, step Step, known bool) (outcome, error) {
 	logger := klog.FromContext(ctx)
-	out := outcome{id: step.ID, live: step.Live}
+	out := outcome{step: step, live: step.Live}
 	desired := step.Object
 	mapping, err := r.cfg.Resources.ResourceFor(desired.GroupVersionKind())
 	if err != nil {
@@ -384,7 +427,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		case err == nil:
 			r.wrote(gvr, created, desired, kind)
 			logger.V(2).Info("Created child", "child", step.ID, "object", ref)
-			if known && len(step.Replaces) == 0 {
+			if known {
 				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s): it was deleted, and is created again", ref, step.ID)
 			} else {
 				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventCreated, "Created %s (child %s)", ref, step.ID)
@@ -527,9 +570,13 @@ func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstru
 		return err
 	}
 	ref := describeObject(mapping, obj)
+	client := r.resource(mapping, obj.GetNamespace())
 	uid := obj.GetUID()
+	if obj.GetAnnotations()[AnnotationDeletionPolicy] == string(rules.DeletionOrphan) {
+		return r.orphan(ctx, client, parent, obj, ref, id, why)
+	}
 	propagation := metav1.DeletePropagationBackground
-	err = r.resource(mapping, obj.GetNamespace()).Delete(ctx, obj.GetName(), metav1.DeleteOptions{
+	err = client.Delete(ctx, obj.GetName(), metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &propagation,
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -546,6 +593,50 @@ func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstru
 	return nil
 }
 
+// orphan lets go of a child whose deletionPolicy is Orphan instead of
+// deleting it: it loses kgen's labels and annotations (and any
+// ownerReference to the parent), so kgen and the garbage collector leave
+// it alone from then on. The patch carries the object's UID, so it never
+// changes another object of that name.
+func (r *Reconciler) orphan(ctx context.Context, client dynamic.ResourceInterface, parent, obj *unstructured.Unstructured, ref, id, why string) error {
+	labels := map[string]any{}
+	for _, k := range []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild} {
+		labels[k] = nil
+	}
+	annotations := map[string]any{}
+	for _, k := range []string{AnnotationParent, AnnotationTemplateHash, AnnotationDeletionPolicy} {
+		annotations[k] = nil
+	}
+	meta := map[string]any{"uid": string(obj.GetUID()), "labels": labels, "annotations": annotations}
+	var owners []any
+	for _, o := range obj.GetOwnerReferences() {
+		if o.UID != parent.GetUID() {
+			m, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(&o)
+			owners = append(owners, m)
+		}
+	}
+	if len(owners) != len(obj.GetOwnerReferences()) {
+		meta["ownerReferences"] = owners
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	_, err = client.Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, "OrphanFailed", "Letting go of %s (child %s): %v", ref, id, err)
+		return fmt.Errorf("orphan %s: %w", ref, err)
+	}
+	r.cfg.Writes.Deleted(obj.GetUID())
+	r.normal.forget(obj.GetUID())
+	klog.FromContext(ctx).V(2).Info("Orphaned child", "child", id, "object", ref)
+	r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventOrphaned, "Orphaned %s (child %s, deletionPolicy Orphan): %s; it stays, without kgen's marks", ref, id, why)
+	return nil
+}
+
 // ownedBy reports whether obj is a child of parent: its controller
 // ownerReference names the parent's UID, or, where Kubernetes allows the
 // child no ownerReference to the parent (another namespace, or a
@@ -559,8 +650,12 @@ func ownedBy(obj, parent *unstructured.Unstructured) bool {
 	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
 		return ref.UID == parent.GetUID()
 	}
-	if parent.GetNamespace() == "" || obj.GetNamespace() == parent.GetNamespace() {
-		return false // an ownerReference was allowed, and it has none
+	orphanable := obj.GetAnnotations()[AnnotationDeletionPolicy] == string(rules.DeletionOrphan)
+	if (parent.GetNamespace() == "" || obj.GetNamespace() == parent.GetNamespace()) && !orphanable {
+		// An ownerReference was allowed, and it has none. (A child whose
+		// deletionPolicy is Orphan has none on purpose; kgen only ever
+		// orphans it, never deletes it.)
+		return false
 	}
 	return obj.GetLabels()[LabelManagedBy] == ManagedBy && obj.GetLabels()[LabelParentUID] == string(parent.GetUID()) &&
 		obj.GetAnnotations()[AnnotationParent] == parentRef(parent)
@@ -658,7 +753,7 @@ func (r *Reconciler) setFinalizer(ctx context.Context, mapping mapper.Mapping, p
 }
 
 // readiness computes the parent's Ready condition.
-func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructured, rendered *Rendered, outcomes []outcome, live map[string]*unstructured.Unstructured) metav1.Condition {
+func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructured, rendered *Rendered, outcomes []outcome, observed Observed) metav1.Condition {
 	// Failures first, in child order: they are what needs attention.
 	for _, reason := range []string{ReasonForbidden, ReasonInvalid, ReasonConflict, ReasonApplyFailed} {
 		for _, o := range outcomes {
@@ -668,17 +763,25 @@ func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructur
 		}
 	}
 	for _, c := range rule.Order() {
-		if why, ok := rendered.Waiting[c.ID]; ok {
-			return readyCondition(ReasonWaiting, fmt.Sprintf("child %s is %s", c.ID, why))
+		if wait, ok := rendered.Waiting[c.ID]; ok {
+			reason := wait.Reason
+			if reason == "" {
+				reason = ReasonWaiting
+			}
+			return readyCondition(reason, fmt.Sprintf("child %s is %s", c.ID, wait.Message))
 		}
 	}
 	for _, o := range outcomes {
-		ok, msg, err := Ready(rule, o.id, parent, o.live, live)
+		ok, msg, err := Ready(rule, o.step.Child, parent, o.live, observed)
 		if err != nil {
 			return readyCondition(ReasonInvalid, err.Error())
 		}
 		if !ok {
-			return readyCondition(ReasonNotReady, fmt.Sprintf("child %s: %s", o.id, msg))
+			what := o.step.ID
+			if c := rule.Child(o.step.ID); c != nil && len(c.ForEach) > 0 {
+				what += " (" + o.step.Object.GetName() + ")"
+			}
+			return readyCondition(ReasonNotReady, fmt.Sprintf("child %s: %s", what, msg))
 		}
 	}
 	return metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReady, Message: "all children are applied and ready"}

@@ -3,43 +3,106 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
+
+// Observed is what Render knows of the cluster besides the parent: the
+// children and the inputs as last seen.
+type Observed struct {
+	// Children maps a child id to its objects: at most one for an
+	// ordinary child (more are ignored: see GroupChildren), any number for
+	// a forEach child.
+	Children map[string][]*unstructured.Unstructured
+	// Inputs maps an input id to what the controller read for it (see
+	// rules.Rule.InputRefs): the object of a named input (none when it does
+	// not exist), the matching objects of a selector input.
+	Inputs map[string][]*unstructured.Unstructured
+}
+
+// GroupChildren sorts a parent's observed children, by their
+// kgen.dev/child label, into Observed.Children: every object of a forEach
+// child; of any other child the oldest (a second object of one id is not
+// this rule's to keep, and is pruned).
+func GroupChildren(rule *rules.Rule, objs []*unstructured.Unstructured) map[string][]*unstructured.Unstructured {
+	out := map[string][]*unstructured.Unstructured{}
+	for _, obj := range objs {
+		id := obj.GetLabels()[LabelChild]
+		c := rule.Child(id)
+		if c == nil {
+			continue
+		}
+		if len(c.ForEach) > 0 {
+			out[id] = append(out[id], obj)
+			continue
+		}
+		if prev := out[id]; len(prev) == 0 || prev[0].GetCreationTimestamp().After(obj.GetCreationTimestamp().Time) {
+			out[id] = []*unstructured.Unstructured{obj}
+		}
+	}
+	return out
+}
 
 // Rendered is what a rule makes of one parent.
 type Rendered struct {
 	// Children are the included children whose dependencies exist, in
-	// dependency order: apply them in this order.
+	// dependency order: apply them in this order. A forEach child has one
+	// Child per object, in element order.
 	Children []Child
-	// Excluded are the ids of the children whose includeWhen is false, or
-	// that read a child that is excluded, in dependency order. They must not
-	// exist: prune them.
+	// Excluded are the ids of the children whose includeWhen is false (for
+	// a forEach child: for every element), or that read a child that is
+	// excluded, in dependency order. They must not exist: prune them.
 	Excluded []string
-	// Waiting maps the id of each child that is not rendered yet to why, such
-	// as "waiting for child config": a child it reads does not exist yet.
-	// Such a child is neither applied nor pruned this time. Never nil.
-	Waiting map[string]string
+	// Waiting maps the id of each child that is not rendered yet to why: a
+	// child it reads does not exist yet, or a named input it reads is
+	// missing. Such a child is neither applied nor pruned this time. Never
+	// nil.
+	Waiting map[string]Wait
 	// Status holds the rule's status fields, evaluated. A field is left out
-	// when it reads a child that does not exist (or is excluded), when its
-	// expression cannot be evaluated yet (a field of a child's status that
-	// is not set), or when it is an empty optional. Nil when the rule has no
-	// status fields.
+	// when it reads a child that does not exist (or is excluded) or a
+	// missing input, when its expression cannot be evaluated yet (a field
+	// of a child's status that is not set), or when it is an empty
+	// optional. Nil when the rule has no status fields.
 	Status map[string]any
 	// StatusOmitted maps each status field left out of Status, except empty
 	// optionals, to why. Never nil.
 	StatusOmitted map[string]string
 }
 
+// ReasonInputMissing is the Ready reason of a parent whose child waits for
+// a named input that does not exist.
+const ReasonInputMissing = "InputMissing"
+
+// Wait says why a child is not rendered yet.
+type Wait struct {
+	// Reason is the Ready condition's reason for it: ReasonWaiting (a
+	// child it reads does not exist yet) or ReasonInputMissing.
+	Reason string
+	// Message says what it waits for: "waiting for child config".
+	Message string
+}
+
+// String returns the message.
+func (w Wait) String() string { return w.Message }
+
 // Child is one desired child object.
 type Child struct {
 	// ID is the child's id in its rule.
 	ID string
+	// Index is the object's position among the objects of its forEach
+	// child, in element order; 0 for an ordinary child.
+	Index int
+	// Each binds the forEach names to this object's element (as
+	// rules.Child.Elements returns them); nil for an ordinary child. Pass
+	// the Child to Ready, whose readyWhen may read them.
+	Each map[string]any
 	// Object is the desired object, with kgen's labels, annotation,
 	// namespace and ownerReference filled in. It shares no memory with the
 	// parent or the observed objects.
@@ -50,6 +113,24 @@ type Child struct {
 	// cluster-scoped), so kgen must delete the child itself (the parent's
 	// finalizer).
 	OwnerReference bool
+}
+
+// ChildKey identifies a desired or observed child object of a parent: its
+// child id, namespace and name. Objects of a forEach child share the id and
+// differ in name.
+type ChildKey struct {
+	ID, Namespace, Name string
+}
+
+// Key returns the child's identity.
+func (c Child) Key() ChildKey {
+	return ChildKey{ID: c.ID, Namespace: c.Object.GetNamespace(), Name: c.Object.GetName()}
+}
+
+// KeyOf returns the identity of an observed child, by its kgen.dev/child
+// label.
+func KeyOf(obj *unstructured.Unstructured) ChildKey {
+	return ChildKey{ID: obj.GetLabels()[LabelChild], Namespace: obj.GetNamespace(), Name: obj.GetName()}
 }
 
 // ErrInvalid is matched, with errors.Is, by every error Render and Ready
@@ -94,30 +175,36 @@ func (e *RenderError) Is(target error) bool { return target == ErrInvalid }
 
 // Render computes the children a rule wants for a parent, as the controller
 // will apply them, and the rule's status fields. It is a pure function of its
-// arguments: it reads the parent and the observed children and changes
-// neither.
+// arguments: it reads the parent and the observed objects and changes
+// none. (A template of a CreateOnly child may call randomString, whose value
+// differs at every call.)
 //
-// observed maps child ids to the children as last seen in the cluster (nil or
-// missing when they do not exist); a child that reads children.<id> is
-// rendered only once that child is observed. scope tells the scope of the
-// parent's and children's kinds.
+// observed holds the children and inputs as last seen in the cluster. A
+// child that reads children.<id> is rendered only once that child exists:
+// for a forEach child, once every object it renders now is observed; for
+// it, children.<id> is the list of those objects, in element order. A child
+// or status field that reads a named input that is missing waits
+// (ReasonInputMissing). scope tells the scope of the parent's and
+// children's kinds.
 //
 // An error that comes from the rule or the parent is a *RenderError matching
 // ErrInvalid; an error of the Scoper is returned wrapped as it is. Render
 // stops at the first error.
-func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed map[string]*unstructured.Unstructured, scope Scoper) (*Rendered, error) {
-	r := &renderer{rule: rule, parent: parent, scope: scope}
+func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observed, scope Scoper) (*Rendered, error) {
+	r := &renderer{rule: rule, parent: parent, scope: scope, observed: observed}
 	if err := r.checkParent(); err != nil {
 		return nil, err
 	}
-	r.present = map[string]any{}
+	r.present, r.exists = bindChildren(rule, observed)
 	for _, c := range rule.Children {
-		if o := observed[c.ID]; o != nil {
-			r.present[c.ID] = o.Object
+		if len(c.ForEach) > 0 {
+			r.exists[c.ID] = false // until its objects are rendered
 		}
 	}
-	r.vars = rules.NewVars(parent.Object, r.present, nil)
-	out := &Rendered{Waiting: map[string]string{}, StatusOmitted: map[string]string{}}
+	var inputs map[string]any
+	inputs, r.missingInputs = bindInputs(rule, observed)
+	r.vars = rules.NewVars(parent.Object, r.present, nil).WithInputs(inputs)
+	out := &Rendered{Waiting: map[string]Wait{}, StatusOmitted: map[string]string{}}
 	excluded := map[string]bool{}
 	for _, c := range rule.Order() {
 		if dep := firstOf(c.DependsOn, excluded); dep != "" {
@@ -125,32 +212,52 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed map[st
 			out.Excluded = append(out.Excluded, c.ID)
 			continue
 		}
-		var includeRefs []string
-		for _, cond := range c.IncludeWhen {
-			includeRefs = append(includeRefs, cond.References...)
-		}
-		if missing := r.missing(includeRefs); len(missing) > 0 {
-			out.Waiting[c.ID] = waitingFor(missing)
+		if missing := r.missingInput(c.Inputs); len(missing) > 0 {
+			out.Waiting[c.ID] = Wait{Reason: ReasonInputMissing, Message: waitingForInputs(missing)}
 			continue
 		}
-		include, err := r.included(c)
-		if err != nil {
-			return nil, err
+		var refs []string
+		for _, cond := range c.IncludeWhen {
+			refs = append(refs, cond.References...)
 		}
-		if !include {
+		for _, f := range c.ForEach {
+			refs = append(refs, f.Expr.References...)
+		}
+		if missing := r.missing(refs); len(missing) > 0 {
+			out.Waiting[c.ID] = Wait{Reason: ReasonWaiting, Message: waitingFor(missing)}
+			continue
+		}
+		elements := []map[string]any{nil}
+		if len(c.ForEach) > 0 {
+			var err error
+			if elements, err = c.Elements(r.vars); err != nil {
+				return nil, &RenderError{Rule: rule.Name, Child: c.ID, Err: err}
+			}
+		}
+		var included []map[string]any
+		for _, each := range elements {
+			include, err := r.included(c, each)
+			if err != nil {
+				return nil, err
+			}
+			if include {
+				included = append(included, each)
+			}
+		}
+		if len(elements) > 0 && len(included) == 0 {
 			excluded[c.ID] = true
 			out.Excluded = append(out.Excluded, c.ID)
 			continue
 		}
 		if missing := r.missing(c.Template.References()); len(missing) > 0 {
-			out.Waiting[c.ID] = waitingFor(missing)
+			out.Waiting[c.ID] = Wait{Reason: ReasonWaiting, Message: waitingFor(missing)}
 			continue
 		}
-		child, err := r.child(c)
+		rendered, err := r.children(c, included)
 		if err != nil {
 			return nil, err
 		}
-		out.Children = append(out.Children, child)
+		out.Children = append(out.Children, rendered...)
 	}
 	if err := r.status(out, excluded); err != nil {
 		return nil, err
@@ -158,13 +265,76 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed map[st
 	return out, nil
 }
 
+// bindChildren returns what children.<id> is for each observed child: its
+// object, or for a forEach child the list of its objects, sorted by
+// namespace and name; and which children exist.
+func bindChildren(rule *rules.Rule, observed Observed) (present map[string]any, exists map[string]bool) {
+	present, exists = map[string]any{}, map[string]bool{}
+	for _, c := range rule.Children {
+		objs := observed.Children[c.ID]
+		if len(c.ForEach) == 0 {
+			if len(objs) > 0 && objs[0] != nil {
+				present[c.ID] = objs[0].Object
+				exists[c.ID] = true
+			}
+			continue
+		}
+		sorted := slices.Clone(objs)
+		slices.SortFunc(sorted, compareObjects)
+		list := make([]any, 0, len(sorted))
+		for _, o := range sorted {
+			list = append(list, o.Object)
+		}
+		present[c.ID] = list
+		exists[c.ID] = true
+	}
+	return present, exists
+}
+
+// bindInputs returns what inputs.<id> is for each input: the object of a
+// named input, the list of a selector input's objects sorted by namespace
+// and name; and the named inputs that are missing.
+func bindInputs(rule *rules.Rule, observed Observed) (inputs map[string]any, missing map[string]bool) {
+	inputs, missing = map[string]any{}, map[string]bool{}
+	for _, in := range rule.Inputs {
+		objs := observed.Inputs[in.ID]
+		if in.Selector == nil {
+			if len(objs) == 0 || objs[0] == nil {
+				missing[in.ID] = true
+				continue
+			}
+			inputs[in.ID] = objs[0].Object
+			continue
+		}
+		sorted := slices.Clone(objs)
+		slices.SortFunc(sorted, compareObjects)
+		list := make([]any, 0, len(sorted))
+		for _, o := range sorted {
+			list = append(list, o.Object)
+		}
+		inputs[in.ID] = list
+	}
+	return inputs, missing
+}
+
+func compareObjects(a, b *unstructured.Unstructured) int {
+	if c := strings.Compare(a.GetNamespace(), b.GetNamespace()); c != 0 {
+		return c
+	}
+	return strings.Compare(a.GetName(), b.GetName())
+}
+
 // renderer is the state of one Render.
 type renderer struct {
 	rule             *rules.Rule
 	parent           *unstructured.Unstructured
 	scope            Scoper
+	observed         Observed
+	placement        *rules.Placement
 	parentNamespaced bool
-	present          map[string]any // observed children's objects by id
+	present          map[string]any  // children.<id> by id
+	exists           map[string]bool // whether a child counts as existing
+	missingInputs    map[string]bool // named inputs that do not exist
 	vars             *rules.Vars
 }
 
@@ -190,10 +360,19 @@ func (r *renderer) checkParent() error {
 	if p.GetUID() == "" {
 		return r.invalid("", "the parent %s has no metadata.uid", p.GetName())
 	}
-	namespaced, err := r.scope.Namespaced(r.rule.Parent.GroupVersionKind)
-	if err != nil {
-		return fmt.Errorf("rule %q: scope of the parent: %w", r.rule.Name, err)
+	pl, err := r.rule.Placement(r.scope)
+	if err == nil && pl.ParentScope == kinds.ScopeUnknown {
+		err = fmt.Errorf("scope of the parent: %w: %s", kinds.ErrUnknownScope, describeGVK(r.rule.Parent.GroupVersionKind))
 	}
+	var re *rules.Error
+	if errors.As(err, &re) {
+		return &RenderError{Rule: r.rule.Name, Err: err} // spec.parent.scope is wrong
+	}
+	if err != nil {
+		return fmt.Errorf("rule %q: %w", r.rule.Name, err)
+	}
+	r.placement = pl
+	namespaced := pl.ParentScope == kinds.Namespaced
 	r.parentNamespaced = namespaced
 	switch ns := p.GetNamespace(); {
 	case namespaced && ns == "":
@@ -204,11 +383,22 @@ func (r *renderer) checkParent() error {
 	return nil
 }
 
-// missing returns the ids among refs of children that are not observed.
+// missing returns the ids among refs of children that do not exist.
 func (r *renderer) missing(refs []string) []string {
 	var out []string
 	for _, id := range refs {
-		if _, ok := r.present[id]; !ok && !contains(out, id) {
+		if !r.exists[id] && !contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// missingInput returns the ids among refs of named inputs that are missing.
+func (r *renderer) missingInput(refs []string) []string {
+	var out []string
+	for _, id := range refs {
+		if r.missingInputs[id] && !contains(out, id) {
 			out = append(out, id)
 		}
 	}
@@ -220,6 +410,13 @@ func waitingFor(ids []string) string {
 		return "waiting for child " + ids[0]
 	}
 	return "waiting for children " + strings.Join(ids, ", ")
+}
+
+func waitingForInputs(ids []string) string {
+	if len(ids) == 1 {
+		return "waiting for input " + ids[0]
+	}
+	return "waiting for inputs " + strings.Join(ids, ", ")
 }
 
 func firstOf(ids []string, set map[string]bool) string {
@@ -240,10 +437,12 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// included evaluates a child's includeWhen.
-func (r *renderer) included(c *rules.Child) (bool, error) {
+// included evaluates a child's includeWhen for one element (nil for an
+// ordinary child).
+func (r *renderer) included(c *rules.Child, each map[string]any) (bool, error) {
+	vars := r.vars.With(each)
 	for _, cond := range c.IncludeWhen {
-		ok, err := cond.EvalBool(r.vars)
+		ok, err := cond.EvalBool(vars)
 		if err != nil {
 			return false, &RenderError{Rule: r.rule.Name, Child: c.ID, Err: err}
 		}
@@ -254,9 +453,55 @@ func (r *renderer) included(c *rules.Child) (bool, error) {
 	return true, nil
 }
 
-// child renders one child and fills in its metadata.
-func (r *renderer) child(c *rules.Child) (Child, error) {
-	val, _, err := c.Template.Evaluate(r.vars)
+// children renders a child's objects, one per element (one nil element
+// for an ordinary child), and records for a forEach child which of them
+// exist: children.<id> is then the list of those, in element order.
+func (r *renderer) children(c *rules.Child, elements []map[string]any) ([]Child, error) {
+	out := make([]Child, 0, len(elements))
+	seen := map[ChildKey]int{}
+	for i, each := range elements {
+		child, err := r.child(c, each)
+		if err != nil {
+			return nil, err
+		}
+		child.Index, child.Each = i, each
+		key := child.Key()
+		if j, dup := seen[key]; dup {
+			return nil, r.invalid(c.ID, "forEach: elements %d and %d both render %s: give each element a name of its own", j, i, describeChild(child.Object))
+		}
+		seen[key] = i
+		out = append(out, child)
+	}
+	if len(c.ForEach) == 0 {
+		return out, nil
+	}
+	observed := map[ChildKey]*unstructured.Unstructured{}
+	for _, o := range r.observed.Children[c.ID] {
+		observed[ChildKey{ID: c.ID, Namespace: o.GetNamespace(), Name: o.GetName()}] = o
+	}
+	list := make([]any, 0, len(out))
+	all := true
+	for _, child := range out {
+		if o := observed[child.Key()]; o != nil {
+			list = append(list, o.Object)
+		} else {
+			all = false
+		}
+	}
+	r.present[c.ID], r.exists[c.ID] = list, all
+	return out, nil
+}
+
+func describeChild(obj *unstructured.Unstructured) string {
+	if ns := obj.GetNamespace(); ns != "" {
+		return fmt.Sprintf("%s %s/%s", obj.GetKind(), ns, obj.GetName())
+	}
+	return fmt.Sprintf("%s %s", obj.GetKind(), obj.GetName())
+}
+
+// child renders one object of a child and fills in its metadata.
+func (r *renderer) child(c *rules.Child, each map[string]any) (Child, error) {
+	val, _, err := c.Template.Evaluate(r.vars.With(each))
 	if err != nil {
 		return Child{}, &RenderError{Rule: r.rule.Name, Child: c.ID, Err: err}
 	}
@@ -279,6 +524,14 @@ func (r *renderer) child(c *rules.Child) (Child, error) {
 	ownerRef, err := r.namespace(c, meta)
 	if err != nil {
 		return Child{}, err
+	}
+	if c.TemplatedRoleRef() {
+		// kgen may bind only these (pkg/rbac grants bind on nothing else),
+		// so it does not even try another.
+		role, _, _ := unstructured.NestedString(m, "roleRef", "name")
+		if !slices.Contains(r.rule.AllowBindRoles, role) {
+			return Child{}, r.invalid(c.ID, "template.roleRef.name: binding role %q is not allowed by spec.allowBindRoles (%s)", role, strings.Join(r.rule.AllowBindRoles, ", "))
+		}
 	}
 	labels, err := r.stringMap(c, meta, "labels")
 	if err != nil {
@@ -320,10 +573,11 @@ func (r *renderer) child(c *rules.Child) (Child, error) {
 // namespace settles the child's namespace, and tells whether Kubernetes
 // allows it an ownerReference to the parent.
 func (r *renderer) namespace(c *rules.Child, meta map[string]any) (ownerRef bool, err error) {
-	childNamespaced, err := r.scope.Namespaced(c.GroupVersionKind)
-	if err != nil {
-		return false, fmt.Errorf("rule %q: child %q: %w", r.rule.Name, c.ID, err)
+	cp := r.placement.Child(c.ID)
+	if cp.Scope == kinds.ScopeUnknown {
+		return false, fmt.Errorf("rule %q: child %q: %w: %s", r.rule.Name, c.ID, kinds.ErrUnknownScope, describeGVK(c.GroupVersionKind))
 	}
+	childNamespaced := cp.Scope == kinds.Namespaced
 	ns, set := meta["namespace"]
 	nsName, isString := ns.(string)
 	if set && !isString {
@@ -337,23 +591,27 @@ func (r *renderer) namespace(c *rules.Child, meta map[string]any) (ownerRef bool
 				c.GroupVersionKind.GroupVersion(), c.GroupVersionKind.Kind, nsName)
 		}
 		delete(meta, "namespace")
-		// A cluster-scoped child may only be owned by a cluster-scoped
-		// parent.
-		return !r.parentNamespaced, nil
+		return cp.OwnerReference(parentNS, ""), nil
 	case nsName == "" && r.parentNamespaced:
 		nsName = parentNS
 	case nsName == "":
 		return false, r.invalid(c.ID, "template.metadata.namespace: the parent is cluster-scoped, so the template of namespaced %s %s must set a namespace",
 			c.GroupVersionKind.GroupVersion(), c.GroupVersionKind.Kind)
-	case r.parentNamespaced && nsName != parentNS && !r.rule.AllowCrossNamespace:
-		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not the parent's namespace %q, and the rule does not set allowCrossNamespace", nsName, parentNS)
 	}
 	if msgs := validation.IsDNS1123Label(nsName); len(msgs) > 0 {
 		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not a valid namespace name: %s", nsName, strings.Join(msgs, "; "))
 	}
+	if !r.rule.AllowsNamespace(parentNS, nsName) {
+		if r.parentNamespaced {
+			return false, r.invalid(c.ID, "template.metadata.namespace: %q is neither the parent's namespace %q nor one of spec.allowCrossNamespace (%s)", nsName, parentNS, strings.Join(r.rule.AllowCrossNamespace, ", "))
+		}
+		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not one of spec.allowCrossNamespace (%s)", nsName, strings.Join(r.rule.AllowCrossNamespace, ", "))
+	}
+	if cp.Namespaces != nil && !slices.Contains(cp.Namespaces, nsName) {
+		return false, r.invalid(c.ID, "template.metadata.namespace: %q is not among the namespaces the rule allows this child: %s", nsName, strings.Join(cp.Namespaces, ", "))
+	}
 	meta["namespace"] = nsName
-	// Owners must be cluster-scoped or in the child's namespace.
-	return !r.parentNamespaced || nsName == parentNS, nil
+	return cp.OwnerReference(parentNS, nsName), nil
 }
 
 // stringMap returns metadata.labels or metadata.annotations as rendered,
@@ -399,6 +657,10 @@ func (r *renderer) status(out *Rendered, excluded map[string]bool) error {
 			out.StatusOmitted[f.Name] = waitingFor(missing)
 			continue
 		}
+		if missing := r.missingInput(f.Value.Inputs()); len(missing) > 0 {
+			out.StatusOmitted[f.Name] = waitingForInputs(missing)
+			continue
+		}
 		val, ok, err := f.Value.Evaluate(r.vars)
 		if errors.Is(err, rules.ErrLimitExceeded) {
 			return &RenderError{Rule: r.rule.Name, Err: err}
@@ -441,50 +703,58 @@ func describe(v any) string {
 	return fmt.Sprintf("%T %v", v, v)
 }
 
-// Ready evaluates a child's readyWhen with self bound to the observed child.
-// It returns whether the child is ready and, when not, a message naming the
-// failing expression (or what it waits for).
+// Ready evaluates a child's readyWhen with self bound to the observed
+// object of c (a rendered Child, whose forEach names readyWhen may read; a
+// Child with only its ID will do for an ordinary child). It returns whether
+// the object is ready and, when not, a message naming the failing
+// expression (or what it waits for). A forEach child is ready when each of
+// its objects is.
 //
 // A child without readyWhen is ready once it exists. A readyWhen that cannot
-// be evaluated yet (it reads a field of self that is not set, or a child
-// that does not exist) means not ready, with a message saying why. The error
-// is for a child id the rule does not have, and for a *RenderError matching
-// ErrInvalid when an expression goes over a limit.
-func Ready(rule *rules.Rule, childID string, parent, self *unstructured.Unstructured, observed map[string]*unstructured.Unstructured) (bool, string, error) {
-	c := rule.Child(childID)
-	if c == nil {
-		return false, "", fmt.Errorf("rule %q has no child %q", rule.Name, childID)
+// be evaluated yet (it reads a field of self that is not set, a child that
+// does not exist, a named input that is missing) means not ready, with a
+// message saying why. The error is for a child id the rule does not have,
+// and for a *RenderError matching ErrInvalid when an expression goes over a
+// limit.
+func Ready(rule *rules.Rule, c Child, parent, self *unstructured.Unstructured, observed Observed) (bool, string, error) {
+	rc := rule.Child(c.ID)
+	if rc == nil {
+		return false, "", fmt.Errorf("rule %q has no child %q", rule.Name, c.ID)
 	}
 	if self == nil || self.Object == nil {
-		return false, fmt.Sprintf("child %s does not exist yet", childID), nil
+		return false, fmt.Sprintf("child %s does not exist yet", c.ID), nil
 	}
-	if len(c.ReadyWhen) == 0 {
+	if len(rc.ReadyWhen) == 0 {
 		return true, "", nil
 	}
-	present := map[string]any{}
-	for _, o := range rule.Children {
-		if obj := observed[o.ID]; obj != nil {
-			present[o.ID] = obj.Object
-		}
-	}
+	present, exists := bindChildren(rule, observed)
+	inputs, missingInputs := bindInputs(rule, observed)
 	var parentObj map[string]any
 	if parent != nil {
 		parentObj = parent.Object
 	}
-	vars := rules.NewVars(parentObj, present, self.Object)
-	for _, e := range c.ReadyWhen {
-		var missing []string
+	vars := rules.NewVars(parentObj, present, self.Object).WithInputs(inputs).With(c.Each)
+	for _, e := range rc.ReadyWhen {
+		var missing, missingIn []string
 		for _, id := range e.References {
-			if _, ok := present[id]; !ok {
+			if !exists[id] {
 				missing = append(missing, id)
 			}
 		}
-		if len(missing) > 0 {
+		for _, id := range e.Inputs {
+			if missingInputs[id] {
+				missingIn = append(missingIn, id)
+			}
+		}
+		switch {
+		case len(missing) > 0:
 			return false, fmt.Sprintf("readyWhen %s is %s", e, waitingFor(missing)), nil
+		case len(missingIn) > 0:
+			return false, fmt.Sprintf("readyWhen %s is %s", e, waitingForInputs(missingIn)), nil
 		}
 		ok, err := e.EvalBool(vars)
 		if errors.Is(err, rules.ErrLimitExceeded) {
-			return false, "", &RenderError{Rule: rule.Name, Child: childID, Err: err}
+			return false, "", &RenderError{Rule: rule.Name, Child: c.ID, Err: err}
 		}
 		if err != nil {
 			var re *rules.Error

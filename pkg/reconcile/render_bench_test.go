@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
@@ -24,13 +25,13 @@ func BenchmarkRenderWebApp(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	scope := NewStaticScoper()
+	scope := kinds.NewStatic()
 	if err := scope.AddCRD(object(b, string(crdData))); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		r, err := Render(rs[0], parent, nil, scope)
+		r, err := Render(rs[0], parent, Observed{}, scope)
 		if err != nil {
 			b.Fatal(err)
 		}

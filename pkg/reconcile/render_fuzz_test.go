@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/rules"
@@ -67,7 +68,7 @@ func FuzzRenderData(f *testing.F) {
 	f.Fuzz(func(t *testing.T, value string) {
 		p := parent.DeepCopy()
 		p.Object["spec"].(map[string]any)["value"] = value
-		got, err := Render(rule, p, nil, scope)
+		got, err := Render(rule, p, Observed{}, scope)
 		if err != nil {
 			if errors.Is(err, rules.ErrLimitExceeded) && len(value) > rules.DefaultMaxOutputBytes/8 {
 				return
@@ -106,6 +107,85 @@ func FuzzRenderData(f *testing.F) {
 		}
 		if w := back["data"].(map[string]any)["whole"]; w != value {
 			t.Fatalf("after a YAML round trip, data.whole = %q, want %q", w, value)
+		}
+	})
+}
+
+// eachDataRule renders one ConfigMap per element of a parent list, named by
+// the element's index and holding the element, an input's value and the
+// element joined with it.
+const eachDataRule = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: each}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App}
+  inputs:
+  - {id: shared, apiVersion: v1, kind: ConfigMap, name: shared}
+  children:
+  - id: cm
+    forEach: [{item: "${parent.spec.items}"}, {n: "${[1, 2]}"}]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-${string(parent.spec.items.indexOf(item))}-${string(n)}
+      data:
+        item: ${item}
+        input: ${inputs.shared.data.value}
+        both: ${item}/${inputs.shared.data.value}
+`
+
+// FuzzRenderEach feeds arbitrary strings as the elements of a forEach and as
+// an input's value. Render must not panic; it renders one object per
+// element of the product in element order, or refuses two elements with
+// one name; and the values come out exactly as data.
+func FuzzRenderEach(f *testing.F) {
+	for _, s := range []struct{ a, b, input string }{
+		{"a", "b", "v"},
+		{"x", "x", ""},
+		{"${parent.metadata.name}", "$${x}", "\nkind: Secret"},
+		{"", "}", "{{ .Values.x }}"},
+		{"é漢字🙂", "\xff", "'\"\\"},
+	} {
+		f.Add(s.a, s.b, s.input)
+	}
+	rs, err := rules.Parse("rules.yaml", []byte(eachDataRule), rules.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	rule := rs[0]
+	scope := scoper(f)
+	parent := object(f, app)
+	f.Fuzz(func(t *testing.T, a, b, input string) {
+		p := parent.DeepCopy()
+		items := []any{a, b}
+		p.Object["spec"].(map[string]any)["items"] = items
+		shared := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "shared", "namespace": "team-a"},
+			"data":     map[string]any{"value": input},
+		}}
+		got, err := Render(rule, p, Observed{Inputs: map[string][]*unstructured.Unstructured{"shared": {shared}}}, scope)
+		if err != nil {
+			if a == b && strings.Contains(err.Error(), "both render") {
+				return // indexOf finds the first: two elements, one name
+			}
+			t.Fatalf("Render() error: %v", err)
+		}
+		if len(got.Children) != 4 {
+			t.Fatalf("rendered %d objects, want 4", len(got.Children))
+		}
+		for i, c := range got.Children {
+			item := items[i/2].(string)
+			want := map[string]any{"item": item, "input": input, "both": item + "/" + input}
+			if !reflect.DeepEqual(c.Object.Object["data"], want) || c.Index != i || c.Each["item"] != item {
+				t.Fatalf("object %d: data %#v, index %d, each %v; want data %#v", i, c.Object.Object["data"], c.Index, c.Each, want)
+			}
+		}
+		// Without the input, the child waits and nothing is rendered.
+		got, err = Render(rule, p, Observed{}, scope)
+		if err != nil || len(got.Children) != 0 || got.Waiting["cm"].Reason != ReasonInputMissing {
+			t.Fatalf("without the input: %v, %d children, waiting %v", err, len(got.Children), got.Waiting)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/internal/golden"
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/rules"
 )
 
@@ -41,8 +42,8 @@ func object(t testing.TB, doc string) *unstructured.Unstructured {
 
 // scoper knows the built-in kinds, the namespaced App and the cluster-scoped
 // Team of group example.com.
-func scoper(t testing.TB) *StaticScoper {
-	s := NewStaticScoper()
+func scoper(t testing.TB) *kinds.Static {
+	s := kinds.NewStatic()
 	for _, c := range []*unstructured.Unstructured{crd("example.com", "App", "Namespaced", "v1"), crd("example.com", "Team", "Cluster", "v1")} {
 		if err := s.AddCRD(c); err != nil {
 			t.Fatal(err)
@@ -87,7 +88,7 @@ func TestRender(t *testing.T) {
 		// (namespace "-" for cluster-scoped children).
 		want        []string
 		wantExclude []string
-		wantWaiting map[string]string
+		wantWaiting map[string]Wait
 		wantStatus  map[string]any
 		wantOmitted map[string]string
 	}{
@@ -112,8 +113,14 @@ func TestRender(t *testing.T) {
 		{
 			name:   "namespaced child in another namespace",
 			parent: app,
-			rule:   ruleFor("App", "  allowCrossNamespace: true\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: shared}}\n"),
+			rule:   ruleFor("App", "  allowCrossNamespace: [shared]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: shared}}\n"),
 			want:   []string{"cm shared no-owner"},
+		},
+		{
+			name:   "a templated namespace that is the parent's",
+			parent: app,
+			rule:   ruleFor("App", "  allowCrossNamespace: [shared]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.metadata.labels.tier == \"web\" ? parent.metadata.namespace : \"shared\"}'}}\n"),
+			want:   []string{"cm team-a owner"},
 		},
 		{
 			name:   "cluster-scoped child of a cluster-scoped parent",
@@ -124,8 +131,14 @@ func TestRender(t *testing.T) {
 		{
 			name:   "namespaced child of a cluster-scoped parent",
 			parent: team,
-			rule:   ruleFor("Team", "  allowCrossNamespace: true\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: 'team-${parent.metadata.name}'}}\n"),
+			rule:   ruleFor("Team, scope: Cluster", "", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: 'team-${parent.metadata.name}'}}\n"),
 			want:   []string{"cm team-blue owner"},
+		},
+		{
+			name:   "a templated role the rule allows",
+			parent: app,
+			rule:   ruleFor("App", "  allowBindRoles: [view, nginx]\n", "  - id: rb\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: x}, roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: '${parent.spec.image}'}, subjects: []}\n"),
+			want:   []string{"rb team-a owner"},
 		},
 		{
 			name:   "includeWhen",
@@ -165,7 +178,7 @@ func TestRender(t *testing.T) {
     template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${children.deploy.metadata.name + children.config.metadata.name}"}}
 `),
 			want:        []string{"config team-a owner"},
-			wantWaiting: map[string]string{"deploy": "waiting for child config", "both": "waiting for children config, deploy"},
+			wantWaiting: map[string]Wait{"deploy": {Reason: ReasonWaiting, Message: "waiting for child config"}, "both": {Reason: ReasonWaiting, Message: "waiting for children config, deploy"}},
 		},
 		{
 			name:   "dependencies observed: dependency order",
@@ -188,7 +201,7 @@ func TestRender(t *testing.T) {
     template: {apiVersion: v1, kind: ConfigMap, metadata: {name: b}}
 `),
 			want:        []string{"b team-a owner"},
-			wantWaiting: map[string]string{"a": "waiting for child b"},
+			wantWaiting: map[string]Wait{"a": {Reason: ReasonWaiting, Message: "waiting for child b"}},
 		},
 		{
 			name:   "excluded although a dependency of the template is missing",
@@ -237,10 +250,11 @@ func TestRender(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rule := parseRule(t, tt.rule)
 			parent := object(t, tt.parent)
-			observed := map[string]*unstructured.Unstructured{}
+			observed := Observed{Children: map[string][]*unstructured.Unstructured{}}
 			for _, doc := range tt.observed {
 				o := object(t, doc)
-				observed[o.GetLabels()[LabelChild]] = o
+				id := o.GetLabels()[LabelChild]
+				observed.Children[id] = append(observed.Children[id], o)
 			}
 			before := parent.DeepCopy()
 			got, err := Render(rule, parent, observed, scoper(t))
@@ -272,7 +286,7 @@ func TestRender(t *testing.T) {
 				t.Errorf("Excluded = %q, want %q", got.Excluded, tt.wantExclude)
 			}
 			if tt.wantWaiting == nil {
-				tt.wantWaiting = map[string]string{}
+				tt.wantWaiting = map[string]Wait{}
 			}
 			if !reflect.DeepEqual(got.Waiting, tt.wantWaiting) {
 				t.Errorf("Waiting = %q, want %q", got.Waiting, tt.wantWaiting)
@@ -309,7 +323,7 @@ func TestRenderMetadata(t *testing.T) {
       spec:
         replicas: ${parent.spec.replicas}
 `))
-	got, err := Render(rule, object(t, app), nil, scoper(t))
+	got, err := Render(rule, object(t, app), Observed{}, scoper(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,9 +371,37 @@ func TestRenderErrors(t *testing.T) {
 			invalid: true,
 		},
 		{
+			name:    "a templated role the rule does not allow",
+			parent:  app,
+			rule:    ruleFor("App", "  allowBindRoles: [view, edit]\n", "  - id: rb\n    template: {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: x}, roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: '${parent.spec.image}'}, subjects: []}\n"),
+			want:    `rule "r": child "rb": template.roleRef.name: binding role "nginx" is not allowed by spec.allowBindRoles (view, edit)`,
+			invalid: true,
+		},
+		{
+			name:    "a templated namespace the rule does not allow",
+			parent:  app,
+			rule:    ruleFor("App", "  allowCrossNamespace: [shared, other]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.spec.image}'}}\n"),
+			want:    `rule "r": child "cm": template.metadata.namespace: "nginx" is neither the parent's namespace "team-a" nor one of spec.allowCrossNamespace (shared, other)`,
+			invalid: true,
+		},
+		{
+			name:    "a templated namespace a cluster-scoped parent's rule does not allow",
+			parent:  team,
+			rule:    ruleFor("Team, scope: Cluster", "  allowCrossNamespace: [shared]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.metadata.name}'}}\n"),
+			want:    `rule "r": child "cm": template.metadata.namespace: "blue" is not one of spec.allowCrossNamespace (shared)`,
+			invalid: true,
+		},
+		{
+			name:    "a parent scope the rule has wrong",
+			parent:  app,
+			rule:    ruleFor("App, scope: Cluster", "", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}\n"),
+			want:    `rules.yaml:1:1: rule "r": spec.parent.scope: the rule takes App.example.com as cluster-scoped, but it is namespaced`,
+			invalid: true,
+		},
+		{
 			name:    "a namespace that is not a name",
 			parent:  app,
-			rule:    ruleFor("App", "  allowCrossNamespace: true\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.spec.image}:1'}}\n"),
+			rule:    ruleFor("App", "  allowCrossNamespace: [shared]\n", "  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: '${parent.spec.image}:1'}}\n"),
 			want:    `rule "r": child "cm": template.metadata.namespace: "nginx:1" is not a valid namespace name: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
 			invalid: true,
 		},
@@ -423,12 +465,12 @@ func TestRenderErrors(t *testing.T) {
 			name:   "a child of unknown kind",
 			parent: app,
 			rule:   ruleFor("App", "", "  - id: w\n    template: {apiVersion: example.com/v1, kind: Widget, metadata: {name: x}}\n"),
-			want:   `rule "r": child "w": unknown kind: kind Widget (apiVersion example.com/v1) is not a built-in kind and no CustomResourceDefinition for it was given`,
+			want:   `rule "r": child "w": unknown kind: kind Widget (apiVersion example.com/v1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given`,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Render(parseRule(t, tt.rule), object(t, tt.parent), nil, scoper(t))
+			_, err := Render(parseRule(t, tt.rule), object(t, tt.parent), Observed{}, scoper(t))
 			if err == nil {
 				t.Fatalf("Render() succeeded, want error %s", tt.want)
 			}
@@ -454,7 +496,7 @@ func TestRenderLimitIsInvalid(t *testing.T) {
 	}
 	parent := object(t, app)
 	parent.Object["spec"].(map[string]any)["big"] = strings.Repeat("x", 2000)
-	_, err = Render(rs[0], parent, nil, scoper(t))
+	_, err = Render(rs[0], parent, Observed{}, scoper(t))
 	if !errors.Is(err, ErrInvalid) || !errors.Is(err, rules.ErrLimitExceeded) {
 		t.Fatalf("Render() error = %v, want one matching ErrInvalid and rules.ErrLimitExceeded", err)
 	}
@@ -482,7 +524,7 @@ func TestReady(t *testing.T) {
 		name     string
 		id       string
 		self     *unstructured.Unstructured
-		observed map[string]*unstructured.Unstructured
+		observed map[string][]*unstructured.Unstructured
 		want     bool
 		wantMsg  string
 	}{
@@ -495,13 +537,13 @@ func TestReady(t *testing.T) {
 			wantMsg: "readyWhen ${self.status.availableReplicas >= parent.spec.replicas}: no such key: availableReplicas"},
 		{name: "does not exist", id: "deploy", wantMsg: "child deploy does not exist yet"},
 		{name: "no readyWhen", id: "cm", self: cm, want: true},
-		{name: "reads another child", id: "svc", self: svc, observed: map[string]*unstructured.Unstructured{"cm": cm}, want: true},
+		{name: "reads another child", id: "svc", self: svc, observed: map[string][]*unstructured.Unstructured{"cm": {cm}}, want: true},
 		{name: "waits for another child", id: "svc", self: svc,
 			wantMsg: "readyWhen ${has(children.cm.data) && self.spec.type == 'ClusterIP'} is waiting for child cm"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, msg, err := Ready(rule, tt.id, parent, tt.self, tt.observed)
+			got, msg, err := Ready(rule, Child{ID: tt.id}, parent, tt.self, Observed{Children: tt.observed})
 			if err != nil {
 				t.Fatalf("Ready() error: %v", err)
 			}
@@ -510,7 +552,7 @@ func TestReady(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := Ready(rule, "nope", parent, cm, nil); err == nil || err.Error() != `rule "r" has no child "nope"` {
+	if _, _, err := Ready(rule, Child{ID: "nope"}, parent, cm, Observed{}); err == nil || err.Error() != `rule "r" has no child "nope"` {
 		t.Errorf("Ready(nope) error = %v", err)
 	}
 }
@@ -522,7 +564,7 @@ func TestReadyLimitIsInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	self := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {list: [a, b, c, d, e, f, g, h, i, j, k, l]}\n")
-	_, _, err = Ready(rs[0], "cm", object(t, app), self, nil)
+	_, _, err = Ready(rs[0], Child{ID: "cm"}, object(t, app), self, Observed{})
 	if !errors.Is(err, ErrInvalid) || !errors.Is(err, rules.ErrLimitExceeded) {
 		t.Fatalf("Ready() error = %v, want one matching ErrInvalid and rules.ErrLimitExceeded", err)
 	}

@@ -1,11 +1,14 @@
 package reconcile
 
 import (
-	"errors"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kgen.dev/kgen/pkg/kinds"
+	"kgen.dev/kgen/rules"
 )
 
 func crd(group, kind, scope string, versions ...string) *unstructured.Unstructured {
@@ -26,77 +29,81 @@ func crd(group, kind, scope string, versions ...string) *unstructured.Unstructur
 	}}
 }
 
-func TestStaticScoper(t *testing.T) {
-	s := NewStaticScoper()
-	if err := s.AddCRD(crd("example.com", "Thing", "Namespaced", "v1", "v2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddCRD(crd("example.com", "Global", "Cluster", "v1")); err != nil {
-		t.Fatal(err)
-	}
+func TestAssumeScopes(t *testing.T) {
+	const children = `  - id: ns
+    template: {apiVersion: example.com/v1, kind: Widget, metadata: {name: x, namespace: '${parent.metadata.namespace}'}}
+  - id: plain
+    template: {apiVersion: example.com/v1, kind: Gadget, metadata: {name: x}}
+  - id: cm
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
+`
 	tests := []struct {
-		gvk     schema.GroupVersionKind
-		want    bool
-		wantErr string
+		name      string
+		parent    string
+		scope     string // spec.parent lines
+		crds      []*unstructured.Unstructured
+		want      map[string]bool // kind: namespaced
+		wantNotes []string
 	}{
-		{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, want: true},
-		{gvk: schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, want: false},
-		{gvk: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, want: true},
-		{gvk: schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"}, want: false},
-		{gvk: schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"}, want: true},
-		{gvk: schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}, want: false},
-		{gvk: schema.GroupVersionKind{Group: "example.com", Version: "v2", Kind: "Thing"}, want: true},
-		{gvk: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Global"}, want: false},
 		{
-			gvk:     schema.GroupVersionKind{Group: "example.com", Version: "v3", Kind: "Thing"},
-			wantErr: "unknown kind: Thing.example.com: its CustomResourceDefinition declares versions v1, v2, not v3",
+			name:   "a parent with a namespace",
+			parent: "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a, namespace: team-a, uid: u}\n",
+			want:   map[string]bool{"Thing": true, "Widget": true, "Gadget": true},
+			wantNotes: []string{
+				"kind Thing (apiVersion example.com/v1) is taken as namespaced: the parent has metadata.namespace and no CustomResourceDefinition for it was given",
+				"kind Widget (apiVersion example.com/v1) (rule r, child ns) is taken as namespaced, since its template sets metadata.namespace: no CustomResourceDefinition for it was given",
+				"kind Gadget (apiVersion example.com/v1) (rule r, child plain) is taken as namespaced, like its parent: no CustomResourceDefinition for it was given",
+			},
 		},
 		{
-			gvk:     schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Other"},
-			wantErr: "unknown kind: kind Other (apiVersion example.com/v1) is not a built-in kind and no CustomResourceDefinition for it was given",
+			name:   "a parent without a namespace",
+			parent: "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a, uid: u}\n",
+			want:   map[string]bool{"Thing": false, "Widget": true, "Gadget": false},
+			wantNotes: []string{
+				"kind Thing (apiVersion example.com/v1) is taken as cluster-scoped: the parent has no metadata.namespace and no CustomResourceDefinition for it was given",
+				"kind Widget (apiVersion example.com/v1) (rule r, child ns) is taken as namespaced, since its template sets metadata.namespace: no CustomResourceDefinition for it was given",
+				"kind Gadget (apiVersion example.com/v1) (rule r, child plain) is taken as cluster-scoped, like its parent: no CustomResourceDefinition for it was given",
+			},
 		},
 		{
-			gvk:     schema.GroupVersionKind{Version: "v1", Kind: "Deployment"},
-			wantErr: "unknown kind: kind Deployment (apiVersion v1) is not a built-in kind and no CustomResourceDefinition for it was given",
+			name:   "the rule's declared scope",
+			parent: "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a, uid: u}\n",
+			scope:  "    scope: Namespaced\n",
+			want:   map[string]bool{"Thing": true, "Widget": true, "Gadget": true},
+			wantNotes: []string{
+				"kind Thing (apiVersion example.com/v1) is taken as namespaced: rule r says so in spec.parent.scope and no CustomResourceDefinition for it was given",
+				"kind Widget (apiVersion example.com/v1) (rule r, child ns) is taken as namespaced, since its template sets metadata.namespace: no CustomResourceDefinition for it was given",
+				"kind Gadget (apiVersion example.com/v1) (rule r, child plain) is taken as namespaced, like its parent: no CustomResourceDefinition for it was given",
+			},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.gvk.String(), func(t *testing.T) {
-			got, err := s.Namespaced(tt.gvk)
-			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("Namespaced() error = %v, want %q", err, tt.wantErr)
-				}
-				if !errors.Is(err, ErrUnknownKind) {
-					t.Errorf("Namespaced() error does not match ErrUnknownKind")
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Errorf("Namespaced() = %t, %v; want %t", got, err, tt.want)
-			}
-		})
-	}
-}
-
-func TestAddCRDErrors(t *testing.T) {
-	notCRD := crd("example.com", "Thing", "Namespaced", "v1")
-	notCRD.SetKind("ConfigMap")
-	tests := []struct {
-		name string
-		obj  *unstructured.Unstructured
-		want string
-	}{
-		{name: "not a CRD", obj: notCRD, want: `ConfigMap "things.example.com" is not a CustomResourceDefinition`},
-		{name: "bad scope", obj: crd("example.com", "Thing", "Everywhere", "v1"), want: `CustomResourceDefinition "things.example.com": spec.scope must be Namespaced or Cluster, not "Everywhere"`},
-		{name: "no versions", obj: crd("example.com", "Thing", "Cluster"), want: `CustomResourceDefinition "things.example.com": spec.versions names no version`},
-		{name: "no kind", obj: crd("example.com", "", "Cluster", "v1"), want: `CustomResourceDefinition "things.example.com": spec.group and spec.names.kind are required`},
+		{
+			name:   "CRDs are not overridden",
+			parent: "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a, uid: u}\n",
+			crds:   []*unstructured.Unstructured{crd("example.com", "Thing", "Namespaced", "v1"), crd("example.com", "Gadget", "Cluster", "v1")},
+			want:   map[string]bool{"Thing": true, "Widget": true, "Gadget": false},
+			wantNotes: []string{
+				"kind Widget (apiVersion example.com/v1) (rule r, child ns) is taken as namespaced, since its template sets metadata.namespace: no CustomResourceDefinition for it was given",
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := NewStaticScoper().AddCRD(tt.obj)
-			if err == nil || err.Error() != tt.want {
-				t.Errorf("AddCRD() error = %v, want %q", err, tt.want)
+			s := kinds.NewStatic()
+			for _, c := range tt.crds {
+				if err := s.AddCRD(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rule := parseRule(t, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent:\n    apiVersion: example.com/v1\n    kind: Thing\n"+tt.scope+"  children:\n"+children)
+			notes := AssumeScopes(s, object(t, tt.parent), []*rules.Rule{rule})
+			if strings.Join(notes, "\n") != strings.Join(tt.wantNotes, "\n") {
+				t.Errorf("notes:\n%s\nwant:\n%s", strings.Join(notes, "\n"), strings.Join(tt.wantNotes, "\n"))
+			}
+			for kind, want := range tt.want {
+				got, err := s.Namespaced(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: kind})
+				if err != nil || got != want {
+					t.Errorf("Namespaced(%s) = %t, %v; want %t", kind, got, err, want)
+				}
 			}
 		})
 	}
