@@ -120,6 +120,10 @@ type Controller struct {
 	// retiring are the states of rules that were changed or removed, to
 	// stop once their successors have their informers.
 	retiring []*ruleState
+	// readers index the parents by the inputs they read (see inputs.go);
+	// readsOf is the reverse.
+	readers map[readKey]map[Key]read
+	readsOf map[Key][]read
 }
 
 type watchError struct {
@@ -140,7 +144,9 @@ type ruleState struct {
 	parent     mapper.Mapping
 	parentRegs map[string]*watch.Registration // by namespace ("" = all)
 	childRegs  []*watch.Registration
-	gvrs       []schema.GroupVersionResource // parent's and children's
+	inputRegs  []*watch.Registration
+	gvrs       []schema.GroupVersionResource // parent's, children's and inputs'
+
 	// stop ends the wait for the rule's informers to sync.
 	stop context.CancelFunc
 	// kindNotServed is set while the rule waits for a kind to be served.
@@ -148,6 +154,13 @@ type ruleState struct {
 	// ready holds, per parent UID, whether its last reconcile left it
 	// Ready, for the Rule's count of ready parents.
 	ready map[types.UID]bool
+}
+
+// registrations returns every informer registration of the rule; the
+// caller holds Controller.mu.
+func (rs *ruleState) registrations() []*watch.Registration {
+	out := append(slices.Clone(rs.childRegs), rs.inputRegs...)
+	return append(out, mapsValues(rs.parentRegs)...)
 }
 
 func newRuleState(r *rules.Rule) *ruleState {
@@ -169,6 +182,8 @@ func New(cfg Config) *Controller {
 		rules:       map[string]*ruleState{},
 		leaving:     map[Key]types.UID{},
 		watchErrors: map[watch.Key]watchError{},
+		readers:     map[readKey]map[Key]read{},
+		readsOf:     map[Key][]read{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[Key](retryBase, retryMax),
@@ -180,14 +195,14 @@ func New(cfg Config) *Controller {
 	c.watches = watch.New(watch.Config{
 		Client:   cfg.Client,
 		REST:     cfg.REST,
-		Indexers: cache.Indexers{indexParent: parentIndex},
+		Indexers: cache.Indexers{indexParent: parentIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		// The index and the handlers read only kgen's own labels and
 		// annotations; the cached JSON keeps the rest.
 		Transform:    watch.CompactKeeping(isKgenKey),
 		OnWatchError: c.onWatchError,
 	})
 	c.reconciler = reconcile.New(reconcile.Config{
-		Client: cfg.Client, Resources: cfg.Mapper, Schemas: cfg.Schemas, Children: c, Writes: c.watches.Writes(),
+		Client: cfg.Client, Resources: cfg.Mapper, Schemas: cfg.Schemas, Children: c, Inputs: c, Writes: c.watches.Writes(),
 		Recorder: cfg.Recorder, Events: cfg.Events, Observer: c.metrics,
 	})
 	for _, r := range cfg.Rules {
@@ -522,33 +537,43 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("parent kind %s: %w", rule.Parent.GroupVersionKind, err))
 	}
-	gvrs := []schema.GroupVersionResource{parent.GroupVersionResource()}
-	// Namespaced children of a parent limited to namespaces are watched
-	// only there, unless they may live elsewhere: such a rule then needs no
-	// cluster-wide access (pkg/rbac grants exactly this).
-	childNamespaces := []string{""}
-	if parent.Namespaced && len(rule.Parent.Namespaces) > 0 && len(rule.AllowCrossNamespace) == 0 {
-		childNamespaces = rule.Parent.Namespaces
+	// Where the rule's objects live: the one answer pkg/rbac grants
+	// access by, so kgen watches exactly where it may.
+	place, err := rule.Placement(scoper{c.cfg.Mapper})
+	if err != nil {
+		return c.setWaiting(rs, err)
 	}
-	var childKeys []watch.Key
-	for _, child := range rule.Children {
-		m, err := c.cfg.Mapper.ResourceFor(child.GroupVersionKind)
-		if err != nil {
-			return c.setWaiting(rs, fmt.Errorf("child %s kind %s: %w", child.ID, child.GroupVersionKind, err))
-		}
-		if !slices.Contains(gvrs, m.GroupVersionResource()) {
-			gvrs = append(gvrs, m.GroupVersionResource())
-		}
-		namespaces := []string{""}
-		if m.Namespaced {
-			namespaces = childNamespaces
-		}
-		for _, ns := range namespaces {
-			key := watch.Key{GVR: m.GroupVersionResource(), Namespace: ns, Selector: childSelector}
-			if !slices.Contains(childKeys, key) {
-				childKeys = append(childKeys, key)
+	gvrs := []schema.GroupVersionResource{parent.GroupVersionResource()}
+	keys := func(kinds map[schema.GroupVersionKind][]string, selector string, allLabels bool) ([]watch.Key, error) {
+		var out []watch.Key
+		for _, gvk := range sortedKinds(kinds) {
+			m, err := c.cfg.Mapper.ResourceFor(gvk)
+			if err != nil {
+				return nil, fmt.Errorf("kind %s: %w", gvk, err)
+			}
+			if !slices.Contains(gvrs, m.GroupVersionResource()) {
+				gvrs = append(gvrs, m.GroupVersionResource())
+			}
+			namespaces := kinds[gvk]
+			if !m.Namespaced {
+				namespaces = []string{metav1.NamespaceAll}
+			}
+			for _, ns := range namespaces {
+				key := watch.Key{GVR: m.GroupVersionResource(), Namespace: ns, Selector: selector, AllLabels: allLabels}
+				if !slices.Contains(out, key) {
+					out = append(out, key)
+				}
 			}
 		}
+		return out, nil
+	}
+	childKeys, err := keys(place.ChildWatchNamespaces(), childSelector, false)
+	if err != nil {
+		return c.setWaiting(rs, fmt.Errorf("child %w", err))
+	}
+	inputKeys, err := keys(place.InputWatchNamespaces(), "", true)
+	if err != nil {
+		return c.setWaiting(rs, fmt.Errorf("input %w", err))
 	}
 
 	var regs []*watch.Registration
@@ -557,7 +582,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 			r.Release()
 		}
 	}
-	var childRegs []*watch.Registration
+	var childRegs, inputRegs []*watch.Registration
 	for _, key := range childKeys {
 		reg, err := c.watches.Acquire(key, c.childHandler(rule.Name))
 		if err != nil {
@@ -567,12 +592,17 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		regs = append(regs, reg)
 		childRegs = append(childRegs, reg)
 	}
-	namespaces := []string{""}
-	if parent.Namespaced && len(rule.Parent.Namespaces) > 0 {
-		namespaces = rule.Parent.Namespaces
+	for _, key := range inputKeys {
+		reg, err := c.watches.Acquire(key, c.inputHandler(rule.Name))
+		if err != nil {
+			release()
+			return c.setWaiting(rs, err)
+		}
+		regs = append(regs, reg)
+		inputRegs = append(inputRegs, reg)
 	}
 	parentRegs := map[string]*watch.Registration{}
-	for _, ns := range namespaces {
+	for _, ns := range place.ParentWatchNamespaces() {
 		key := watch.Key{GVR: parent.GroupVersionResource(), Namespace: ns, Selector: rule.Parent.Selector.String()}
 		reg, err := c.watches.Acquire(key, c.parentHandler(rule))
 		if err != nil {
@@ -585,7 +615,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	syncCtx, stop := context.WithCancel(ctx)
 	c.mu.Lock()
 	rs.active, rs.synced, rs.waiting = true, false, ""
-	rs.parent, rs.parentRegs, rs.childRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, gvrs, stop
+	rs.parent, rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, inputRegs, gvrs, stop
 	c.mu.Unlock()
 	c.metrics.setWaiting(rule.Name, false)
 	klog.FromContext(ctx).Info("Rule started; waiting for its caches", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
@@ -672,6 +702,7 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 				c.leaving[key] = obj.GetUID()
 			}
 			c.mu.Unlock()
+			c.forgetReads(key)
 		}
 		c.queue.Add(key)
 	}
@@ -786,12 +817,13 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 		c.mu.Unlock()
 		return
 	}
-	regs := append(slices.Clone(rs.childRegs), mapsValues(rs.parentRegs)...)
+	regs := append(slices.Clone(rs.childRegs), rs.inputRegs...)
+	regs = append(regs, mapsValues(rs.parentRegs)...)
 	if rs.stop != nil {
 		rs.stop()
 	}
 	rs.active, rs.synced, rs.waiting = false, false, why.Error()
-	rs.parentRegs, rs.childRegs, rs.gvrs, rs.stop = nil, nil, nil, nil
+	rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = nil, nil, nil, nil, nil
 	c.mu.Unlock()
 	for _, r := range regs {
 		r.Release()
@@ -830,7 +862,7 @@ func (c *Controller) Ready() error {
 		}
 		failing := false
 		var syncing []string
-		for _, reg := range append(slices.Clone(rs.childRegs), mapsValues(rs.parentRegs)...) {
+		for _, reg := range rs.registrations() {
 			if reg.HasSynced() {
 				continue
 			}
@@ -887,7 +919,7 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 			s.ReadyParents++
 		}
 	}
-	for _, reg := range append(slices.Clone(rs.childRegs), mapsValues(rs.parentRegs)...) {
+	for _, reg := range rs.registrations() {
 		if e, bad := c.watchErrors[reg.Informer().Key()]; bad && !reg.HasSynced() {
 			s.Failing = fmt.Sprintf("%s: %v", reg.Informer().Key(), e.err)
 			break

@@ -24,6 +24,10 @@ type Key struct {
 	Namespace string
 	// Selector is a label selector in its string form; empty means all.
 	Selector string
+	// AllLabels keeps every label of the cached objects in their typed
+	// metadata, whatever the Manager's transform keeps, so callers can
+	// match label selectors without decoding objects.
+	AllLabels bool
 }
 
 func (k Key) String() string {
@@ -185,7 +189,11 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 		factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(m.cfg.Client, m.cfg.ResyncPeriod, key.Namespace, tweak)
 		informer = factory.ForResource(key.GVR).Informer()
 	}
-	if err := informer.SetTransform(m.cfg.Transform); err != nil {
+	transform := m.cfg.Transform
+	if key.AllLabels {
+		transform = Compact
+	}
+	if err := informer.SetTransform(transform); err != nil {
 		return nil, fmt.Errorf("watch %s: %w", key, err)
 	}
 	if len(m.cfg.Indexers) > 0 {
