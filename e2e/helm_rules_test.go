@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,6 +83,31 @@ func TestHelmServesRuleObject(t *testing.T) {
 		return true, nil
 	}, "the Rule's status to say it runs with 1 parent")
 	t.Logf("the Rule's status: %v", status.Object["status"])
+
+	// kubectl get rules shows it, as docs/install.md and README.md say.
+	raw, err := env.kube.Discovery().RESTClient().Get().AbsPath("/apis/kgen.dev/v1alpha1/rules", name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	var columns []string
+	for _, c := range table.ColumnDefinitions {
+		columns = append(columns, c.Name)
+	}
+	if want := []string{"Name", "Parent", "Accepted", "Ready", "Reason", "Parents", "Ready-Parents", "Age"}; !slices.Equal(columns, want) {
+		t.Errorf("kubectl get rules shows the columns %q, want %q", columns, want)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("kubectl get rule %s shows %d rows", name, len(table.Rows))
+	}
+	cells := fmt.Sprint(table.Rows[0].Cells[:6])
+	if want := fmt.Sprint([]any{name, "WebApp", "True", "True", "Running", 1}); cells != want {
+		t.Errorf("kubectl get rule %s shows %s, want %s", name, cells, want)
+	}
 
 	for _, e := range auditOf(t, "system:serviceaccount:"+release+":kgen", start) {
 		if e.ResponseStatus.Code == 403 {
