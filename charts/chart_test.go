@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -178,7 +179,7 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 			}
 		}
 	}
-	for _, kind := range []string{"Deployment", "ServiceAccount", "ConfigMap", "Service", "PodDisruptionBudget", "Role", "RoleBinding", "Pod"} {
+	for _, kind := range []string{"Deployment", "ServiceAccount", "Service", "PodDisruptionBudget", "Role", "RoleBinding", "Pod"} {
 		if kinds[kind] == 0 {
 			t.Errorf("no %s rendered", kind)
 		}
@@ -203,8 +204,24 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment) {
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Error("no readiness probe on /readyz")
 	}
-	if !slices.Contains(c.Args, "--rules=/etc/kgen/rules") || c.Args[0] != "run" {
-		t.Errorf("the container does not run kgenctl run with the mounted rules: %q", c.Args)
+	if c.Args[0] != "run" {
+		t.Errorf("the container does not run kgenctl run: %q", c.Args)
+	}
+	// The rules: the mounted files, Rule objects, or both.
+	files := slices.Contains(c.Args, "--rules=/etc/kgen/rules")
+	mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "rules" && m.MountPath == "/etc/kgen/rules" })
+	if files != mounted {
+		t.Errorf("--rules=/etc/kgen/rules is given (%t) but the rules volume is mounted there (%t): %q %+v", files, mounted, c.Args, c.VolumeMounts)
+	}
+	if !files && !slices.Contains(c.Args, "--rule-objects=true") {
+		t.Errorf("kgen runs neither rules files nor Rule objects: %q", c.Args)
+	}
+	// kgen follows the rules live: nothing in the pod template may
+	// depend on them, or a change of the rules would roll the pods.
+	for k := range d.Spec.Template.Annotations {
+		if strings.HasPrefix(k, "checksum/") {
+			t.Errorf("the pod template carries %s: a change of the rules would roll the pods", k)
+		}
 	}
 	if !slices.Contains(c.Args, "--leader-elect=true") || !slices.Contains(c.Args, "--leader-elect-namespace=kgen-system") {
 		t.Errorf("leader election is not on in the release namespace: %q", c.Args)
@@ -279,19 +296,82 @@ func TestTemplateVariants(t *testing.T) {
 			}
 		},
 	}, {
-		name: "no rules, no cleanup hook",
+		name: "cleanup disabled, no cleanup hook",
+		args: []string{"--set", "cleanup.enabled=false"},
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
 			if objs["Job/kgen-cleanup"] != nil || objs["Role/kgen-cleanup"] != nil {
-				t.Error("a cleanup hook without rules to read the parents from")
+				t.Error("a cleanup hook with cleanup.enabled=false")
+			}
+		},
+	}, {
+		name: "Rule objects only, by default",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			var d appsv1.Deployment
+			convert(t, objs["Deployment/kgen"], &d)
+			pod := d.Spec.Template.Spec
+			if args := pod.Containers[0].Args; !slices.Contains(args, "--rule-objects=true") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--rules") }) {
+				t.Errorf("kgen runs %q, want Rule objects and no --rules", args)
+			}
+			if slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.ConfigMap != nil }) || objs["ConfigMap/kgen-rules"] != nil {
+				t.Errorf("a rules ConfigMap without rules: volumes %+v", pod.Volumes)
+			}
+			checkRuleObjectsRBAC(t, objs, "kgen")
+			var job batchv1.Job
+			convert(t, objs["Job/kgen-cleanup"], &job)
+			want := []string{"cleanup", "--rule-objects=true", "--stop-deployment=kgen-system/kgen", "--timeout=3m"}
+			if got := job.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
+				t.Errorf("the cleanup hook runs %q, want %q", got, want)
+			}
+			if v := job.Spec.Template.Spec.Volumes; len(v) != 0 {
+				t.Errorf("the cleanup hook mounts %+v without rules files", v)
+			}
+		},
+	}, {
+		name: "rules of the values without Rule objects",
+		args: []string{"--set", "ruleObjects.enabled=false", "--set-file", "rules.webapp=../examples/webapp/rules.yaml"},
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			var d appsv1.Deployment
+			convert(t, objs["Deployment/kgen"], &d)
+			if args := d.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--rule-objects=false") || !slices.Contains(args, "--rules=/etc/kgen/rules") {
+				t.Errorf("kgen runs %q, want the rules files and no Rule objects", args)
+			}
+			for name, o := range objs {
+				if strings.HasSuffix(name, "-rule-objects") {
+					t.Errorf("%s without Rule objects: %v", name, o)
+				}
+			}
+			var job batchv1.Job
+			convert(t, objs["Job/kgen-cleanup"], &job)
+			want := []string{"cleanup", "--rules=/etc/kgen/rules", "--rule-objects=false", "--stop-deployment=kgen-system/kgen", "--timeout=3m"}
+			if got := job.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
+				t.Errorf("the cleanup hook runs %q, want %q", got, want)
+			}
+		},
+	}, {
+		name: "RBAC left to the user: no Rule objects ClusterRole",
+		args: []string{"--set", "rbac.create=false"},
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			for name := range objs {
+				if strings.HasPrefix(name, "ClusterRole") {
+					t.Errorf("%s with rbac.create=false", name)
+				}
 			}
 		},
 	}, {
 		name: "an existing rules ConfigMap is cleaned up after",
 		args: []string{"--set", "existingRulesConfigMap=my-rules", "--set", "fullnameOverride=k"},
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			var d appsv1.Deployment
+			convert(t, objs["Deployment/k"], &d)
+			if v := d.Spec.Template.Spec.Volumes; v[0].ConfigMap == nil || v[0].ConfigMap.Name != "my-rules" {
+				t.Errorf("kgen mounts %+v, want the ConfigMap my-rules", v)
+			}
+			if objs["ConfigMap/k-rules"] != nil {
+				t.Error("the chart makes a rules ConfigMap besides the existing one")
+			}
 			var job batchv1.Job
 			convert(t, objs["Job/k-cleanup"], &job)
-			want := []string{"cleanup", "--rules=/etc/kgen/rules", "--stop-deployment=kgen-system/k", "--timeout=3m"}
+			want := []string{"cleanup", "--rules=/etc/kgen/rules", "--rule-objects=true", "--stop-deployment=kgen-system/k", "--timeout=3m"}
 			if got := job.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
 				t.Errorf("the cleanup hook runs %q, want %q", got, want)
 			}
@@ -325,6 +405,70 @@ func TestTemplateVariants(t *testing.T) {
 			}
 			tt.check(t, objs)
 		})
+	}
+}
+
+// checkRuleObjectsRBAC checks that kgen's ServiceAccount may follow Rule
+// objects and write their status, and nothing more.
+func checkRuleObjectsRBAC(t *testing.T, objs map[string]*unstructured.Unstructured, fullname string) {
+	t.Helper()
+	var role rbacv1.ClusterRole
+	convert(t, objs["ClusterRole/"+fullname+"-rule-objects"], &role)
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules/status"}, Verbs: []string{"patch"}},
+	}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("the Rule objects ClusterRole grants %+v, want %+v", role.Rules, want)
+	}
+	var binding rbacv1.ClusterRoleBinding
+	convert(t, objs["ClusterRoleBinding/"+fullname+"-rule-objects"], &binding)
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: fullname, Namespace: "kgen-system"}}
+	if binding.RoleRef.Name != role.Name || !reflect.DeepEqual(binding.Subjects, wantSubjects) {
+		t.Errorf("the Rule objects ClusterRoleBinding binds %+v to %+v, want %s to %+v", binding.RoleRef, binding.Subjects, role.Name, wantSubjects)
+	}
+}
+
+// A helm upgrade that changes only the rules changes the ConfigMap and
+// nothing else: kgen follows the ConfigMap live, so its pods must not roll.
+func TestRulesChangeDoesNotRollPods(t *testing.T) {
+	render := func(rulesFile string) map[string]*unstructured.Unstructured {
+		t.Helper()
+		out, err := helm(t, "template", "kgen", "kgen", "--namespace", "kgen-system", "-f", "../examples/webapp/rbac-values.yaml", "--set-file", "rules.webapp="+rulesFile)
+		if err != nil {
+			t.Fatalf("helm template: %v", err)
+		}
+		objs := map[string]*unstructured.Unstructured{}
+		for _, o := range decode(t, out) {
+			objs[o.GetKind()+"/"+o.GetName()] = o
+		}
+		return objs
+	}
+	data, err := os.ReadFile("../examples/webapp/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(data), "image: ${parent.spec.image}\n", "image: ${parent.spec.image}\n        release: upgraded\n", 1)
+	if changed == string(data) {
+		t.Fatal("the test's edit of examples/webapp/rules.yaml did not apply")
+	}
+	changedFile := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(changedFile, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, after := render("../examples/webapp/rules.yaml"), render(changedFile)
+	if len(before) != len(after) {
+		t.Fatalf("%d objects before the change, %d after", len(before), len(after))
+	}
+	for name, o := range before {
+		same := reflect.DeepEqual(o.Object, after[name].Object)
+		if name == "ConfigMap/kgen-rules" {
+			if same {
+				t.Errorf("%s did not change with the rules", name)
+			}
+		} else if !same {
+			t.Errorf("%s changed with the rules", name)
+		}
 	}
 }
 
@@ -368,6 +512,16 @@ func TestTemplateErrors(t *testing.T) {
 			name: "an annotation that is not a string",
 			args: []string{"--set", "podAnnotations.rollout=1"},
 			want: "/podAnnotations/rollout",
+		},
+		{
+			name: "no rules and no Rule objects",
+			args: []string{"--set", "ruleObjects.enabled=false"},
+			want: "no rules: ruleObjects.enabled is false and neither rules nor existingRulesConfigMap is set",
+		},
+		{
+			name: "a misspelt ruleObjects value",
+			args: []string{"--set", "ruleObjects.enable=false"},
+			want: "additional properties 'enable' not allowed",
 		},
 		{
 			name: "a bad log format",

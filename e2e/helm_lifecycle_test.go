@@ -115,24 +115,28 @@ func TestHelmRefusesReplicasWithoutLeaderElection(t *testing.T) {
 }
 
 // helm uninstall leaves no parent with kgen's finalizer: the chart's
-// pre-delete hook stops kgen and removes it, keeping the parent's other
-// finalizers and its children; the parent can then be deleted.
+// pre-delete hook stops kgen and removes it, from the parents of the rules
+// of the values and of the Rule objects, keeping the parents' other
+// finalizers and their children; the parents can then be deleted.
 func TestHelmUninstallReleasesFinalizers(t *testing.T) {
 	ctx := t.Context()
 	installCRD(t, "e2e/testdata/octopus-crd.yaml")
-	ns, release := newNamespace(t), newNamespace(t)
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	// The values' rule has its parents in ns, the Rule object's in objNS.
+	ns, objNS, release := newNamespace(t), newNamespace(t), newNamespace(t)
 	startPods(t, release)
 	// A cluster-scoped child, which no ownerReference can tie to its
 	// namespaced parent: kgen's finalizer guards it.
-	rulesFile := writeRules(t, `apiVersion: kgen.dev/v1alpha1
+	octopusRule := func(name, ns string) string {
+		return `apiVersion: kgen.dev/v1alpha1
 kind: Rule
 metadata:
-  name: octopus-cleanup
+  name: ` + name + `
 spec:
   parent:
     apiVersion: zoo.example.com/v1
     kind: Octopus
-    namespaces: [`+ns+`]
+    namespaces: [` + ns + `]
   children:
   - id: role
     template:
@@ -141,8 +145,13 @@ spec:
       metadata:
         name: octopus-${parent.metadata.namespace}-${parent.metadata.name}
       rules: []
-`)
-	values, err := kgenctl(t, "rbac", "--rules", rulesFile, "--crd", filepath.Join(env.root, "e2e/testdata/octopus-crd.yaml"), "-o", "helm-values")
+`
+	}
+	rulesFile := writeRules(t, octopusRule("octopus-cleanup", ns))
+	objectRule := octopusRule("octopus-cleanup-object", objNS)
+	// The RBAC of every rule kgen runs, the Rule object's included.
+	values, err := kgenctl(t, "rbac", "--rules", rulesFile, "--rules", writeRules(t, objectRule),
+		"--crd", filepath.Join(env.root, "e2e/testdata/octopus-crd.yaml"), "-o", "helm-values")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,23 +166,28 @@ spec:
 		t.Fatalf("helm install: %v", err)
 	}
 	t.Cleanup(func() { _, _ = runHelm(t, "uninstall", "kgen", "--namespace", release, "--no-hooks") })
-	octopus := func(name string) map[string]any {
+	applyRule(t, objectRule)
+	octopus := func(ns, name string) map[string]any {
 		return map[string]any{"apiVersion": "zoo.example.com/v1", "kind": "Octopus",
 			"metadata": map[string]any{"name": name, "namespace": ns, "finalizers": []any{"example.com/keep"}},
 			"spec":     map[string]any{"arms": int64(8)}}
 	}
-	create(t, octopusGVR, octopus("otto"))
-	role := "octopus-" + ns + "-otto"
-	t.Cleanup(func() {
-		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
-	})
-	waitFor(t, crGVR, "", role, nil)
-	waitFor(t, octopusGVR, ns, "otto", func(o *unstructured.Unstructured) error {
-		if !slices.Contains(o.GetFinalizers(), "kgen.dev/cleanup") {
-			return fmt.Errorf("finalizers = %v", o.GetFinalizers())
-		}
-		return nil
-	})
+	// otto is a parent of the values' rule, olga of the Rule object's.
+	parents := []struct{ ns, name string }{{ns, "otto"}, {objNS, "olga"}}
+	for _, p := range parents {
+		create(t, octopusGVR, octopus(p.ns, p.name))
+		role := "octopus-" + p.ns + "-" + p.name
+		t.Cleanup(func() {
+			_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+		})
+		waitFor(t, crGVR, "", role, nil)
+		waitFor(t, octopusGVR, p.ns, p.name, func(o *unstructured.Unstructured) error {
+			if !slices.Contains(o.GetFinalizers(), "kgen.dev/cleanup") {
+				return fmt.Errorf("finalizers = %v", o.GetFinalizers())
+			}
+			return nil
+		})
+	}
 
 	start := time.Now()
 	out, err := runHelm(t, "uninstall", "kgen", "--namespace", release, "--wait", "--timeout", "3m")
@@ -182,15 +196,20 @@ spec:
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
 	t.Logf("helm uninstall --wait took %s", time.Since(start).Round(time.Millisecond))
-	parent := get(t, octopusGVR, ns, "otto")
-	if parent == nil {
-		t.Fatal("the parent is gone")
+	for _, p := range parents {
+		parent := get(t, octopusGVR, p.ns, p.name)
+		if parent == nil {
+			t.Fatalf("the parent %s is gone", p.name)
+		}
+		if got := parent.GetFinalizers(); !slices.Equal(got, []string{"example.com/keep"}) {
+			t.Errorf("after helm uninstall the finalizers of %s are %q, want only the other controller's", p.name, got)
+		}
+		if get(t, crGVR, "", "octopus-"+p.ns+"-"+p.name) == nil {
+			t.Errorf("helm uninstall deleted the child of %s; children stay", p.name)
+		}
 	}
-	if got := parent.GetFinalizers(); !slices.Equal(got, []string{"example.com/keep"}) {
-		t.Errorf("after helm uninstall the parent's finalizers are %q, want only the other controller's", got)
-	}
-	if get(t, crGVR, "", role) == nil {
-		t.Error("helm uninstall deleted the parent's child; children stay")
+	if get(t, ruleGVR, "", "octopus-cleanup-object") == nil {
+		t.Error("helm uninstall deleted the Rule object; Rule objects stay")
 	}
 	for _, gone := range []struct {
 		gvr  schema.GroupVersionResource
@@ -207,15 +226,17 @@ spec:
 		}
 	}
 
-	// Only the other controller's finalizer holds the parent now.
-	if err := env.dynamic.Resource(octopusGVR).Namespace(ns).Delete(ctx, "otto", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	// Only the other controller's finalizer holds the parents now.
+	for _, p := range parents {
+		if err := env.dynamic.Resource(octopusGVR).Namespace(p.ns).Delete(ctx, p.name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		patch := []byte(`[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/keep"},{"op":"remove","path":"/metadata/finalizers/0"}]`)
+		if _, err := env.dynamic.Resource(octopusGVR).Namespace(p.ns).Patch(ctx, p.name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, octopusGVR, p.ns, p.name)
 	}
-	patch := []byte(`[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/keep"},{"op":"remove","path":"/metadata/finalizers/0"}]`)
-	if _, err := env.dynamic.Resource(octopusGVR).Namespace(ns).Patch(ctx, "otto", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, octopusGVR, ns, "otto")
 }
 
 // helm upgrade from the previous chart version (e2e/testdata, 0.1.0) to

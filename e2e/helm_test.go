@@ -69,9 +69,11 @@ func TestHelmInstall(t *testing.T) {
 			t.Errorf("the release has no %s; it has %v", want, objs)
 		}
 	}
-	// Secure metrics need cluster-wide reviews; the rules need nothing
-	// cluster-wide.
-	if slices.Contains(objs, "ClusterRole/kgen") || slices.Contains(objs, "ClusterRoleBinding/kgen") {
+	// Cluster-wide, kgen may only follow Rule objects and review who reads
+	// its metrics; the rules, limited to a namespace, need nothing there.
+	if slices.ContainsFunc(objs, func(s string) bool {
+		return strings.HasPrefix(s, "ClusterRole") && !strings.HasSuffix(s, "/kgen-rule-objects") && !strings.Contains(s, "/kgen-metrics-")
+	}) {
 		t.Errorf("rules limited to one namespace got cluster-wide RBAC: %v", objs)
 	}
 
@@ -165,18 +167,25 @@ func TestHelmInstall(t *testing.T) {
 	}, "the Forbidden error in kgen's logs")
 }
 
-// Without rules or RBAC values the chart still renders, and its notes say
-// what is missing.
+// Without rules or RBAC values the chart serves Rule objects, and its
+// notes say how to add one and what is missing. Without Rule objects
+// either, kgen would have nothing to run: the chart refuses to install.
 func TestHelmInstallWithoutRules(t *testing.T) {
 	release := newNamespace(t)
-	out, err := runHelm(t, "install", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release, "--dry-run=client")
+	chart := filepath.Join(env.root, "charts/kgen")
+	out, err := runHelm(t, "install", "kgen", chart, "--namespace", release, "--dry-run=client")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"WARNING: no rules were given", "kgenctl rbac --rules", "WARNING: rbac.rules is empty"} {
+	for _, want := range []string{"every Rule object of the\ncluster", "kubectl apply -f rules.yaml", "kubectl get rules", "reason Forbidden",
+		"kgenctl rbac --rules", "WARNING: rbac.rules is empty"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the notes do not say %q:\n%s", want, out)
 		}
+	}
+	out, err = runHelm(t, "install", "kgen", chart, "--namespace", release, "--dry-run=client", "--set", "ruleObjects.enabled=false")
+	if err == nil || !strings.Contains(err.Error(), "no rules: ruleObjects.enabled is false and neither rules nor existingRulesConfigMap is set") {
+		t.Errorf("helm install without rules or Rule objects: %v\n%s", err, out)
 	}
 }
 

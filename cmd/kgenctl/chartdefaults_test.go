@@ -27,6 +27,9 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 		LeaderElection struct {
 			LeaseDuration string `json:"leaseDuration"`
 		} `json:"leaderElection"`
+		RuleObjects struct {
+			Enabled any `json:"enabled"`
+		} `json:"ruleObjects"`
 	}
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		t.Fatal(err)
@@ -41,6 +44,7 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 		{"controller.kubeAPIQPS", "kube-api-qps", values.Controller.KubeAPIQPS},
 		{"controller.kubeAPIBurst", "kube-api-burst", values.Controller.KubeAPIBurst},
 		{"leaderElection.leaseDuration", "leader-elect-lease-duration", values.LeaderElection.LeaseDuration},
+		{"ruleObjects.enabled", "rule-objects", values.RuleObjects.Enabled},
 	} {
 		f := flags.Lookup(tt.flag)
 		if f == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 type cleanupOptions struct {
 	rules          []string
+	ruleObjects    bool
 	stopDeployment string
 	timeout        time.Duration
 }
@@ -26,7 +28,7 @@ func newCleanupCmd(out, errOut io.Writer) *cobra.Command {
 	o := &cleanupOptions{}
 	var kube *kubeFlags
 	cmd := &cobra.Command{
-		Use:   "cleanup --rules PATH [--rules PATH ...]",
+		Use:   "cleanup [--rules PATH ...] [--rule-objects=false]",
 		Short: "Remove kgen's finalizer from every parent of the rules, before kgen is uninstalled",
 		Long: `Remove kgen's finalizer, kgen.dev/cleanup, from every object of the rules'
 parent kinds (in a rule's namespaces when it is limited to some, whatever the
@@ -34,11 +36,18 @@ object's labels), so that no parent is left Terminating once kgen is gone.
 Other finalizers are kept; children are not touched. A parent kind the
 cluster does not serve is skipped with a note. Running it again is harmless.
 
+The rules are those kgen ran: the rules files given with --rules and, unless
+--rule-objects=false, the cluster's Rule objects (rules.kgen.dev), as
+kgenctl run serves them. A Rule object with the name of a file's rule is
+left out, as the file's rule ran instead; an invalid one still names its
+parent kind, which is looked at all the same.
+
 A running kgen puts the finalizer back, so stop it first: --stop-deployment
 scales kgen's Deployment to 0 and waits until its pods are gone. The Helm
 chart runs this command as a pre-delete hook.`,
 		Example: `  kgenctl cleanup --rules /etc/kgen/rules --stop-deployment kgen-system/kgen
-  kgenctl cleanup --rules rules/ --context prod`,
+  kgenctl cleanup --stop-deployment kgen-system/kgen     # Rule objects only
+  kgenctl cleanup --rules rules/ --rule-objects=false --context prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), out, errOut, kube)
@@ -47,9 +56,9 @@ chart runs this command as a pre-delete hook.`,
 	kube = addKubeFlags(cmd)
 	f := cmd.Flags()
 	f.StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
+	f.BoolVar(&o.ruleObjects, "rule-objects", true, "also release the parents of the cluster's Rule objects (rules.kgen.dev)")
 	f.StringVar(&o.stopDeployment, "stop-deployment", "", "NAMESPACE/NAME of kgen's Deployment, to scale to 0 and wait for before the finalizers are removed")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the Deployment's pods to stop")
-	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
 
@@ -61,9 +70,15 @@ func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *k
 			return err
 		}
 	}
-	loaded, err := rules.Load(o.rules, rules.Options{})
-	if err != nil {
-		return err
+	if len(o.rules) == 0 && !o.ruleObjects {
+		return errors.New("no rules: give --rules, or release the parents of the Rule objects (--rule-objects)")
+	}
+	var loaded []*rules.Rule
+	if len(o.rules) > 0 {
+		var err error
+		if loaded, err = rules.Load(o.rules, rules.Options{}); err != nil {
+			return err
+		}
 	}
 	config, err := kube.restConfig()
 	if err != nil {
@@ -86,7 +101,8 @@ func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *k
 		}
 		fmt.Fprintf(out, "deployment %s is stopped\n", stop)
 	}
-	res, err := cleanup.Release(ctx, dynClient, mapper.New(kubeClient.Discovery()), loaded)
+	src := cleanup.Sources{Files: loaded, RuleObjects: o.ruleObjects}
+	res, err := cleanup.Release(ctx, dynClient, mapper.New(kubeClient.Discovery()), src)
 	for _, note := range res.Skipped {
 		fmt.Fprintln(errOut, "Note:", note)
 	}

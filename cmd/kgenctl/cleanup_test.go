@@ -16,7 +16,7 @@ func TestCleanupAndCheckArguments(t *testing.T) {
 		{args: []string{"cleanup", "--rules", "../../examples/webapp/rules.yaml", "--stop-deployment", "kgen"}, want: `--stop-deployment "kgen": want NAMESPACE/NAME`},
 		{args: []string{"cleanup", "--rules", "../../examples/webapp/rules.yaml", "--stop-deployment", "a/b/c"}, want: `want NAMESPACE/NAME`},
 		{args: []string{"cleanup", "--rules", "testdata/validate/bad.yaml"}, want: "bad.yaml:"},
-		{args: []string{"cleanup"}, want: `required flag(s) "rules" not set`},
+		{args: []string{"cleanup", "--rule-objects=false"}, want: "no rules: give --rules, or release the parents of the Rule objects (--rule-objects)"},
 		{args: []string{"check", "--deployment", "/kgen"}, want: `--deployment "/kgen": want NAMESPACE/NAME`},
 		{args: []string{"check", "--deployment", "ns/kgen", "--lease", "kgen"}, want: `--lease "kgen": want NAMESPACE/NAME`},
 		{args: []string{"check"}, want: `required flag(s) "deployment" not set`},

@@ -20,6 +20,7 @@ import (
 
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/ruleset"
 	"kgen.dev/kgen/rules"
 )
 
@@ -62,6 +63,30 @@ type Result struct {
 	Skipped []string
 }
 
+// Sources are the rules whose parents Release looks at.
+type Sources struct {
+	// Files are the rules of kgen's rules files.
+	Files []*rules.Rule
+	// RuleObjects adds the rules of the cluster's Rule objects
+	// (rules.kgen.dev), when the API server serves the kind. A Rule object
+	// with the name of a rule of Files is left out: kgen ran the file's rule
+	// instead. An invalid one still names its parent kind, whose objects are
+	// looked at all the same.
+	RuleObjects bool
+}
+
+// ruleParents says where one rule's parents are: the objects of its parent
+// kind, in its namespaces (none: every namespace).
+type ruleParents struct {
+	rule       string
+	gvk        schema.GroupVersionKind
+	namespaces []string
+}
+
+func parentsOf(r *rules.Rule) ruleParents {
+	return ruleParents{rule: r.Name, gvk: r.Parent.GroupVersionKind, namespaces: r.Parent.Namespaces}
+}
+
 // scope is where to look for the objects of one parent kind.
 type scope struct {
 	gvk   schema.GroupVersionKind
@@ -72,22 +97,22 @@ type scope struct {
 }
 
 // scopes merges the rules that share a parent kind, in the rules' order.
-func scopes(loaded []*rules.Rule) []*scope {
+func scopes(all []ruleParents) []*scope {
 	var out []*scope
 	byGVK := map[schema.GroupVersionKind]*scope{}
-	for _, r := range loaded {
-		s := byGVK[r.Parent.GroupVersionKind]
+	for _, r := range all {
+		s := byGVK[r.gvk]
 		if s == nil {
-			s = &scope{gvk: r.Parent.GroupVersionKind, namespaces: []string{}}
+			s = &scope{gvk: r.gvk, namespaces: []string{}}
 			byGVK[s.gvk] = s
 			out = append(out, s)
 		}
-		s.rules = append(s.rules, r.Name)
+		s.rules = append(s.rules, r.rule)
 		switch {
-		case len(r.Parent.Namespaces) == 0:
+		case len(r.namespaces) == 0:
 			s.namespaces = nil
 		case s.namespaces != nil:
-			for _, ns := range r.Parent.Namespaces {
+			for _, ns := range r.namespaces {
 				if !slices.Contains(s.namespaces, ns) {
 					s.namespaces = append(s.namespaces, ns)
 				}
@@ -97,16 +122,102 @@ func scopes(loaded []*rules.Rule) []*scope {
 	return out
 }
 
-// Release removes Finalizer from every object of the rules' parent kinds
-// that carries it, and leaves every other finalizer in place. A parent kind
-// the API server does not serve is skipped and noted in the result. An
-// error on one kind does not stop the others; all errors are returned
-// together. Running it again finds nothing more to do.
-func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, loaded []*rules.Rule) (*Result, error) {
+// ruleObjects lists the cluster's Rule objects and returns where their
+// rules' parents are, and notes on the objects it left out. A kind that is
+// not served is a note: then no Rule object exists.
+func ruleObjects(ctx context.Context, client dynamic.Interface, resolver Resolver, files []*rules.Rule) ([]ruleParents, []string, error) {
+	mapping, err := resolver.ResourceFor(ruleset.RuleGVK)
+	if errors.Is(err, mapper.ErrNotFound) {
+		return nil, []string{"Rule objects (rules.kgen.dev) are not served: there are none to read"}, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("resolve the Rule kind: %w", err)
+	}
+	fromFile := map[string]bool{}
+	for _, r := range files {
+		fromFile[r.Name] = true
+	}
+	var out []ruleParents
+	var notes []string
+	ri := client.Resource(mapping.GroupVersionResource())
+	err = pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return ri.List(ctx, opts)
+	}).EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return fmt.Errorf("unexpected item %T", obj)
+		}
+		name := u.GetName()
+		if fromFile[name] {
+			notes = append(notes, fmt.Sprintf("Rule %s is left out: a rules file has a rule of that name, which kgen ran instead", name))
+			return nil
+		}
+		r, err := rules.FromObject(u.Object, rules.Options{})
+		if err == nil {
+			out = append(out, parentsOf(r))
+			return nil
+		}
+		// kgen may have run a previous, valid version of the rule, whose
+		// parents may hold the finalizer. Only the parent kind matters
+		// here, and an invalid rule still names it.
+		p, perr := parentOfObject(u)
+		if perr != nil {
+			notes = append(notes, fmt.Sprintf("Rule %s is left out: it is invalid, and %v", name, perr))
+			return nil
+		}
+		notes = append(notes, fmt.Sprintf("Rule %s is invalid ('kubectl get rule %s -o yaml' says why); the objects of its parent kind %s are looked at all the same",
+			name, name, kindString(p.gvk)))
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list Rule objects: %w", err)
+	}
+	return out, notes, nil
+}
+
+// parentOfObject reads the parent kind and namespaces of a Rule object
+// that is not a valid rule.
+func parentOfObject(u *unstructured.Unstructured) (ruleParents, error) {
+	apiVersion, _, _ := unstructured.NestedString(u.Object, "spec", "parent", "apiVersion")
+	kind, _, _ := unstructured.NestedString(u.Object, "spec", "parent", "kind")
+	if apiVersion == "" || kind == "" {
+		return ruleParents{}, errors.New("its spec.parent names no apiVersion and kind")
+	}
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return ruleParents{}, fmt.Errorf("its spec.parent.apiVersion: %w", err)
+	}
+	namespaces, _, err := unstructured.NestedStringSlice(u.Object, "spec", "parent", "namespaces")
+	if err != nil {
+		return ruleParents{}, fmt.Errorf("its spec.parent.namespaces: %w", err)
+	}
+	return ruleParents{rule: u.GetName(), gvk: gv.WithKind(kind), namespaces: namespaces}, nil
+}
+
+// Release removes Finalizer from every object of the parent kinds of the
+// sources' rules that carries it, and leaves every other finalizer in
+// place. A parent kind the API server does not serve is skipped and noted
+// in the result, as are the Rule objects left out. An error on one kind,
+// or in listing the Rule objects, does not stop the others; all errors are
+// returned together. Running it again finds nothing more to do.
+func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, src Sources) (*Result, error) {
 	logger := klog.FromContext(ctx)
 	res := &Result{}
 	var errs []error
-	for _, s := range scopes(loaded) {
+	var all []ruleParents
+	for _, r := range src.Files {
+		all = append(all, parentsOf(r))
+	}
+	if src.RuleObjects {
+		objects, notes, err := ruleObjects(ctx, client, resolver, src.Files)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		all = append(all, objects...)
+		res.Skipped = append(res.Skipped, notes...)
+	}
+	for _, s := range scopes(all) {
 		mapping, err := resolver.ResourceFor(s.gvk)
 		if errors.Is(err, mapper.ErrNotFound) {
 			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (rule %s) is not served: no parent can hold the finalizer",

@@ -2,6 +2,7 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,14 +15,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/rules"
 )
 
 var (
-	webapps = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "WebApp", Resource: "webapps", Namespaced: true}
-	tenants = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "Tenant", Resource: "tenants"}
+	webapps   = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "WebApp", Resource: "webapps", Namespaced: true}
+	tenants   = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "Tenant", Resource: "tenants"}
+	ruleKinds = mapper.Mapping{Group: "kgen.dev", Version: "v1alpha1", Kind: "Rule", Resource: "rules"}
 )
 
 // fakeResolver serves the mappings it holds and nothing else.
@@ -66,11 +69,14 @@ func parent(kind, ns, name string, finalizers ...string) *unstructured.Unstructu
 func TestRelease(t *testing.T) {
 	webappRule := rule("webapp", "WebApp", "    selector: {matchLabels: {tier: web}}\n    namespaces: [team-a, team-b]\n")
 	tests := []struct {
-		name     string
-		rules    []string
-		served   fakeResolver
-		objects  []*unstructured.Unstructured
-		reactors func(*dynamicfake.FakeDynamicClient)
+		name  string
+		rules []string
+		// withObjects serves Rule objects, ruleObjects (YAML documents).
+		withObjects bool
+		ruleObjects []string
+		served      fakeResolver
+		objects     []*unstructured.Unstructured
+		reactors    func(*dynamicfake.FakeDynamicClient)
 		// want maps "kind ns/name" to the finalizers left.
 		want         map[string][]string
 		wantReleased []string
@@ -171,6 +177,91 @@ func TestRelease(t *testing.T) {
 		want:         map[string][]string{"Tenant acme": nil},
 		wantReleased: []string{"tenants.example.com acme"},
 		wantErr:      "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
+	}, {
+		name:        "a Rule object's parents are released, with no rules files",
+		withObjects: true,
+		ruleObjects: []string{rule("tenant", "Tenant", "")},
+		served:      fakeResolver{tenants, ruleKinds},
+		objects: []*unstructured.Unstructured{
+			parent("Tenant", "", "acme", Finalizer, "example.com/other"),
+		},
+		want:         map[string][]string{"Tenant acme": {"example.com/other"}},
+		wantReleased: []string{"tenants.example.com acme"},
+	}, {
+		name:        "Rule objects and files together",
+		rules:       []string{webappRule},
+		withObjects: true,
+		ruleObjects: []string{rule("tenant", "Tenant", "")},
+		served:      fakeResolver{webapps, tenants, ruleKinds},
+		objects: []*unstructured.Unstructured{
+			parent("Tenant", "", "acme", Finalizer),
+			parent("WebApp", "team-a", "shop", Finalizer),
+		},
+		want:         map[string][]string{"Tenant acme": nil, "WebApp team-a/shop": nil},
+		wantReleased: []string{"tenants.example.com acme", "webapps.example.com team-a/shop"},
+	}, {
+		name:        "a file rule wins over a Rule object of its name",
+		rules:       []string{webappRule},
+		withObjects: true,
+		// For every namespace, but the file's rule, for two, ran.
+		ruleObjects: []string{rule("webapp", "WebApp", "")},
+		served:      fakeResolver{webapps, ruleKinds},
+		objects: []*unstructured.Unstructured{
+			parent("WebApp", "team-c", "elsewhere", Finalizer),
+			parent("WebApp", "team-b", "shop", Finalizer),
+		},
+		want:         map[string][]string{"WebApp team-c/elsewhere": {Finalizer}, "WebApp team-b/shop": nil},
+		wantReleased: []string{"webapps.example.com team-b/shop"},
+		wantSkipped:  "Rule webapp is left out: a rules file has a rule of that name",
+	}, {
+		name:        "an invalid Rule object still names its parent kind",
+		withObjects: true,
+		ruleObjects: []string{strings.Replace(rule("broken", "WebApp", "    namespaces: [team-a]\n"), "${parent.metadata.name}", "${parent.metadata.nmae +}", 1)},
+		served:      fakeResolver{webapps, ruleKinds},
+		objects: []*unstructured.Unstructured{
+			parent("WebApp", "team-a", "shop", Finalizer),
+			parent("WebApp", "team-b", "other", Finalizer),
+		},
+		want:         map[string][]string{"WebApp team-a/shop": nil, "WebApp team-b/other": {Finalizer}},
+		wantReleased: []string{"webapps.example.com team-a/shop"},
+		wantSkipped:  "Rule broken is invalid ('kubectl get rule broken -o yaml' says why); the objects of its parent kind example.com/v1/WebApp are looked at all the same",
+	}, {
+		name:        "a Rule object that names no parent kind is left out",
+		withObjects: true,
+		ruleObjects: []string{strings.Replace(rule("kindless", "Tenant", ""), "    kind: Tenant\n", "", 1)},
+		served:      fakeResolver{tenants, ruleKinds},
+		objects:     []*unstructured.Unstructured{parent("Tenant", "", "acme", Finalizer)},
+		want:        map[string][]string{"Tenant acme": {Finalizer}},
+		wantSkipped: "Rule kindless is left out: it is invalid, and its spec.parent names no apiVersion and kind",
+	}, {
+		name:         "Rule objects that are not served",
+		rules:        []string{rule("tenant", "Tenant", "")},
+		withObjects:  true,
+		served:       fakeResolver{tenants},
+		objects:      []*unstructured.Unstructured{parent("Tenant", "", "acme", Finalizer)},
+		want:         map[string][]string{"Tenant acme": nil},
+		wantReleased: []string{"tenants.example.com acme"},
+		wantSkipped:  "Rule objects (rules.kgen.dev) are not served",
+	}, {
+		name:        "Rule objects that may not be listed are an error; the files' parents are still released",
+		rules:       []string{rule("tenant", "Tenant", "")},
+		withObjects: true,
+		served:      fakeResolver{tenants, ruleKinds},
+		objects:     []*unstructured.Unstructured{parent("Tenant", "", "acme", Finalizer)},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "rules", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "kgen.dev", Resource: "rules"}, "", errors.New("no list"))
+			})
+		},
+		want:         map[string][]string{"Tenant acme": nil},
+		wantReleased: []string{"tenants.example.com acme"},
+		wantErr:      "list Rule objects: rules.kgen.dev is forbidden",
+	}, {
+		name:        "Rule objects are not read unless asked",
+		ruleObjects: []string{rule("tenant", "Tenant", "")},
+		served:      fakeResolver{tenants, ruleKinds},
+		objects:     []*unstructured.Unstructured{parent("Tenant", "", "acme", Finalizer)},
+		want:        map[string][]string{"Tenant acme": {Finalizer}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,11 +274,20 @@ func TestRelease(t *testing.T) {
 				}
 				loaded = append(loaded, rs...)
 			}
-			client := newClient(tt.objects...)
+			objects := slices.Clone(tt.objects)
+			for _, doc := range tt.ruleObjects {
+				u := &unstructured.Unstructured{}
+				if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+					t.Fatal(err)
+				}
+				objects = append(objects, u)
+			}
+			client := newClient(objects...)
 			if tt.reactors != nil {
 				tt.reactors(client)
 			}
-			res, err := Release(ctx, client, tt.served, loaded)
+			src := Sources{Files: loaded, RuleObjects: tt.withObjects}
+			res, err := Release(ctx, client, tt.served, src)
 			if tt.wantErr == "" && err != nil {
 				t.Fatalf("Release: %v", err)
 			}
@@ -212,7 +312,7 @@ func TestRelease(t *testing.T) {
 			}
 
 			// Once more: nothing is left to release, and nothing changes.
-			again, _ := Release(ctx, client, tt.served, loaded)
+			again, _ := Release(ctx, client, tt.served, src)
 			if len(again.Released) != 0 {
 				t.Errorf("a second Release released %v", again.Released)
 			}
@@ -226,8 +326,9 @@ func newClient(objs ...*unstructured.Unstructured) *dynamicfake.FakeDynamicClien
 		objects = append(objects, o)
 	}
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		webapps.GroupVersionResource(): "WebAppList",
-		tenants.GroupVersionResource(): "TenantList",
+		webapps.GroupVersionResource():   "WebAppList",
+		tenants.GroupVersionResource():   "TenantList",
+		ruleKinds.GroupVersionResource(): "RuleList",
 	}, objects...)
 }
 

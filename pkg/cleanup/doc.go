@@ -1,13 +1,16 @@
 // Package cleanup undoes what a running kgen leaves on the cluster that
 // would outlive it: it stops kgen's Deployment, then removes kgen's
-// finalizer, kgen.dev/cleanup, from every parent of the rules. The Helm
-// chart runs it (kgenctl cleanup) as a pre-delete hook, so that after
-// 'helm uninstall' no parent is stuck Terminating waiting for a kgen that
-// is gone.
+// finalizer, kgen.dev/cleanup, from every parent of the rules, those of
+// kgen's rules files and of the cluster's Rule objects. The Helm chart runs
+// it (kgenctl cleanup) as a pre-delete hook, so that after 'helm uninstall'
+// no parent is stuck Terminating waiting for a kgen that is gone.
 //
 // Release looks at every object of each rule's parent kind, in the rule's
 // namespaces when it is limited to some, whatever its labels: a parent
-// relabelled out of a rule's selector may still carry the finalizer. It
+// relabelled out of a rule's selector may still carry the finalizer. Rule
+// objects are read as kgen serves them: one that a file rule's name
+// shadows is left out, and an invalid one counts by the parent kind it
+// names, since kgen may have run an earlier version of it. It
 // removes only kgen's entry, with a JSON patch that first tests the entry
 // is where it was read, so other controllers' finalizers, even ones added
 // meanwhile, are kept. Children are not touched: like a rule that is
@@ -19,6 +22,6 @@
 // triggers.
 //
 // The package knows nothing of Helm; it needs list and patch on the
-// parents, and for StopDeployment get and patch on deployments/scale and
-// list on pods.
+// parents, list on rules.kgen.dev for Rule objects, and for StopDeployment
+// get and update on deployments/scale and list on pods.
 package cleanup

@@ -56,7 +56,7 @@ its PodDisruptionBudget never count them as kgen's replicas (the cleanup
 hook waits for those to be gone). Call it with (list $ "component").
 */}}
 {{- define "kgen.hookPodLabels" -}}
-{{- $root := index . 0 }}
+{{- $root := index . 0 -}}
 helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
@@ -65,11 +65,31 @@ app.kubernetes.io/part-of: kgen
 {{- end }}
 
 {{/*
+kgen.ruleFiles is "true" when kgen has rules files: the values give rules,
+or name an existing ConfigMap of them. Only then is the rules ConfigMap
+mounted and passed with --rules.
+*/}}
+{{- define "kgen.ruleFiles" -}}
+{{- if or .Values.rules .Values.existingRulesConfigMap }}true{{ end }}
+{{- end }}
+
+{{/*
+kgen.checkRuleSources fails the release when kgen would have no rules at
+all: no rules files and no Rule objects.
+*/}}
+{{- define "kgen.checkRuleSources" -}}
+{{- if and (not (include "kgen.ruleFiles" .)) (not .Values.ruleObjects.enabled) }}
+{{- fail "no rules: ruleObjects.enabled is false and neither rules nor existingRulesConfigMap is set, so kgen would have nothing to run. Give rules (--set-file rules.NAME=FILE), or serve Rule objects (ruleObjects.enabled=true)" }}
+{{- end }}
+{{- end }}
+
+{{/*
 kgen.cleanupEnabled is "true" when the pre-delete cleanup hook runs: it is
-enabled and there are rules to read the parent kinds from.
+enabled and there are rules to read the parent kinds from, in files or in
+Rule objects.
 */}}
 {{- define "kgen.cleanupEnabled" -}}
-{{- if and .Values.cleanup.enabled (or .Values.rules .Values.existingRulesConfigMap) }}true{{ end }}
+{{- if and .Values.cleanup.enabled (or (include "kgen.ruleFiles" .) .Values.ruleObjects.enabled) }}true{{ end }}
 {{- end }}
 
 {{- define "kgen.rulesConfigMap" -}}
