@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -383,4 +386,85 @@ func reconciles(t *testing.T, r *running, rule string) float64 {
 		}
 	}
 	return total
+}
+
+// Scenario: per-rule identity. A rule with spec.serviceAccount writes its
+// children as that ServiceAccount (the audit log shows it, impersonated by
+// kgen), so it can do no more than the ServiceAccount may: a child kind it
+// may not write is reported on the parent as Forbidden.
+func TestRuleServiceAccount(t *testing.T) {
+	const group = "identity.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	ctx := t.Context()
+	if _, err := env.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The team may write ConfigMaps in its namespace, and nothing else.
+	if _, err := env.kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "patch", "delete"}},
+			// A child's ownerReference may block its parent's deletion only
+			// for whoever may update the parent's finalizers.
+			{APIGroups: []string{group}, Resources: []string{"gadgets/finalizers"}, Verbs: []string{"update"}},
+		}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "team"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "team", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := "system:serviceaccount:" + ns + ":team"
+	waitCan(t, sa, true, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "configmaps"})
+	const user = "kgen-identity"
+	startControllerWith(t, controllerOptions{User: user}, writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: identity
+spec:
+  parent:
+    apiVersion: %s/v1
+    kind: Gadget
+    namespaces: [%s]
+  serviceAccount: {namespace: %s, name: team}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+  - id: secret
+    includeWhen: ["${parent.spec.?secret.orValue(false)}"]
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata:
+        name: ${parent.metadata.name}
+`, group, ns, ns))).waitReady(t)
+	start := time.Now()
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, cmGVR, ns, "g", nil)
+	wrote := false
+	for _, e := range auditOf(t, user, start) {
+		if e.ObjectRef.Resource != "configmaps" || !isWrite(e.Verb) {
+			continue
+		}
+		if e.ImpersonatedUser == nil || e.ImpersonatedUser.Username != sa {
+			t.Errorf("kgen wrote configmaps/%s as itself, want as %s", e.ObjectRef.Name, sa)
+		}
+		wrote = true
+	}
+	if !wrote {
+		t.Error("the audit log has no write of the child")
+	}
+	patchSpec(t, gvr, ns, "g", map[string]any{"secret": true})
+	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+		c := readyCondition(p)
+		if c == nil || c["reason"] != "Forbidden" || !strings.Contains(fmt.Sprint(c["message"]), sa) {
+			return fmt.Errorf("Ready = %v, want Forbidden naming %s", c, sa)
+		}
+		return nil
+	})
 }

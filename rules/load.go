@@ -357,7 +357,7 @@ func (l *loader) metadata(n *yaml.Node, w where) string {
 }
 
 func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
-	f := l.fields(n, w, "parent", "allowCrossNamespace", "allowBindRoles", "inputs", "children", "status")
+	f := l.fields(n, w, "parent", "allowCrossNamespace", "allowBindRoles", "serviceAccount", "inputs", "children", "status")
 	if f == nil {
 		return
 	}
@@ -379,6 +379,9 @@ func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
 				r.AllowBindRoles = append(r.AllowBindRoles, name)
 			}
 		}
+	}
+	if e, ok := f["serviceAccount"]; ok {
+		l.serviceAccount(r, e.valNode, w.key("serviceAccount"))
 	}
 	if e, ok := f["parent"]; ok {
 		l.parent(r, e.valNode, w.key("parent"))
@@ -1124,4 +1127,49 @@ func (l *loader) splitError(n *yaml.Node, w where, err error) {
 		return
 	}
 	l.errorf(n, w, "%v", err)
+}
+
+// serviceAccount reads spec.serviceAccount: the ServiceAccount whose rights
+// every write of the rule's children is made with.
+func (l *loader) serviceAccount(r *Rule, n *yaml.Node, w where) {
+	f := l.fields(n, w, "namespace", "name")
+	if f == nil {
+		return
+	}
+	sa := &ServiceAccount{}
+	valid := true
+	for _, k := range []string{"namespace", "name"} {
+		e, ok := f[k]
+		if !ok {
+			l.errorf(l.resolve(n), w, "%s is required", k)
+			valid = false
+			continue
+		}
+		v, ok := l.str(e.valNode, w.key(k))
+		if !ok {
+			valid = false
+			continue
+		}
+		var msgs []string
+		if k == "namespace" {
+			msgs = validation.IsDNS1123Label(v)
+		} else {
+			msgs = validation.IsDNS1123Subdomain(v)
+		}
+		switch {
+		case strings.Contains(v, "${"):
+			l.errorf(e.valNode, w.key(k), "must be a literal, not an expression: kgen's RBAC names the ServiceAccounts it may act as")
+			valid = false
+		case len(msgs) > 0:
+			l.errorf(e.valNode, w.key(k), "%q is not a valid %s: %s", v, k, strings.Join(msgs, "; "))
+			valid = false
+		case k == "namespace":
+			sa.Namespace = v
+		default:
+			sa.Name = v
+		}
+	}
+	if valid {
+		r.ServiceAccount = sa
+	}
 }

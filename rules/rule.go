@@ -79,6 +79,10 @@ type Rule struct {
 	// templates may name by an expression in roleRef.name
 	// (spec.allowBindRoles); empty when none may.
 	AllowBindRoles []string
+	// ServiceAccount, when set, is spec.serviceAccount: every write of the
+	// rule's children is made as this ServiceAccount (impersonation), so
+	// the rule can do no more than it may.
+	ServiceAccount *ServiceAccount
 	// Inputs are the objects the rule reads besides its parent and
 	// children (spec.inputs), in the order of the file.
 	Inputs []*Input
@@ -277,4 +281,15 @@ type StatusField struct {
 	Name string
 	// Value is the field's compiled value.
 	Value *Template
+}
+
+// ServiceAccount names a ServiceAccount.
+type ServiceAccount struct {
+	Namespace, Name string
+}
+
+// UserName is the name the API server knows the ServiceAccount by, which
+// kgen impersonates: system:serviceaccount:NAMESPACE:NAME.
+func (s ServiceAccount) UserName() string {
+	return "system:serviceaccount:" + s.Namespace + ":" + s.Name
 }

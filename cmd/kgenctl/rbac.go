@@ -28,6 +28,8 @@ type rbacOptions struct {
 	namespace      string
 	serviceAccount string
 	leaderElect    bool
+	leaseName      string
+	ruleObjects    bool
 }
 
 func newRBACCmd(out io.Writer) *cobra.Command {
@@ -83,6 +85,8 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 	f.StringVarP(&o.namespace, "namespace", "n", "kgen", "namespace kgen runs in: of its ServiceAccount and Lease (manifests)")
 	f.StringVar(&o.serviceAccount, "service-account", "kgen", "kgen's ServiceAccount, the subject of the bindings (manifests)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "include the Role for the leader-election Lease (manifests)")
+	f.StringVar(&o.leaseName, "leader-elect-id", "kgen", "name of the leader-election Lease, which the Role names (manifests)")
+	f.BoolVar(&o.ruleObjects, "rule-objects", true, "include the ClusterRole for serving Rule objects, as kgenctl run does by default (manifests)")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
@@ -138,6 +142,7 @@ func (o *rbacOptions) header() string {
 func (o *rbacOptions) printManifests(out io.Writer, printer printers.ResourcePrinter, policy *rbac.Policy) error {
 	manifests := policy.Manifests(rbac.ManifestOptions{
 		Name: o.name, Namespace: o.namespace, ServiceAccount: o.serviceAccount, NoLeaderElection: !o.leaderElect,
+		LeaseName: o.leaseName, NoRuleObjects: !o.ruleObjects,
 		Labels: map[string]string{"app.kubernetes.io/name": "kgen", "app.kubernetes.io/component": "rbac"},
 	})
 	objs := make([]unstructured.Unstructured, len(manifests))

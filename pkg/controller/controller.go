@@ -59,6 +59,9 @@ type Config struct {
 	// Events says which events to record; reconcile.EventsNotable when
 	// empty.
 	Events reconcile.EventPolicy
+	// Impersonate, when set, gives clients that act as a ServiceAccount,
+	// for rules with spec.serviceAccount (see reconcile.Config).
+	Impersonate func(rules.ServiceAccount) (dynamic.Interface, error)
 	// Workers is how many parents are reconciled at once; DefaultWorkers when zero.
 	Workers int
 	// RetryInterval is how often rules whose kinds are not served are tried
@@ -203,7 +206,7 @@ func New(cfg Config) *Controller {
 	})
 	c.reconciler = reconcile.New(reconcile.Config{
 		Client: cfg.Client, Resources: cfg.Mapper, Schemas: cfg.Schemas, Children: c, Inputs: c, Writes: c.watches.Writes(),
-		Recorder: cfg.Recorder, Events: cfg.Events, Observer: c.metrics,
+		Recorder: cfg.Recorder, Events: cfg.Events, Observer: c.metrics, Impersonate: cfg.Impersonate,
 	})
 	for _, r := range cfg.Rules {
 		c.rules[r.Name] = newRuleState(r)
@@ -404,7 +407,7 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 		return nil
 	}
 	klog.FromContext(ctx).Info("Parent left every rule; releasing it", "finalizer", reconcile.Finalizer)
-	if err := c.reconciler.Release(ctx, mapping, parent, c.childrenOf(rs, uid)); err != nil {
+	if err := c.reconciler.Release(ctx, rs.rule, mapping, parent, c.childrenOf(rs, uid)); err != nil {
 		return err
 	}
 	c.doneLeaving(key)
@@ -986,7 +989,7 @@ func (c *Controller) retire(ctx context.Context, rs *ruleState) {
 				}
 				pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(parent)))
 				children := c.childrenOf(rs, parent.GetUID())
-				err = retry(ctx, func() error { return c.reconciler.Release(pctx, mapping, parent, children) })
+				err = retry(ctx, func() error { return c.reconciler.Release(pctx, rs.rule, mapping, parent, children) })
 				if err != nil {
 					logger.Error(err, "Cannot release a parent the rule no longer selects; kgenctl cleanup releases it", "parent", klog.KObj(parent))
 					continue

@@ -198,6 +198,7 @@ func New(opts Options) (*Manager, error) {
 		Rules: initial, Client: dyn, REST: restClient, Mapper: resources,
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
 		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events,
+		Impersonate: impersonator(config),
 	})
 	m.state.Store("starting")
 	return m, nil
@@ -388,3 +389,28 @@ func serve(ctx context.Context, wg *sync.WaitGroup, addr string, h http.Handler)
 type progress struct{ m *Manager }
 
 func (p progress) State(rule string) (controller.RuleState, bool) { return p.m.ctrl.State(rule) }
+
+// impersonator returns clients that act as a ServiceAccount, one per
+// ServiceAccount, made on first use: every write of the children of a rule
+// with spec.serviceAccount goes through one.
+func impersonator(config *rest.Config) func(rules.ServiceAccount) (dynamic.Interface, error) {
+	var mu sync.Mutex
+	clients := map[rules.ServiceAccount]dynamic.Interface{}
+	return func(sa rules.ServiceAccount) (dynamic.Interface, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c, ok := clients[sa]; ok {
+			return c, nil
+		}
+		c := rest.CopyConfig(config)
+		// The API server gives an impersonated ServiceAccount its groups
+		// (system:serviceaccounts and system:serviceaccounts:NAMESPACE).
+		c.Impersonate = rest.ImpersonationConfig{UserName: sa.UserName()}
+		client, err := dynamic.NewForConfig(c)
+		if err != nil {
+			return nil, err
+		}
+		clients[sa] = client
+		return client, nil
+	}
+}

@@ -20,6 +20,11 @@ type ManifestOptions struct {
 	ServiceAccount string
 	// NoLeaderElection leaves out the Role for the Lease.
 	NoLeaderElection bool
+	// LeaseName is the leader-election Lease's name; "kgen" when empty.
+	LeaseName string
+	// NoRuleObjects leaves out the ClusterRole for serving Rule objects
+	// (kgenctl run --rule-objects=false).
+	NoRuleObjects bool
 	// Labels are put on every object.
 	Labels map[string]string
 }
@@ -33,6 +38,9 @@ func (o ManifestOptions) withDefaults() ManifestOptions {
 	}
 	if o.ServiceAccount == "" {
 		o.ServiceAccount = "kgen"
+	}
+	if o.LeaseName == "" {
+		o.LeaseName = "kgen"
 	}
 	return o
 }
@@ -64,8 +72,11 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	for _, ns := range slices.Sorted(maps.Keys(p.Namespaces)) {
 		role("Role", o.Name, ns, p.Namespaces[ns])
 	}
+	if !o.NoRuleObjects {
+		role("ClusterRole", o.Name+"-rule-objects", "", RuleObjectRules())
+	}
 	if !o.NoLeaderElection {
-		role("Role", o.Name+"-leader-election", o.Namespace, LeaderElectionRules())
+		role("Role", o.Name+"-leader-election", o.Namespace, LeaderElectionRules(o.LeaseName))
 	}
 	return out
 }

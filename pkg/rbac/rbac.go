@@ -31,7 +31,7 @@ type Policy struct {
 }
 
 // Verbs, in the order they are printed.
-var verbOrder = []string{"get", "list", "watch", "create", "update", "patch", "delete", "bind"}
+var verbOrder = []string{"get", "list", "watch", "create", "update", "patch", "delete", "bind", "impersonate"}
 
 var (
 	parentVerbs = []string{"get", "list", "watch"}
@@ -41,12 +41,33 @@ var (
 )
 
 // LeaderElectionRules are what 'kgenctl run --leader-elect' needs in the
-// namespace of its Lease.
-func LeaderElectionRules() []rbacv1.PolicyRule {
+// namespace of its Lease: get and update of that one Lease, by name, and
+// create on Leases, which RBAC cannot limit by name (the name of an object
+// to create is not known when its create is authorised).
+func LeaderElectionRules(lease string) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{
+		APIGroups:     []string{"coordination.k8s.io"},
+		Resources:     []string{"leases"},
+		ResourceNames: []string{lease},
+		Verbs:         []string{"get", "update"},
+	}, {
 		APIGroups: []string{"coordination.k8s.io"},
 		Resources: []string{"leases"},
-		Verbs:     []string{"get", "create", "update"},
+		Verbs:     []string{"create"},
+	}}
+}
+
+// RuleObjectRules are what 'kgenctl run' needs, cluster-wide, to serve the
+// cluster's Rule objects: read them, and write their status.
+func RuleObjectRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups: []string{"kgen.dev"},
+		Resources: []string{"rules"},
+		Verbs:     []string{"get", "list", "watch"},
+	}, {
+		APIGroups: []string{"kgen.dev"},
+		Resources: []string{"rules/status"},
+		Verbs:     []string{"patch"},
 	}}
 }
 
@@ -150,17 +171,35 @@ func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs
 		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/status"}, "patch")
 	}
 	g.add(orClusterWide(pl.EventNamespaces), grantKey{resource: "events"}, eventVerbs...)
-	for i, c := range rule.Children {
-		child := children[i]
-		childAt := orClusterWide(pl.Children[i].Namespaces)
-		g.add(childAt, grantKey{group: child.Group, resource: child.Resource}, childVerbs...)
-		notes = append(notes, g.addRBACChild(rule, c, child, childAt)...)
+	if sa := rule.ServiceAccount; sa != nil {
+		// The children are written as the rule's ServiceAccount: kgen
+		// only reads them (its caches), and may act as that one account.
+		g.add([]string{sa.Namespace}, grantKey{resource: "serviceaccounts", name: sa.Name}, "impersonate")
+		var kindsList []string
+		for i := range rule.Children {
+			child := children[i]
+			g.add(orClusterWide(pl.Children[i].Namespaces), grantKey{group: child.Group, resource: child.Resource}, parentVerbs...)
+			kindsList = append(kindsList, child.Resource+groupSuffix(child.Group))
+		}
+		need := "create, patch and delete on " + strings.Join(dedupe(kindsList), ", ") + " where they live"
+		if pl.MayOwn() {
+			need += ", and update on " + parent.Resource + groupSuffix(parent.Group) + "/finalizers (to set blockOwnerDeletion)"
+		}
+		notes = append(notes, fmt.Sprintf("rule %s writes its children as ServiceAccount %s/%s: that account needs %s (the team's own RBAC; kgen is granted only to read them and to impersonate it)",
+			rule.Name, sa.Namespace, sa.Name, need))
+	} else {
+		for i, c := range rule.Children {
+			child := children[i]
+			childAt := orClusterWide(pl.Children[i].Namespaces)
+			g.add(childAt, grantKey{group: child.Group, resource: child.Resource}, childVerbs...)
+			notes = append(notes, g.addRBACChild(rule, c, child, childAt)...)
+		}
 	}
 	for i, in := range inputs {
 		// Inputs are read from informers' caches, never written.
 		g.add(orClusterWide(pl.Inputs[i].Namespaces), grantKey{group: in.Group, resource: in.Resource}, inputVerbs...)
 	}
-	if pl.MayOwn() {
+	if pl.MayOwn() && rule.ServiceAccount == nil {
 		// Checked by the OwnerReferencesPermissionEnforcement admission
 		// plugin before it lets a child's ownerReference block the
 		// parent's deletion.
@@ -337,4 +376,11 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
+}
+
+func groupSuffix(group string) string {
+	if group == "" {
+		return ""
+	}
+	return "." + group
 }

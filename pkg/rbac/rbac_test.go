@@ -135,6 +135,20 @@ func TestFor(t *testing.T) {
 			},
 		},
 		{
+			// Its children are written as the ServiceAccount: kgen reads
+			// them and may impersonate that one account, nothing more.
+			name:  "a rule with a serviceAccount",
+			rules: rule("r", "App", "    namespaces: [a]\n", "  serviceAccount: {namespace: team, name: writer}\n", "ConfigMap"),
+			want: []string{
+				"a core configmaps get,list,watch",
+				"a core events create,patch",
+				"a example.com apps get,list,watch",
+				"a example.com apps/status patch",
+				"team core serviceaccounts[writer] impersonate",
+			},
+			wantNotes: []string{"rule r writes its children as ServiceAccount team/writer: that account needs create, patch and delete on configmaps where they live, and update on apps.example.com/finalizers (to set blockOwnerDeletion) (the team's own RBAC; kgen is granted only to read them and to impersonate it)"},
+		},
+		{
 			name:  "a cluster-scoped child of a limited parent: cluster-wide child, finalizer by patch",
 			rules: rule("r", "App", "    namespaces: [a]\n", "", "Namespace", "ConfigMap"),
 			want: []string{

@@ -144,6 +144,10 @@ type Config struct {
 	Children ChildLister
 	// Inputs reads rules' inputs; rules with inputs wait for them without.
 	Inputs InputReader
+	// Impersonate returns a client acting as a ServiceAccount, for the
+	// writes of the children of a rule with spec.serviceAccount; without
+	// it such a rule's writes fail. Reads stay on kgen's own identity.
+	Impersonate func(rules.ServiceAccount) (dynamic.Interface, error)
 	// Writes remembers kgen's own writes until the caches show them.
 	Writes   *watch.Writes
 	Recorder record.EventRecorder
@@ -229,7 +233,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 	parent = r.cfg.Writes.Latest(parent)
 	observed := r.observed(rule, parent)
 	if parent.GetDeletionTimestamp() != nil {
-		return r.finalize(ctx, mapping, parent, observed)
+		return r.finalize(ctx, rule, mapping, parent, observed)
 	}
 	var inputs map[string][]*unstructured.Unstructured
 	if r.cfg.Inputs != nil && len(rule.Inputs) > 0 {
@@ -319,11 +323,11 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 					}
 				}
 			}
-			errs = append(errs, r.prune(ctx, parent, old, id, why))
+			errs = append(errs, r.prune(ctx, rule, parent, old, id, why))
 		}
 	}
 	for _, p := range plan.Prunes {
-		errs = append(errs, r.prune(ctx, parent, p.Object, p.ID, p.Why))
+		errs = append(errs, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
 	}
 	if !plan.Finalizer && finalizerErr == nil {
 		errs = append(errs, r.setFinalizer(ctx, mapping, parent, false))
@@ -402,7 +406,11 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		return out, err
 	}
 	gvr := mapping.GroupVersionResource()
-	client := r.resource(mapping, desired.GetNamespace())
+	client, err := r.childResource(rule, mapping, desired.GetNamespace())
+	if err != nil {
+		out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: %v", step.ID, err)
+		return out, err
+	}
 	ref := describeObject(mapping, desired)
 	kind := r.kind(desired.GroupVersionKind())
 
@@ -558,7 +566,7 @@ func wrapFailure(err error) error {
 
 // prune deletes a child that is no longer wanted, only if it is still the
 // object kgen saw and still carries this parent's UID.
-func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstructured, id, why string) error {
+func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *unstructured.Unstructured, id, why string) error {
 	if obj.GetDeletionTimestamp() != nil {
 		return nil // already going
 	}
@@ -570,7 +578,10 @@ func (r *Reconciler) prune(ctx context.Context, parent, obj *unstructured.Unstru
 		return err
 	}
 	ref := describeObject(mapping, obj)
-	client := r.resource(mapping, obj.GetNamespace())
+	client, err := r.childResource(rule, mapping, obj.GetNamespace())
+	if err != nil {
+		return err
+	}
 	uid := obj.GetUID()
 	if obj.GetAnnotations()[AnnotationDeletionPolicy] == string(rules.DeletionOrphan) {
 		return r.orphan(ctx, client, parent, obj, ref, id, why)
@@ -671,7 +682,7 @@ func parentRef(parent *unstructured.Unstructured) string {
 
 // finalize deletes the children Kubernetes will not garbage-collect for a
 // parent that is being deleted, then releases the parent.
-func (r *Reconciler) finalize(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, observed []*unstructured.Unstructured) (Result, error) {
+func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, observed []*unstructured.Unstructured) (Result, error) {
 	r.status.forget(parent.GetUID())
 	if !slices.Contains(parent.GetFinalizers(), Finalizer) {
 		return Result{}, nil // owner references do the rest
@@ -683,7 +694,7 @@ func (r *Reconciler) finalize(ctx context.Context, mapping mapper.Mapping, paren
 			continue // the garbage collector's job
 		}
 		remaining++
-		errs = append(errs, r.prune(ctx, parent, obj, obj.GetLabels()[LabelChild], "its parent is being deleted"))
+		errs = append(errs, r.prune(ctx, rule, parent, obj, obj.GetLabels()[LabelChild], "its parent is being deleted"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Result{}, err
@@ -701,7 +712,7 @@ func (r *Reconciler) finalize(ctx context.Context, mapping mapper.Mapping, paren
 // stay; if the parent is being deleted, the children that only the
 // finalizer guards are deleted first, as when a rule still selected it.
 // children are the parent's children as cached, possibly none.
-func (r *Reconciler) Release(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, children []*unstructured.Unstructured) error {
+func (r *Reconciler) Release(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, children []*unstructured.Unstructured) error {
 	r.status.forget(parent.GetUID())
 	if parent.GetDeletionTimestamp() != nil && slices.Contains(parent.GetFinalizers(), Finalizer) {
 		// No later reconcile will come for a parent no rule selects: the
@@ -709,7 +720,7 @@ func (r *Reconciler) Release(ctx context.Context, mapping mapper.Mapping, parent
 		var errs []error
 		for _, obj := range children {
 			if !hasOwner(obj, parent.GetUID()) {
-				errs = append(errs, r.prune(ctx, parent, obj, obj.GetLabels()[LabelChild], "its parent is being deleted"))
+				errs = append(errs, r.prune(ctx, rule, parent, obj, obj.GetLabels()[LabelChild], "its parent is being deleted"))
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
@@ -789,6 +800,28 @@ func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructur
 
 func readyCondition(reason, msg string) metav1.Condition {
 	return metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg}
+}
+
+// childResource returns the client that writes a rule's children: kgen's
+// own, or, for a rule with spec.serviceAccount, one that acts as that
+// ServiceAccount, so the rule can do no more than it may.
+func (r *Reconciler) childResource(rule *rules.Rule, m mapper.Mapping, namespace string) (dynamic.ResourceInterface, error) {
+	if rule == nil || rule.ServiceAccount == nil {
+		return r.resource(m, namespace), nil
+	}
+	if r.cfg.Impersonate == nil {
+		return nil, fmt.Errorf("rule %s writes its children as ServiceAccount %s/%s, and kgen cannot act as another user here",
+			rule.Name, rule.ServiceAccount.Namespace, rule.ServiceAccount.Name)
+	}
+	client, err := r.cfg.Impersonate(*rule.ServiceAccount)
+	if err != nil {
+		return nil, err
+	}
+	res := client.Resource(m.GroupVersionResource())
+	if m.Namespaced {
+		return res.Namespace(namespace), nil
+	}
+	return res, nil
 }
 
 func (r *Reconciler) resource(m mapper.Mapping, namespace string) dynamic.ResourceInterface {

@@ -659,7 +659,7 @@ func TestRelease(t *testing.T) {
 	h := newHarness(t, clusterRule)
 	h.converge(appParent(nil))
 	p := h.api.get(appGVK, "team", "web")
-	if err := h.r.Release(context.Background(), fakeMappings[appGVK], p, storeLister{h.api}.Children("", "uid-parent")); err != nil {
+	if err := h.r.Release(context.Background(), h.rule, fakeMappings[appGVK], p, storeLister{h.api}.Children("", "uid-parent")); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.api.get(appGVK, "team", "web").GetFinalizers(); len(got) != 0 {
