@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -854,3 +855,109 @@ func TestChangeLabelSpoofedObjectSurvivesPrune(t *testing.T) {
 		t.Fatal("kgen deleted an object that only carried its labels")
 	}
 }
+
+// Scenario (contract §6, §7): a rule's namespaces narrowed while kgen runs.
+// A parent in a namespace the rule no longer covers loses kgen's finalizer;
+// its children stay.
+func TestChangeNamespacesNarrowed(t *testing.T) {
+	const group = "narrow.example.com"
+	a, b := newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	doc := func(namespaces string) string {
+		return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: narrowed
+spec:
+  parent:
+    apiVersion: %s/v1
+    kind: Gadget
+    namespaces: [%s]
+  children:
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata:
+        name: e2e-${parent.metadata.namespace}-${parent.metadata.name}
+      rules: []
+`, group, namespaces)
+	}
+	file := writeRules(t, doc(a+", "+b))
+	startController(t, nil, file).waitReady(t)
+	for _, ns := range []string{a, b} {
+		create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+		role := "e2e-" + ns + "-g"
+		t.Cleanup(func() { _ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+		waitFor(t, crGVR, "", role, nil)
+		waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+			if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+				return fmt.Errorf("finalizers = %v", p.GetFinalizers())
+			}
+			return nil
+		})
+	}
+	if err := os.WriteFile(file, []byte(doc(a)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, gvr, b, "g", func(p *unstructured.Unstructured) error {
+		if slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+			return fmt.Errorf("finalizers = %v, want kgen's gone", p.GetFinalizers())
+		}
+		return nil
+	})
+	if get(t, crGVR, "", "e2e-"+b+"-g") == nil {
+		t.Error("the child of a parent the rule no longer covers was deleted")
+	}
+	if p := get(t, gvr, a, "g"); !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+		t.Errorf("the parent still covered lost its finalizer: %v", p.GetFinalizers())
+	}
+}
+
+// Scenario (contract §11): a parent cannot make kgen bind cluster-admin.
+// A RoleBinding whose roleRef a parent chooses may bind only the roles the
+// rule lists in allowBindRoles: anything else is refused before any write
+// and reported on the parent, even though kgen here runs with every right.
+func TestChangeBindOnlyAllowedRoles(t *testing.T) {
+	const group = "bind.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: binder
+spec:
+  parent: {apiVersion: %s/v1, kind: Gadget}
+  allowBindRoles: [view]
+  children:
+  - id: binding
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: RoleBinding
+      metadata:
+        name: ${parent.metadata.name}
+      roleRef:
+        apiGroup: rbac.authorization.k8s.io
+        kind: ClusterRole
+        name: ${parent.spec.role}
+      subjects:
+      - kind: User
+        apiGroup: rbac.authorization.k8s.io
+        name: ${parent.spec.user}
+`, group))).waitReady(t)
+	create(t, gvr, gadget(group, ns, "grab", map[string]any{"role": "cluster-admin", "user": "mallory"}))
+	waitFor(t, gvr, ns, "grab", func(p *unstructured.Unstructured) error {
+		c := readyCondition(p)
+		if c == nil || c["reason"] != "InvalidSpec" || !strings.Contains(fmt.Sprint(c["message"]), "allowBindRoles") {
+			return fmt.Errorf("Ready = %v, want InvalidSpec naming allowBindRoles", c)
+		}
+		return nil
+	})
+	if rb, err := env.kube.RbacV1().RoleBindings(ns).Get(t.Context(), "grab", metav1.GetOptions{}); err == nil {
+		t.Fatalf("kgen bound %s for a parent", rb.RoleRef.Name)
+	}
+	create(t, gvr, gadget(group, ns, "fine", map[string]any{"role": "view", "user": "alice"}))
+	waitFor(t, rbGVR, ns, "fine", nil)
+}
+
+var rbGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -467,4 +468,49 @@ spec:
 		}
 		return nil
 	})
+}
+
+// TestRuleChangeLatency measures the time from a Rule change to the
+// children of all its parents following it. It runs with 20 parents; set
+// KGEN_E2E_LATENCY_PARENTS for more (the issue note reports 1 and 1000).
+func TestRuleChangeLatency(t *testing.T) {
+	parents := 20
+	if n, err := strconv.Atoi(os.Getenv("KGEN_E2E_LATENCY_PARENTS")); err == nil && n > 0 {
+		parents = n
+	}
+	const group = "latency.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	doc := func(value string) string {
+		return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: latency}
+spec:
+  parent: {apiVersion: %s/v1, kind: Gadget, namespaces: [%s]}
+%s`, group, ns, configChild(value))
+	}
+	applyRule(t, doc("before"))
+	for i := range parents {
+		create(t, gvr, gadget(group, ns, fmt.Sprintf("p%04d", i), map[string]any{}))
+	}
+	following := func(value string) (bool, error) {
+		list, err := env.kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "kgen.dev/rule=latency"})
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for _, cm := range list.Items {
+			if cm.Data["value"] == value {
+				n++
+			}
+		}
+		return n == parents, fmt.Errorf("%d of %d children have %q", n, parents, value)
+	}
+	eventually(t, 5*time.Minute, func() (bool, error) { return following("before") }, "every parent converged")
+	start := time.Now()
+	applyRule(t, doc("after"))
+	eventually(t, 5*time.Minute, func() (bool, error) { return following("after") }, "every child to follow the Rule change")
+	t.Logf("a Rule change reached the children of %d parents in %s", parents, time.Since(start).Round(time.Millisecond))
 }

@@ -728,3 +728,68 @@ func waitCanGet(t *testing.T, user, path string, want bool) {
 		return review.Status.Allowed == want, nil
 	}, "%s to be allowed=%t to get %s", user, want, path)
 }
+
+// Rules that would be unsafe are rejected when kgen starts, naming the
+// field, before any request: a child in a namespace outside the rule's
+// allowCrossNamespace list (contract §11), and a status field that reads
+// what changes with every write (contract §6).
+func TestRunRejectsUnsafeRules(t *testing.T) {
+	for _, tt := range []struct {
+		name, spec, want string
+	}{{
+		name: "cross-namespace outside the list",
+		spec: `  allowCrossNamespace: [shared]
+  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: x, namespace: kube-system}
+`,
+		want: "metadata.namespace",
+	}, {
+		name: "allowCrossNamespace true",
+		spec: `  allowCrossNamespace: true
+  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: x}
+`,
+		want: "allowCrossNamespace",
+	}, {
+		name: "self-triggering status",
+		spec: `  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: x}
+  status:
+    version: ${parent.metadata.resourceVersion}
+`,
+		want: "resourceVersion",
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			user := "kgen-unsafe-" + strings.ReplaceAll(tt.name, " ", "-")
+			start := time.Now()
+			file := writeRules(t, "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: unsafe}\nspec:\n  parent: {apiVersion: v1, kind: Namespace}\n"+tt.spec)
+			var out bytes.Buffer
+			cmd := exec.Command(env.kgenctl, "run", "--kubeconfig", userKubeconfig(t, user), "--rules", file,
+				"--health-probe-bind-address", "0", "--metrics-bind-address", "0")
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+				t.Fatalf("run: %v, want a non-zero exit\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), file+":") || !strings.Contains(out.String(), tt.want) {
+				t.Errorf("the error should name the file and %s:\n%s", tt.want, out.String())
+			}
+			if reqs := auditOf(t, user, start); len(reqs) > 0 {
+				t.Errorf("run with unsafe rules sent %d requests", len(reqs))
+			}
+		})
+	}
+}
