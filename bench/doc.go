@@ -15,11 +15,15 @@
 //   - raw: with kgen stopped, the same loader creates the same 4N objects
 //     itself (each parent, then its three children as kgen renders them), and
 //     makes the same 2N patches of the update wave (N parents, N Deployments).
-//   - floor (-floor, on by default): the raw phase plus the other writes kgen's
-//     contract requires: a status apply and an Event per parent, and in the
-//     wave a server-side apply of each Deployment instead of a merge patch,
-//     then a status apply and an Event. No controller that keeps kgen's
-//     contract can be faster than this on the same machine.
+//   - floor (-floor, on by default): the same loader makes exactly the writes
+//     kgen's contract requires, without kgen: each parent, then its three
+//     children by server-side apply (a create that cannot take over an
+//     object, so kgen owns every field from the first write) and one status
+//     apply of kgen's own part of the status; in the wave, each parent's
+//     patch, a server-side apply of its Deployment and a status apply. No
+//     Events: by default kgen records none for creating or following a
+//     change. No controller that keeps kgen's contract can be faster than
+//     this on the same machine.
 //
 // It also reports kgen's API requests per parent during convergence and per
 // minute in steady state (from kgen's own kgen_api_requests_total metric), its
