@@ -56,6 +56,7 @@ type options struct {
 	repeat      int
 	kgenArgs    []string
 	kgenEnv     []string
+	writeCosts  int
 }
 
 func main() {
@@ -76,6 +77,7 @@ func run() error {
 	flag.BoolVar(&o.profileAPI, "profile-apiserver", false, "also CPU-profile the API server in each phase of the profiled N")
 	flag.IntVar(&o.repeat, "repeat", 1, "runs of each N; the report gives every run and, for more than one, the median and range of the ratios")
 	flag.BoolVar(&o.floor, "floor", true, "also measure a loader that makes kgen's writes directly (the floor for any controller with kgen's contract)")
+	flag.IntVar(&o.writeCosts, "write-costs", 0, "instead of the phases, measure what N writes of each kind kgen could make cost the API server (0: off)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working folder (control plane and kgen logs) and print its path")
 	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
 	replot := flag.Bool("replot", false, "only rewrite the report and plots from the results.json in -out")
@@ -133,6 +135,13 @@ func run() error {
 	}
 	// Before the run, so the commit is that of the code measured.
 	machine := b.machine(ctx)
+	if o.writeCosts > 0 {
+		costs, err := b.measureWriteCosts(ctx, o.writeCosts)
+		if err != nil {
+			return err
+		}
+		return writeCostsReport(o.out, costs, machine)
+	}
 	var results []*result
 	for _, n := range o.sizes {
 		for run := 1; run <= max(o.repeat, 1); run++ {

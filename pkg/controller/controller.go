@@ -706,6 +706,8 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 			}
 			c.mu.Unlock()
 			c.forgetReads(key)
+		} else if c.watches.Writes().Echo(obj) {
+			return // kgen's own write of the parent (its status, its finalizer)
 		}
 		c.queue.Add(key)
 	}
@@ -747,6 +749,9 @@ func (c *Controller) childHandler(rule string) watch.Handler {
 			return
 		}
 		if p, ok := cached.(metav1.Object); ok && string(p.GetUID()) == uid {
+			if c.watches.Writes().Echo(obj) {
+				return // kgen's own write of the child, already accounted for
+			}
 			c.queue.Add(Key{Rule: rule, Namespace: ns, Name: name})
 		}
 	}

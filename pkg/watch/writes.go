@@ -31,6 +31,14 @@ type Writes struct {
 	// "" (the Manager's cachedResourceVersion; nil for a Writes of its own).
 	cached func(gvr schema.GroupVersionResource, namespace, name string) string
 	now    func() time.Time
+	// echoes are the versions the writes made, until their watch event
+	// comes back (see Echo).
+	echoes map[types.UID]echo
+}
+
+type echo struct {
+	resourceVersion string
+	at              time.Time
 }
 
 // written is one remembered write.
@@ -53,7 +61,7 @@ type nameKey struct {
 // NewWrites returns a Writes that no cache feeds: the Manager's is fed by
 // its informers. A standalone one serves tests.
 func NewWrites() *Writes {
-	return &Writes{objects: map[types.UID]written{}, byName: map[nameKey]types.UID{}, now: time.Now}
+	return &Writes{objects: map[types.UID]written{}, byName: map[nameKey]types.UID{}, echoes: map[types.UID]echo{}, now: time.Now}
 }
 
 // Wrote records an object of resource gvr as the server returned it after a
@@ -68,6 +76,10 @@ func (w *Writes) Wrote(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	w.mu.Lock()
 	w.objects[o.UID] = written{obj: o, gvr: gvr, at: w.now()}
 	w.byName[key] = o.UID
+	w.echoes[o.UID] = echo{resourceVersion: o.ResourceVersion, at: w.now()}
+	if len(w.echoes) > echoSweepAt {
+		w.sweepEchoesLocked()
+	}
 	w.mu.Unlock()
 	if w.cached == nil {
 		return
@@ -78,6 +90,41 @@ func (w *Writes) Wrote(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	// so looking at it after storing the entry misses nothing.
 	if rv := w.cached(gvr, o.Namespace, o.Name); rv != "" {
 		w.observed(o.UID, rv)
+		if !newer(o.ResourceVersion, rv) {
+			// Its event came already: no echo to wait for.
+			w.mu.Lock()
+			delete(w.echoes, o.UID)
+			w.mu.Unlock()
+		}
+	}
+}
+
+// Echo reports whether a watch event shows exactly the version of an
+// object that a write recorded with Wrote returned, and forgets it: the
+// event of the client's own write, which tells the writer nothing new, so
+// that work it would queue can be skipped. A later version, someone else's
+// write, is not an echo.
+func (w *Writes) Echo(obj metav1.Object) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.echoes[obj.GetUID()]
+	if !ok || e.resourceVersion != obj.GetResourceVersion() {
+		return false
+	}
+	delete(w.echoes, obj.GetUID())
+	return true
+}
+
+// echoSweepAt is how many echoes may wait for their event before those
+// older than WritesTTL are dropped (a write whose event never came).
+const echoSweepAt = 4096
+
+func (w *Writes) sweepEchoesLocked() {
+	now := w.now()
+	for uid, e := range w.echoes {
+		if now.Sub(e.at) > WritesTTL {
+			delete(w.echoes, uid)
+		}
 	}
 }
 
@@ -86,6 +133,7 @@ func (w *Writes) Deleted(uid types.UID) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.dropLocked(uid)
+	delete(w.echoes, uid)
 }
 
 // Latest returns the newer of a cached object and what was last written to

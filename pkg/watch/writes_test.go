@@ -106,3 +106,30 @@ func TestWritesAlreadyCached(t *testing.T) {
 		t.Errorf("a created object the cache has not seen was not remembered: got %v", got)
 	}
 }
+
+// The event of the client's own write is an echo, once; a later version is
+// someone else's write.
+func TestWritesEcho(t *testing.T) {
+	w := NewWrites()
+	w.Wrote(cmRes, cm("u1", "10", nil))
+	if w.Echo(cm("u1", "9", nil)) || w.Echo(cm("u1", "11", nil)) {
+		t.Error("another version was taken for the write's echo")
+	}
+	if !w.Echo(cm("u1", "10", nil)) {
+		t.Error("the write's own version is not its echo")
+	}
+	if w.Echo(cm("u1", "10", nil)) {
+		t.Error("an echo was reported twice")
+	}
+	w.Wrote(cmRes, cm("u2", "20", nil))
+	w.Deleted("u2")
+	if w.Echo(cm("u2", "20", nil)) {
+		t.Error("a deleted object's write is still an echo")
+	}
+	// Its event came before the write's answer: nothing to wait for.
+	w.cached = func(schema.GroupVersionResource, string, string) string { return "30" }
+	w.Wrote(cmRes, cm("u3", "30", nil))
+	if w.Echo(cm("u3", "30", nil)) {
+		t.Error("a write whose event the cache already showed waits for an echo")
+	}
+}
