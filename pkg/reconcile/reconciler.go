@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,10 @@ const (
 	EventAdopted  = "Adopted"
 	EventOrphaned = "Orphaned"
 )
+
+// DefaultParallelWrites bounds how many writes of one parent's children
+// are in flight at once.
+const DefaultParallelWrites = 4
 
 // createOnlyResourceVersion is the resourceVersion kgen puts in a
 // server-side apply that must create its object. The API server ignores a
@@ -156,6 +161,9 @@ type Config struct {
 	Observer Observer
 	// Now returns the time; time.Now when nil.
 	Now func() time.Time
+	// ParallelWrites bounds the writes of one parent's children in flight
+	// at once; DefaultParallelWrites when zero, 1 to write them in order.
+	ParallelWrites int
 }
 
 // Reconciler makes one parent's children equal to its rule's templates. It
@@ -177,6 +185,9 @@ func New(cfg Config) *Reconciler {
 	}
 	if cfg.Events == "" {
 		cfg.Events = EventsNotable
+	}
+	if cfg.ParallelWrites <= 0 {
+		cfg.ParallelWrites = DefaultParallelWrites
 	}
 	cfg.Recorder = filteredRecorder{EventRecorder: cfg.Recorder, policy: cfg.Events}
 	return &Reconciler{cfg: cfg, events: cfg.Events, scope: resourceScoper{cfg.Resources}, normal: newNormalized(cfg.Now), status: newStatusGuard(cfg.Now)}
@@ -286,23 +297,46 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	var live []*unstructured.Unstructured // the children as they now are
 	live = append(live, plan.Keep...)
 	failed := map[string]bool{} // ids with a step that did not succeed
-	for _, step := range plan.Steps {
-		var out outcome
-		var err error
+	// The steps of one reconcile are independent: a child that reads
+	// another is rendered only once that one exists. Their writes go out
+	// together, so a parent's children cost one round trip, not one each.
+	results := make([]outcome, len(plan.Steps))
+	stepErrs := make([]error, len(plan.Steps))
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, r.cfg.ParallelWrites)
+	for i, step := range plan.Steps {
 		if finalizerErr != nil && !step.OwnerReference {
 			// Without the finalizer such a child could never be cleaned
 			// up: do not write it, but keep what exists of it.
-			out = outcome{step: step, live: step.Live}
-			out.reason, out.msg = failure(step.ID, "the parent", "set the finalizer on", finalizerErr)
-		} else {
-			out, err = r.writeChild(ctx, rule, parent, step, known && len(plan.Superseded[step.ID]) == 0)
-			errs = append(errs, err)
+			results[i] = outcome{step: step, live: step.Live}
+			results[i].reason, results[i].msg = failure(step.ID, "the parent", "set the finalizer on", finalizerErr)
+			continue
 		}
+		if step.Op == OpKeep && step.Live != nil {
+			results[i] = outcome{step: step, live: step.Live, ok: true} // nothing to send
+			continue
+		}
+		write := func() {
+			results[i], stepErrs[i] = r.writeChild(ctx, rule, parent, step, known && len(plan.Superseded[step.ID]) == 0)
+		}
+		if r.cfg.ParallelWrites == 1 {
+			write() // in order
+			continue
+		}
+		wg.Go(func() {
+			limit <- struct{}{}
+			defer func() { <-limit }()
+			write()
+		})
+	}
+	wg.Wait()
+	for i, out := range results {
+		errs = append(errs, stepErrs[i])
 		if out.live != nil {
 			live = append(live, out.live)
 		}
 		if !out.ok {
-			failed[step.ID] = true
+			failed[out.step.ID] = true
 		}
 		outcomes = append(outcomes, out)
 	}

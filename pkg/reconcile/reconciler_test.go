@@ -107,7 +107,8 @@ func newHarness(t *testing.T, ruleDoc string, mutate ...func(*Config)) *harness 
 	h := &harness{t: t, api: newFakeAPI(t), rule: parseRule(t, ruleDoc), events: record.NewFakeRecorder(100),
 		now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	h.cfg = Config{Client: h.api, Resources: fakeResources{}, Schemas: fakeSchemas{}, Children: storeLister{h.api},
-		Writes: watch.NewWrites(), Recorder: h.events, Now: func() time.Time { return h.now }}
+		Writes: watch.NewWrites(), Recorder: h.events, Now: func() time.Time { return h.now },
+		ParallelWrites: 1} // in order, so tests can compare the requests
 	for _, m := range mutate {
 		m(&h.cfg)
 	}
@@ -809,5 +810,20 @@ func TestReconcileRemembersNormalisation(t *testing.T) {
 	}
 	if got := h.api.writes(); len(got) != 0 {
 		t.Errorf("writes = %q, want none for a difference the server made", got)
+	}
+}
+
+// A parent's children are written together: every write happens, whatever
+// their order.
+func TestReconcileWritesChildrenTogether(t *testing.T) {
+	h := newHarness(t, appRule, func(c *Config) { c.ParallelWrites = 4 })
+	if _, err := h.reconcile(appParent(nil)); err != nil {
+		t.Fatal(err)
+	}
+	got := h.api.writes()
+	slices.Sort(got)
+	want := []string{"patch apps/status team/web", "patch configmaps team/web-config", "patch deployments team/web"}
+	if !slices.Equal(got, want) {
+		t.Errorf("writes = %q, want %q", got, want)
 	}
 }
