@@ -639,12 +639,11 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return // stopped
 	}
-	if c.cfg.Schemas != nil {
-		// Read the kinds' schemas now rather than in the first reconciles.
-		for _, gvk := range kindsOf(rs.rule) {
-			if _, err := c.cfg.Schemas.Kind(gvk); err != nil {
-				klog.FromContext(ctx).Info("Kind's schema unavailable; comparing its objects literally", "rule", rs.rule.Name, "kind", gvk.String(), "err", err.Error())
-			}
+	if p, ok := c.cfg.Schemas.(prefetcher); ok {
+		// Read the kinds' schemas now rather than in the first reconciles,
+		// each group version's document once.
+		if err := p.Prefetch(kindsOf(rs.rule)...); err != nil {
+			klog.FromContext(ctx).Info("Schema unavailable; comparing objects of its kinds literally", "rule", rs.rule.Name, "err", err.Error())
 		}
 	}
 	c.mu.Lock()
@@ -667,6 +666,12 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 		}
 	}
 	klog.FromContext(ctx).Info("Rule running", "rule", rs.rule.Name, "parents", n)
+}
+
+// prefetcher reads the schemas of several kinds at once; *schema.Source is
+// one.
+type prefetcher interface {
+	Prefetch(gvks ...schema.GroupVersionKind) error
 }
 
 // kindsOf returns the parent's and children's kinds of a rule.

@@ -5,8 +5,9 @@
 // the server normalises ("0.5" is stored as "500m").
 //
 // A schema document is large (core/v1 is several megabytes of JSON); it is
-// fetched once per group version, condensed into a small tree of Fields,
-// and dropped. A nil *Field means "nothing known": callers fall back to
+// fetched when a kind of its group version is first asked for, only the
+// components that kind reaches are decoded and condensed into a small tree
+// of Fields, and the document is dropped. A nil *Field means "nothing known": callers fall back to
 // treating lists as atomic and values literally.
 //
 // The package does not know what kgen does with the answers; pkg/reconcile

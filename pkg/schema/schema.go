@@ -1,7 +1,9 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,8 +11,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/openapi"
-	"k8s.io/client-go/openapi3"
-	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
@@ -79,23 +79,26 @@ func (f *Field) Keys() (listType string, keys []string) {
 // on a nil Field.
 func (f *Field) IsQuantity() bool { return f != nil && f.Quantity }
 
-// Source answers for kinds from the API server's OpenAPI v3 documents,
-// fetching each group version once. It is safe for concurrent use.
+// Source answers for kinds from the API server's OpenAPI v3 documents.
+// It keeps only what it condensed: a group version's document (core/v1 is
+// several megabytes) is read when a kind of it is asked for, and dropped
+// once the kinds asked for are condensed; a kind asked for later reads it
+// again. Prefetch condenses several kinds of one document at once. It is
+// safe for concurrent use.
 type Source struct {
-	root openapi3.Root
+	client openapi.Client
 
 	mu    sync.Mutex
 	kinds map[schema.GroupVersionKind]*Field
-	// fetched holds the group versions already read, and the error of
-	// reading each, so a missing document is not asked for again until
-	// Forget.
-	fetched map[schema.GroupVersion]error
+	// failed holds the error of reading each group version that could not
+	// be read, so it is not asked for again until Forget.
+	failed map[schema.GroupVersion]error
 }
 
 // New returns a Source reading through client (for example
 // discovery.NewDiscoveryClientForConfig(c).OpenAPIV3()).
 func New(client openapi.Client) *Source {
-	return &Source{root: openapi3.NewRoot(client), kinds: map[schema.GroupVersionKind]*Field{}, fetched: map[schema.GroupVersion]error{}}
+	return &Source{client: client, kinds: map[schema.GroupVersionKind]*Field{}, failed: map[schema.GroupVersion]error{}}
 }
 
 // Kind returns what is known of a kind's fields: nil (and no error) when
@@ -103,25 +106,67 @@ func New(client openapi.Client) *Source {
 // The error says why a group version's document could not be read; the
 // next call tries again only after Forget.
 func (s *Source) Kind(gvk schema.GroupVersionKind) (*Field, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f, ok := s.kinds[gvk]; ok {
-		return f, nil
-	}
-	gv := gvk.GroupVersion()
-	if err, done := s.fetched[gv]; done {
+	if err := s.Prefetch(gvk); err != nil {
 		return nil, err
 	}
-	doc, err := s.root.GVSpec(gv)
-	if err != nil {
-		err = fmt.Errorf("read the OpenAPI v3 schema of %s: %w", gv, err)
-	} else {
-		for k, f := range Condense(doc) {
-			s.kinds[k] = f
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kinds[gvk], nil
+}
+
+// Prefetch condenses the kinds that are not known yet, reading each group
+// version's document once.
+func (s *Source) Prefetch(gvks ...schema.GroupVersionKind) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	byGV := map[schema.GroupVersion][]schema.GroupVersionKind{}
+	for _, gvk := range gvks {
+		if _, known := s.kinds[gvk]; !known {
+			byGV[gvk.GroupVersion()] = append(byGV[gvk.GroupVersion()], gvk)
 		}
 	}
-	s.fetched[gv] = err
-	return s.kinds[gvk], err
+	var errs []error
+	for gv, wanted := range byGV {
+		if err, failed := s.failed[gv]; failed {
+			errs = append(errs, err)
+			continue
+		}
+		doc, err := s.document(gv)
+		if err != nil {
+			err = fmt.Errorf("read the OpenAPI v3 schema of %s: %w", gv, err)
+			s.failed[gv] = err
+			errs = append(errs, err)
+			continue
+		}
+		condensed, err := Condense(doc, wanted...)
+		if err != nil {
+			err = fmt.Errorf("read the OpenAPI v3 schema of %s: %w", gv, err)
+			s.failed[gv] = err
+			errs = append(errs, err)
+			continue
+		}
+		for _, gvk := range wanted {
+			s.kinds[gvk] = condensed[gvk] // nil when nothing matters
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// document reads a group version's OpenAPI v3 document as JSON.
+func (s *Source) document(gv schema.GroupVersion) ([]byte, error) {
+	paths, err := s.client.Paths()
+	if err != nil {
+		return nil, err
+	}
+	path := "apis/" + gv.Group + "/" + gv.Version
+	if gv.Group == "" {
+		path = "api/" + gv.Version
+	}
+	doc, ok := paths[path]
+	if !ok {
+		return nil, fmt.Errorf("the server publishes no OpenAPI v3 document %s", path)
+	}
+	return doc.Schema("application/json")
 }
 
 // Forget drops what is known of a group version, so it is read again: for
@@ -129,7 +174,7 @@ func (s *Source) Kind(gvk schema.GroupVersionKind) (*Field, error) {
 func (s *Source) Forget(gv schema.GroupVersion) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.fetched, gv)
+	delete(s.failed, gv)
 	for k := range s.kinds {
 		if k.GroupVersion() == gv {
 			delete(s.kinds, k)
@@ -137,52 +182,66 @@ func (s *Source) Forget(gv schema.GroupVersion) {
 	}
 }
 
-// Condense returns, for every kind a document defines (by its
-// x-kubernetes-group-version-kind extension), the Field tree kgen keeps.
-func Condense(doc *spec3.OpenAPI) map[schema.GroupVersionKind]*Field {
-	out := map[schema.GroupVersionKind]*Field{}
-	if doc == nil || doc.Components == nil {
-		return out
+// Condense returns the Field tree of each wanted kind of an OpenAPI v3
+// document given as JSON (every kind the document defines when none is
+// named). Only the components the wanted kinds reach are decoded: the
+// document's other schemas stay bytes.
+func Condense(data []byte, wanted ...schema.GroupVersionKind) (map[schema.GroupVersionKind]*Field, error) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]json.RawMessage `json:"schemas"`
+		} `json:"components"`
 	}
-	c := &condenser{components: doc.Components.Schemas, memo: map[string]*Field{}, busy: map[string]bool{}}
-	names := make([]string, 0, len(doc.Components.Schemas))
-	for name := range doc.Components.Schemas {
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	raw := doc.Components.Schemas
+	decoded := map[string]*spec.Schema{}
+	c := &condenser{memo: map[string]*Field{}, busy: map[string]bool{}, lookup: func(name string) (*spec.Schema, bool) {
+		if s, ok := decoded[name]; ok {
+			return s, true
+		}
+		r, ok := raw[name]
+		if !ok {
+			return nil, false
+		}
+		s := &spec.Schema{}
+		if err := json.Unmarshal(r, s); err != nil {
+			return nil, false
+		}
+		decoded[name] = s
+		return s, true
+	}}
+	out := map[schema.GroupVersionKind]*Field{}
+	names := make([]string, 0, len(raw))
+	for name := range raw {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		for _, gvk := range kindsOf(doc.Components.Schemas[name]) {
-			out[gvk] = c.component(name)
+		if !bytes.Contains(raw[name], []byte("x-kubernetes-group-version-kind")) {
+			continue
+		}
+		var ext struct {
+			GVKs []schema.GroupVersionKind `json:"x-kubernetes-group-version-kind"`
+		}
+		if err := json.Unmarshal(raw[name], &ext); err != nil {
+			continue
+		}
+		for _, gvk := range ext.GVKs {
+			if len(wanted) == 0 || slices.Contains(wanted, gvk) {
+				out[gvk] = c.component(name)
+			}
 		}
 	}
-	return out
-}
-
-// kindsOf reads a component's x-kubernetes-group-version-kind extension.
-func kindsOf(s *spec.Schema) []schema.GroupVersionKind {
-	if s == nil {
-		return nil
-	}
-	raw, ok := s.Extensions["x-kubernetes-group-version-kind"]
-	if !ok {
-		return nil
-	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return nil
-	}
-	var list []schema.GroupVersionKind
-	if err := json.Unmarshal(b, &list); err != nil {
-		return nil
-	}
-	return list
+	return out, nil
 }
 
 // condenser walks a document's schemas, condensing each component once.
 type condenser struct {
-	components map[string]*spec.Schema
-	memo       map[string]*Field
-	busy       map[string]bool // components being condensed: a recursive type
+	lookup func(name string) (*spec.Schema, bool)
+	memo   map[string]*Field
+	busy   map[string]bool // components being condensed: a recursive type
 }
 
 func (c *condenser) component(name string) *Field {
@@ -192,7 +251,7 @@ func (c *condenser) component(name string) *Field {
 	if name == quantityRef {
 		return &Field{Quantity: true}
 	}
-	s, ok := c.components[name]
+	s, ok := c.lookup(name)
 	if !ok || c.busy[name] {
 		// A recursive type (JSONSchemaProps) is compared literally below
 		// its first level.
