@@ -3,7 +3,9 @@ package explain
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -388,5 +390,65 @@ spec:
 	}
 	if _, _, err := LoadRules(t.Context(), client, discovery(), RuleSource{}); err == nil {
 		t.Error("no rules: no error")
+	}
+}
+
+// A forEach child is one entry per object: those that exist are judged
+// one by one (a field of their own that the template does not set is no
+// difference), one whose element is gone is to be deleted, and a new
+// element's object is to be created.
+func TestExplainForEach(t *testing.T) {
+	rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: regions}
+spec:
+  parent: {apiVersion: example.com/v1alpha1, kind: WebApp}
+  children:
+  - id: region
+    forEach: [{region: "${parent.spec.regions}"}]
+    readyWhen: ["${self.data.ready == 'yes'}"]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-${region}"}
+      data: {region: "${region}"}
+`), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := load(t, "apiVersion: example.com/v1alpha1\nkind: WebApp\nmetadata: {name: web, namespace: team-a, uid: uid-web}\nspec: {regions: [us, eu]}\n")
+	was := parent.DeepCopy()
+	was.Object["spec"] = map[string]any{"regions": []any{"us", "ap"}}
+	// The objects kgen made when the regions were us and ap.
+	var all []runtime.Object
+	all = append(all, parent)
+	plan, err := reconcile.MakePlan(rs[0], was, nil, nil, scoper{discovery()}, func(_, _ *unstructured.Unstructured) reconcile.Op { return reconcile.OpKeep })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range plan.Steps {
+		o := s.Object.DeepCopy()
+		o.SetUID(types.UID("uid-" + o.GetName()))
+		if o.GetName() == "web-us" {
+			o.Object["data"].(map[string]any)["ready"] = "no"
+		}
+		all = append(all, o)
+	}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, all...)
+	report, err := Explain(t.Context(), Config{Client: client, Resources: discovery(), Rules: rs}, Ref{Kind: "webapp", Namespace: "team-a", Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range report.Children {
+		got = append(got, fmt.Sprintf("%s %s exists=%t upToDate=%t ready=%t %s: %s", c.ID, c.Name, c.Exists, c.UpToDate, c.Ready, c.Action, c.Message))
+	}
+	want := []string{
+		`region web-us exists=true upToDate=true ready=false none: not ready: data.ready is "no", wants == "yes"`,
+		"region web-eu exists=false upToDate=false ready=false create: kgen creates it",
+		"region web-ap exists=true upToDate=false ready=false delete: kgen deletes it: its forEach has no element for it any more",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("children:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
