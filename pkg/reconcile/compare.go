@@ -176,6 +176,12 @@ func match(want, got any, kind *schema.Field, name string, d *differ) bool {
 			if !ok && isEmpty(wv) {
 				continue
 			}
+			if d == nil {
+				if !ok || !match(wv, gv, kind.Property(k), k, nil) {
+					return false
+				}
+				continue
+			}
 			d.field(k)
 			if !ok {
 				same = d.differs()
@@ -183,9 +189,6 @@ func match(want, got any, kind *schema.Field, name string, d *differ) bool {
 				same = false
 			}
 			d.leave()
-			if !same && d == nil {
-				return false
-			}
 		}
 		return same
 	case []any:
@@ -238,14 +241,17 @@ func match(want, got any, kind *schema.Field, name string, d *differ) bool {
 			return d.differs()
 		}
 		for i := range w {
+			if d == nil {
+				if !match(w[i], g[i], kind.Element(), "", nil) {
+					return false
+				}
+				continue
+			}
 			d.index(i)
 			if !match(w[i], g[i], kind.Element(), "", d) {
 				same = false
 			}
 			d.leave()
-			if !same && d == nil {
-				return false
-			}
 		}
 		return same
 	default:
