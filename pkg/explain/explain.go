@@ -116,6 +116,7 @@ const (
 	ActionBlocked = "blocked" // an object that is not kgen's stands where it should be
 	ActionWait    = "wait"    // it reads a child that does not exist yet, or a missing input
 	ActionDelete  = "delete"  // it exists and is no longer wanted
+	ActionUnknown = "unknown" // the rule cannot render the parent (Report.RenderError)
 )
 
 // Child is one child object of the parent, or a child that has none.
@@ -315,6 +316,9 @@ func (e *explainer) describeParent() {
 	observed, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration")
 	e.report.Parent = Parent{APIVersion: p.GetAPIVersion(), Kind: p.GetKind(), Namespace: p.GetNamespace(), Name: p.GetName(),
 		UID: string(p.GetUID()), Generation: p.GetGeneration(), ObservedGeneration: observed}
+	if p.GetDeletionTimestamp() != nil {
+		e.note("the parent is being deleted: kgen deletes the children that only its finalizer guards, then removes the finalizer; the garbage collector deletes the others")
+	}
 	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
 	for _, c := range conds {
 		b, err := json.Marshal(c)
@@ -346,8 +350,22 @@ func (e *explainer) children(ctx context.Context) error {
 			return err
 		}
 		e.report.RenderError = err.Error()
+		// In the rule's order; ids the rule no longer has last.
+		order := func(obj *unstructured.Unstructured) int {
+			i := slices.IndexFunc(e.rule.Order(), func(c *rules.Child) bool { return c.ID == obj.GetLabels()[reconcile.LabelChild] })
+			if i < 0 {
+				return len(e.rule.Children)
+			}
+			return i
+		}
+		slices.SortFunc(observed, func(a, b *unstructured.Unstructured) int {
+			if x, y := order(a), order(b); x != y {
+				return x - y
+			}
+			return strings.Compare(a.GetName(), b.GetName())
+		})
 		for _, obj := range observed {
-			ch := entry(obj.GetLabels()[reconcile.LabelChild], obj, ActionNone, "kgen cannot render the parent's children: see renderError")
+			ch := entry(obj.GetLabels()[reconcile.LabelChild], obj, ActionUnknown, "nothing, until the parent or the rule changes: the rule cannot render the parent (see the error)")
 			ch.Exists = true
 			e.report.Children = append(e.report.Children, ch)
 		}

@@ -452,3 +452,40 @@ spec:
 		t.Errorf("children:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A parent the rule cannot render shows why, and the children it has.
+func TestExplainRenderError(t *testing.T) {
+	objs := shopCluster(t)
+	for _, o := range objs {
+		if u := o.(*unstructured.Unstructured); u.GetKind() == "WebApp" {
+			unstructured.RemoveNestedField(u.Object, "spec", "port")
+		}
+	}
+	cfg, _ := newConfig(t, objs...)
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "webapp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(report.RenderError, `rule "webapp": child "config": template.data.port: ${string(parent.spec.port)}: no such key: port`) {
+		t.Errorf("renderError = %q", report.RenderError)
+	}
+	var names []string
+	for _, c := range report.Children {
+		if !c.Exists || c.Action != ActionUnknown {
+			t.Errorf("child %s %s: %+v", c.ID, c.Name, c)
+		}
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, " ") != "shop-config shop shop-legacy" {
+		t.Errorf("children %q, want them in the rule's order", names)
+	}
+	var text bytes.Buffer
+	if err := report.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nError:       testdata/rules.yaml:", "├─ config: ConfigMap team-a/shop-config\n│    Exists:      yes\n│    Next:        nothing, until"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text:\n%s\nwant it to contain %q", text.String(), want)
+		}
+	}
+}

@@ -97,7 +97,7 @@ func (c Child) lines() [][2]string {
 	var out [][2]string
 	add := func(label, value string) { out = append(out, [2]string{label, value}) }
 	add("Exists", yesNo(c.Exists))
-	if c.Exists && c.Action != ActionWait && c.Action != ActionDelete && c.Name != "" {
+	if judged := c.Action != ActionWait && c.Action != ActionDelete && c.Action != ActionUnknown; c.Exists && judged {
 		switch {
 		case c.UpToDate:
 			add("Up to date", "yes")
