@@ -40,6 +40,11 @@
 // template by an output size (Options); going over is an error matching
 // ErrLimitExceeded, never a hang.
 //
+// Expression.Why says why a condition does not hold in a person's words,
+// from the expression's shape (its checked CEL AST) and the values its
+// field paths have: the field that is not set yet, or the values a false
+// comparison saw.
+//
 // A child with forEach is one object per element of the product of its
 // entries (Child.Elements); Rule.InputRefs resolves a rule's inputs for a
 // parent; Rule.CRD builds the CustomResourceDefinition of a parent kind the

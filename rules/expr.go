@@ -129,6 +129,7 @@ type Expression struct {
 
 	idents     map[string]bool // the variables it reads
 	outputType *cel.Type       // as checked
+	ast        *celast.AST     // as checked, for Why
 	program    cel.Program
 	costLimit  uint64
 }
@@ -229,6 +230,7 @@ func (c *compiler) compile(src string, pos Position, exact bool, w where, kind e
 		return nil
 	}
 	e.References, e.Inputs, e.idents, e.outputType = refs, inputs, identifiers(ast), ast.OutputType()
+	e.ast = ast.NativeRep()
 	e.Random = callsRandomString(ast)
 	if err := checkRandomArgs(ast); err != nil {
 		*errs = append(*errs, e.error(err))

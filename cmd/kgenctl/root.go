@@ -24,6 +24,7 @@ informers and keeps the children equal to the templates with server-side apply.`
 		newCheckCmd(out),
 		newCleanupCmd(out, errOut),
 		newCRDCmd(out),
+		newExplainCmd(out),
 		newGVKToGVRCmd(out),
 		newRBACCmd(out),
 		newRenderCmd(out),

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"hash"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -82,72 +84,189 @@ func UpToDate(desired, live *unstructured.Unstructured, kind *schema.Field) bool
 // Without a schema, metadata.ownerReferences and metadata.finalizers, which
 // other controllers add to, are compared as sets.
 func Matches(want, got any, kind *schema.Field) bool {
-	return match(want, got, kind, "")
+	return match(want, got, kind, "", nil)
 }
 
-func match(want, got any, kind *schema.Field, name string) bool {
+// Differences returns the paths of the fields where got does not hold what
+// want sets, compared as Matches compares them: none exactly when Matches
+// is true. They are sorted and written as Kubernetes writes field paths:
+// spec.replicas, metadata.labels[app.kubernetes.io/name], an element of a
+// keyed list by its keys (spec.template.spec.containers[name=app].image),
+// of another list by its index (spec.args[2]). A list of another length, a
+// set that lacks an element, an element of a keyed list that got lacks,
+// and a value of another type are named whole.
+func Differences(want, got any, kind *schema.Field) []string {
+	d := &differ{}
+	match(want, got, kind, "", d)
+	slices.Sort(d.out)
+	return slices.Compact(d.out)
+}
+
+// differ records the paths where a match fails. Matches passes a nil
+// *differ, which records nothing, and the walk then stops at the first
+// difference; every method is safe on nil.
+type differ struct {
+	path []string // segments: ".name", "[key]", "[2]", "[name=app]"
+	out  []string
+}
+
+// field enters the field or map key k.
+func (d *differ) field(k string) {
+	if d == nil {
+		return
+	}
+	if plainField.MatchString(k) {
+		d.path = append(d.path, "."+k)
+	} else {
+		d.path = append(d.path, "["+k+"]")
+	}
+}
+
+var plainField = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// index enters the element i of a list.
+func (d *differ) index(i int) {
+	if d != nil {
+		d.path = append(d.path, "["+strconv.Itoa(i)+"]")
+	}
+}
+
+// element enters the element of a keyed list with wv's keys.
+func (d *differ) element(wv any, keys []string) {
+	if d == nil {
+		return
+	}
+	wm, _ := wv.(map[string]any)
+	var parts []string
+	for _, k := range keys {
+		if v, set := wm[k]; set {
+			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	d.path = append(d.path, "["+strings.Join(parts, ",")+"]")
+}
+
+// leave goes back up one segment.
+func (d *differ) leave() {
+	if d != nil {
+		d.path = d.path[:len(d.path)-1]
+	}
+}
+
+// differs records the current path, and returns false.
+func (d *differ) differs() bool {
+	if d != nil {
+		d.out = append(d.out, strings.TrimPrefix(strings.Join(d.path, ""), "."))
+	}
+	return false
+}
+
+// match compares as Matches does; with a differ it goes on past a
+// difference, recording each.
+func match(want, got any, kind *schema.Field, name string, d *differ) bool {
 	switch w := want.(type) {
 	case map[string]any:
 		g, ok := got.(map[string]any)
 		if !ok {
-			return false
+			return d.differs()
 		}
+		same := true
 		for k, wv := range w {
 			gv, ok := g[k]
-			if !ok {
-				if isEmpty(wv) {
-					continue
+			if !ok && isEmpty(wv) {
+				continue
+			}
+			if d == nil {
+				if !ok || !match(wv, gv, kind.Property(k), k, nil) {
+					return false
 				}
-				return false
+				continue
 			}
-			if !match(wv, gv, kind.Property(k), k) {
-				return false
+			d.field(k)
+			if !ok {
+				same = d.differs()
+			} else if !match(wv, gv, kind.Property(k), k, d) {
+				same = false
 			}
+			d.leave()
 		}
-		return true
+		return same
 	case []any:
 		g, ok := got.([]any)
 		if !ok {
-			return len(w) == 0 && got == nil
+			if len(w) == 0 && got == nil {
+				return true
+			}
+			return d.differs()
 		}
 		listType, keys := kind.Keys()
 		if kind == nil && (name == "ownerReferences" || name == "finalizers") {
 			listType = schema.ListSet
 		}
+		same := true
 		switch listType {
 		case schema.ListMap:
 			elem := kind.Element()
 			for _, wv := range w {
-				if keyed(wv, g, keys, elem) < 0 {
+				if keyed(wv, g, keys, elem) >= 0 {
+					continue
+				}
+				if d == nil {
 					return false
 				}
+				same = false
+				// The fields that differ in the element with wv's keys,
+				// or the element as a whole.
+				d.element(wv, keys)
+				if j := keyedLoose(wv, g, keys); j >= 0 {
+					match(wv, g[j], elem, "", d)
+				} else {
+					d.differs()
+				}
+				d.leave()
 			}
-			return true
+			return same
 		case schema.ListSet:
 			for _, wv := range w {
-				if !slices.ContainsFunc(g, func(gv any) bool { return match(wv, gv, kind.Element(), "") }) {
-					return false
+				if !slices.ContainsFunc(g, func(gv any) bool { return match(wv, gv, kind.Element(), "", nil) }) {
+					same = d.differs()
+					if d == nil {
+						return false
+					}
 				}
 			}
-			return true
+			return same
 		}
 		if len(w) != len(g) {
-			return false
+			return d.differs()
 		}
 		for i := range w {
-			if !match(w[i], g[i], kind.Element(), "") {
-				return false
+			if d == nil {
+				if !match(w[i], g[i], kind.Element(), "", nil) {
+					return false
+				}
+				continue
 			}
+			d.index(i)
+			if !match(w[i], g[i], kind.Element(), "", d) {
+				same = false
+			}
+			d.leave()
 		}
-		return true
+		return same
 	default:
 		if kind.IsQuantity() {
 			if a, ok := quantity(want); ok {
-				b, ok := quantity(got)
-				return ok && a.Cmp(b) == 0
+				if b, ok := quantity(got); ok && a.Cmp(b) == 0 {
+					return true
+				}
+				return d.differs()
 			}
 		}
-		return scalarEqual(want, got)
+		if scalarEqual(want, got) {
+			return true
+		}
+		return d.differs()
 	}
 }
 
@@ -157,7 +276,7 @@ func match(want, got any, kind *schema.Field, name string) bool {
 func keyed(wv any, got []any, keys []string, elem *schema.Field) int {
 	wm, ok := wv.(map[string]any)
 	if !ok {
-		return slices.IndexFunc(got, func(gv any) bool { return match(wv, gv, elem, "") })
+		return slices.IndexFunc(got, func(gv any) bool { return match(wv, gv, elem, "", nil) })
 	}
 	for i, gv := range got {
 		gm, ok := gv.(map[string]any)
@@ -166,12 +285,12 @@ func keyed(wv any, got []any, keys []string, elem *schema.Field) int {
 		}
 		same := true
 		for _, k := range keys {
-			if v, set := wm[k]; set && !match(v, gm[k], elem.Property(k), k) {
+			if v, set := wm[k]; set && !match(v, gm[k], elem.Property(k), k, nil) {
 				same = false
 				break
 			}
 		}
-		if same && match(wm, gm, elem, "") {
+		if same && match(wm, gm, elem, "", nil) {
 			return i
 		}
 	}

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -125,6 +126,11 @@ func TestMatchesWithSchema(t *testing.T) {
 			if got := Matches(tt.want, tt.got, kind); got != tt.match {
 				t.Errorf("Matches = %t, want %t", got, tt.match)
 			}
+			// Differences shares the walk: it names a difference exactly
+			// when Matches finds one.
+			if diffs := Differences(tt.want, tt.got, kind); (len(diffs) == 0) != tt.match {
+				t.Errorf("Differences = %q, but Matches = %t", diffs, tt.match)
+			}
 		})
 	}
 	// Without a schema the same lists are atomic.
@@ -150,5 +156,86 @@ func TestProject(t *testing.T) {
 	longer := map[string]any{"spec": map[string]any{"replicas": int64(1), "list": []any{"a", "b"}}}
 	if Project(want, longer, nil) == d {
 		t.Error("an atomic list that grew kept the projection")
+	}
+}
+
+// Differences names the paths of the fields that differ, as Kubernetes
+// writes field paths: keyed list elements by their keys, other lists by
+// index, map keys that are not plain names in brackets.
+func TestDifferences(t *testing.T) {
+	kind := &schema.Field{Properties: map[string]*schema.Field{
+		"spec": {Properties: map[string]*schema.Field{
+			"template": {Properties: map[string]*schema.Field{"spec": {Properties: map[string]*schema.Field{
+				"containers": {ListType: schema.ListMap, ListMapKeys: []string{"name"}, Items: &schema.Field{Properties: map[string]*schema.Field{
+					"ports":     {ListType: schema.ListMap, ListMapKeys: []string{"containerPort", "protocol"}},
+					"resources": {Properties: map[string]*schema.Field{"limits": {AdditionalProperties: &schema.Field{Quantity: true}}}},
+				}}},
+			}}}},
+		}},
+	}}
+	deployment := func(replicas any, containers ...any) map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"name": "web", "labels": map[string]any{"app.kubernetes.io/name": "web"}},
+			"spec": map[string]any{"replicas": replicas, "args": []any{"a", "b"},
+				"template": map[string]any{"spec": map[string]any{"containers": containers}}},
+		}
+	}
+	app := func(image string, extra ...map[string]any) map[string]any {
+		c := map[string]any{"name": "app", "image": image}
+		for _, e := range extra {
+			for k, v := range e {
+				c[k] = v
+			}
+		}
+		return c
+	}
+	want := deployment(int64(2), app("web:1", map[string]any{
+		"ports":     []any{map[string]any{"containerPort": int64(8080)}},
+		"resources": map[string]any{"limits": map[string]any{"cpu": "500m"}},
+	}))
+	tests := []struct {
+		name string
+		got  map[string]any
+		want []string
+	}{
+		{"the same, as the server stores it", deployment(float64(2), app("web:1", map[string]any{
+			"ports":     []any{map[string]any{"containerPort": int64(8080), "protocol": "TCP"}},
+			"resources": map[string]any{"limits": map[string]any{"cpu": 0.5}},
+		})), nil},
+		{"replicas and an image", deployment(int64(3), app("web:2", map[string]any{
+			"ports":     []any{map[string]any{"containerPort": int64(8080)}},
+			"resources": map[string]any{"limits": map[string]any{"cpu": "500m"}},
+		})), []string{"spec.replicas", "spec.template.spec.containers[name=app].image"}},
+		{"a keyed element missing and a quantity", deployment(int64(2), app("web:1", map[string]any{
+			"ports":     []any{map[string]any{"containerPort": int64(9090)}},
+			"resources": map[string]any{"limits": map[string]any{"cpu": "1"}},
+		})), []string{"spec.template.spec.containers[name=app].ports[containerPort=8080]", "spec.template.spec.containers[name=app].resources.limits.cpu"}},
+		{"the container missing", deployment(int64(2), map[string]any{"name": "sidecar"}),
+			[]string{"spec.template.spec.containers[name=app]"}},
+		{"a label and a list element", func() map[string]any {
+			d := deployment(int64(2), want["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)...)
+			d["metadata"].(map[string]any)["labels"] = map[string]any{"app.kubernetes.io/name": "other"}
+			d["spec"].(map[string]any)["args"] = []any{"a", "c"}
+			return d
+		}(), []string{"metadata.labels[app.kubernetes.io/name]", "spec.args[1]"}},
+		{"a list of another length", func() map[string]any {
+			d := deployment(int64(2), want["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)...)
+			d["spec"].(map[string]any)["args"] = []any{"a"}
+			return d
+		}(), []string{"spec.args"}},
+		{"a value of another type", deployment("two", want["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)...),
+			[]string{"spec.replicas"}},
+		{"an object where a map should be", map[string]any{"metadata": "x", "spec": want["spec"]}, []string{"metadata"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Differences(want, tt.got, kind)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Differences = %q, want %q", got, tt.want)
+			}
+			if Matches(want, tt.got, kind) != (len(tt.want) == 0) {
+				t.Errorf("Matches = %t, but Differences = %q", !(len(tt.want) == 0), got)
+			}
+		})
 	}
 }

@@ -26,6 +26,9 @@
 // never by labels alone. Comparisons use the kind's schema (pkg/schema):
 // quantities by value, keyed lists by key; what the server made of kgen's
 // last write is remembered, so a difference the server made is not a change.
+// Differences names the fields that differ, by the same walk as Matches;
+// with CheckReady and Whose it lets kgenctl explain judge children as the
+// Reconciler does.
 //
 // The Reconciler executes plans. It reads a parent's children only from the
 // informer cache (a ChildLister) and its own recent writes (watch.Writes),

@@ -706,9 +706,9 @@ func describe(v any) string {
 // Ready evaluates a child's readyWhen with self bound to the observed
 // object of c (a rendered Child, whose forEach names readyWhen may read; a
 // Child with only its ID will do for an ordinary child). It returns whether
-// the object is ready and, when not, a message naming the failing
-// expression (or what it waits for). A forEach child is ready when each of
-// its objects is.
+// the object is ready and, when not, a message saying why in a person's
+// words (see Readiness.Message). A forEach child is ready when each of its
+// objects is.
 //
 // A child without readyWhen is ready once it exists. A readyWhen that cannot
 // be evaluated yet (it reads a field of self that is not set, a child that
@@ -717,15 +717,36 @@ func describe(v any) string {
 // and for a *RenderError matching ErrInvalid when an expression goes over a
 // limit.
 func Ready(rule *rules.Rule, c Child, parent, self *unstructured.Unstructured, observed Observed) (bool, string, error) {
+	r, err := CheckReady(rule, c, parent, self, observed)
+	return r.Ready, r.Message, err
+}
+
+// Readiness is what CheckReady found of one child object.
+type Readiness struct {
+	// Ready tells whether the object exists and every readyWhen holds.
+	Ready bool
+	// Message says why not, as the parent's Ready condition does: "child
+	// web does not exist yet", "waiting for status.availableReplicas (not
+	// set yet)", "status.availableReplicas is 1, wants >= 2
+	// (parent.spec.replicas)" (see rules.Expression.Why), or, where the
+	// expression's shape says no more, "readyWhen ${...} is false".
+	Message string
+	// ReadyWhen is the readyWhen that does not hold, as written; empty when
+	// the object is ready or does not exist.
+	ReadyWhen string
+}
+
+// CheckReady is Ready, also naming the readyWhen that does not hold.
+func CheckReady(rule *rules.Rule, c Child, parent, self *unstructured.Unstructured, observed Observed) (Readiness, error) {
 	rc := rule.Child(c.ID)
 	if rc == nil {
-		return false, "", fmt.Errorf("rule %q has no child %q", rule.Name, c.ID)
+		return Readiness{}, fmt.Errorf("rule %q has no child %q", rule.Name, c.ID)
 	}
 	if self == nil || self.Object == nil {
-		return false, fmt.Sprintf("child %s does not exist yet", c.ID), nil
+		return Readiness{Message: fmt.Sprintf("child %s does not exist yet", c.ID)}, nil
 	}
 	if len(rc.ReadyWhen) == 0 {
-		return true, "", nil
+		return Readiness{Ready: true}, nil
 	}
 	present, exists := bindChildren(rule, observed)
 	inputs, missingInputs := bindInputs(rule, observed)
@@ -735,6 +756,9 @@ func Ready(rule *rules.Rule, c Child, parent, self *unstructured.Unstructured, o
 	}
 	vars := rules.NewVars(parentObj, present, self.Object).WithInputs(inputs).With(c.Each)
 	for _, e := range rc.ReadyWhen {
+		notReady := func(msg string) (Readiness, error) {
+			return Readiness{Message: msg, ReadyWhen: e.String()}, nil
+		}
 		var missing, missingIn []string
 		for _, id := range e.References {
 			if !exists[id] {
@@ -748,24 +772,28 @@ func Ready(rule *rules.Rule, c Child, parent, self *unstructured.Unstructured, o
 		}
 		switch {
 		case len(missing) > 0:
-			return false, fmt.Sprintf("readyWhen %s is %s", e, waitingFor(missing)), nil
+			return notReady(fmt.Sprintf("readyWhen %s is %s", e, waitingFor(missing)))
 		case len(missingIn) > 0:
-			return false, fmt.Sprintf("readyWhen %s is %s", e, waitingForInputs(missingIn)), nil
+			return notReady(fmt.Sprintf("readyWhen %s is %s", e, waitingForInputs(missingIn)))
 		}
 		ok, err := e.EvalBool(vars)
 		if errors.Is(err, rules.ErrLimitExceeded) {
-			return false, "", &RenderError{Rule: rule.Name, Child: c.ID, Err: err}
+			return Readiness{}, &RenderError{Rule: rule.Name, Child: c.ID, Err: err}
+		}
+		if ok {
+			continue
+		}
+		if why := e.Why(vars, err); why != "" {
+			return notReady(why)
 		}
 		if err != nil {
 			var re *rules.Error
 			if errors.As(err, &re) && re.Err != nil {
 				err = re.Err
 			}
-			return false, fmt.Sprintf("readyWhen %s: %v", e, err), nil
+			return notReady(fmt.Sprintf("readyWhen %s: %v", e, err))
 		}
-		if !ok {
-			return false, fmt.Sprintf("readyWhen %s is false", e), nil
-		}
+		return notReady(fmt.Sprintf("readyWhen %s is false", e))
 	}
-	return true, "", nil
+	return Readiness{Ready: true}, nil
 }

@@ -120,7 +120,7 @@ func TestRenderForEach(t *testing.T) {
 		t.Errorf("Ready() = %t, %q, %v", ok, msg, err)
 	}
 	c.Each = again.Children[2].Each
-	if ok, msg, _ := Ready(rule, c, parent, self, Observed{}); ok || msg != "readyWhen ${self.data.region == region} is false" {
+	if ok, msg, _ := Ready(rule, c, parent, self, Observed{}); ok || msg != `data.region is "us", wants == "eu" (region)` {
 		t.Errorf("Ready() with another element = %t, %q", ok, msg)
 	}
 }

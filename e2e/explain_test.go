@@ -1,0 +1,162 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// explainReport is the part of kgenctl explain -o json the test reads: the
+// fields the contract names.
+type explainReport struct {
+	Parent struct {
+		APIVersion, Kind, Namespace, Name, UID string
+	} `json:"parent"`
+	Rule       string `json:"rule"`
+	Conditions []struct {
+		Type, Status, Reason, Message string
+	} `json:"conditions"`
+	Children []struct {
+		ID          string   `json:"id"`
+		APIVersion  string   `json:"apiVersion"`
+		Kind        string   `json:"kind"`
+		Namespace   string   `json:"namespace"`
+		Name        string   `json:"name"`
+		Exists      bool     `json:"exists"`
+		UpToDate    bool     `json:"upToDate"`
+		Differences []string `json:"differences"`
+		Ready       bool     `json:"ready"`
+		WaitingOn   []string `json:"waitingOn"`
+		Message     string   `json:"message"`
+	} `json:"children"`
+	Events []struct {
+		Type, Reason, Message string
+		LastTimestamp         time.Time
+	} `json:"events"`
+}
+
+// kgenctl explain, the real binary, on a WebApp whose Deployment has no
+// available replicas (no pods run here) and whose Service's name is taken
+// by a Service that is not kgen's: the text and the JSON say which child
+// is not ready and why, which is in conflict, and what differs once someone
+// changes the Deployment; and explain makes no write.
+func TestExplain(t *testing.T) {
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	rulesFile := webappRulesIn(t, ns)
+	kgen := startController(t, nil, rulesFile)
+	kgen.waitReady(t)
+	create(t, svcGVR, map[string]any{"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": "shop", "namespace": ns},
+		"spec":     map[string]any{"ports": []any{map[string]any{"port": int64(80)}}}})
+	parent := create(t, webappGVR, webapp(ns, "shop", 2))
+	waitFor(t, deployGVR, ns, "shop", nil)
+	waitFor(t, webappGVR, ns, "shop", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["reason"] != "Conflict" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, func() (bool, error) {
+		evs, err := env.kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(parent.GetUID())})
+		return err == nil && len(evs.Items) > 0, err
+	}, "the Conflict event")
+
+	kubeconfig := userKubeconfig(t, "explain-user")
+	explain := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, stderr, err := kgenctlAs(t, append([]string{"explain", "webapp/shop", "-n", ns, "--rules", rulesFile, "--rule-objects=false", "--kubeconfig", kubeconfig}, args...)...)
+		if err != nil {
+			t.Fatalf("kgenctl explain: %v: %s", err, stderr)
+		}
+		return out
+	}
+	start := time.Now()
+
+	text := explain(t)
+	t.Logf("kgenctl explain webapp/shop -n %s:\n%s", ns, text)
+	for _, want := range []string{
+		"Name:        shop\nNamespace:   " + ns + "\nKind:        WebApp (example.com/v1alpha1)\nUID:         " + string(parent.GetUID()) + "\nRule:        webapp\n",
+		"├─ config: ConfigMap " + ns + "/shop-config\n│    Exists:      yes\n│    Up to date:  yes\n│    Ready:       yes\n",
+		"├─ deployment: Deployment " + ns + "/shop\n│    Exists:      yes\n│    Up to date:  yes\n" +
+			"│    Ready:       no: waiting for status.availableReplicas (not set yet)\n" +
+			"│    ReadyWhen:   ${self.status.availableReplicas >= parent.spec.replicas}\n",
+		"└─ service: Service " + ns + "/shop\n     Exists:      no\n" +
+			"     Conflict:    services " + ns + "/shop exists and is not managed by kgen; kgen leaves it untouched\n",
+		"  Ready  False   Conflict  ",
+		"  Warning  Conflict  ",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("kgenctl explain printed:\n%s\nwant it to contain:\n%s", text, want)
+		}
+	}
+
+	var report explainReport
+	if err := json.Unmarshal([]byte(explain(t, "-o", "json")), &report); err != nil {
+		t.Fatal(err)
+	}
+	if p := report.Parent; p.APIVersion != "example.com/v1alpha1" || p.Kind != "WebApp" || p.Namespace != ns || p.Name != "shop" || types.UID(p.UID) != parent.GetUID() || report.Rule != "webapp" {
+		t.Errorf("parent %+v, rule %s", p, report.Rule)
+	}
+	got := map[string]string{}
+	for _, c := range report.Children {
+		got[c.ID] = fmt.Sprintf("%s %s %s/%s exists=%t upToDate=%t differences=%q ready=%t waitingOn=%q: %s",
+			c.APIVersion, c.Kind, c.Namespace, c.Name, c.Exists, c.UpToDate, c.Differences, c.Ready, c.WaitingOn, c.Message)
+	}
+	want := map[string]string{
+		"config":     `v1 ConfigMap ` + ns + `/shop-config exists=true upToDate=true differences=[] ready=true waitingOn=[]: up to date and ready`,
+		"deployment": `apps/v1 Deployment ` + ns + `/shop exists=true upToDate=true differences=[] ready=false waitingOn=[]: not ready: waiting for status.availableReplicas (not set yet)`,
+		"service":    `v1 Service ` + ns + `/shop exists=false upToDate=false differences=[] ready=false waitingOn=[]: services ` + ns + `/shop exists and is not managed by kgen; kgen leaves it untouched`,
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("child %s:\n got %s\nwant %s", id, got[id], w)
+		}
+	}
+	if len(report.Children) != len(want) {
+		t.Errorf("children %q", got)
+	}
+	if !slices.ContainsFunc(report.Conditions, func(c struct{ Type, Status, Reason, Message string }) bool {
+		return c.Type == "Ready" && c.Status == "False" && c.Reason == "Conflict"
+	}) {
+		t.Errorf("conditions %+v", report.Conditions)
+	}
+	if !slices.ContainsFunc(report.Events, func(e struct {
+		Type, Reason, Message string
+		LastTimestamp         time.Time
+	}) bool {
+		return e.Type == "Warning" && e.Reason == "Conflict" && !e.LastTimestamp.IsZero()
+	}) {
+		t.Errorf("events %+v", report.Events)
+	}
+
+	// With kgen stopped, someone scales the Deployment: explain names the
+	// field, and says kgen would set it back.
+	kgen.stop()
+	if _, err := env.dynamic.Resource(deployGVR).Namespace(ns).Patch(t.Context(), "shop", types.MergePatchType,
+		[]byte(`{"spec":{"replicas":5}}`), metav1.PatchOptions{FieldManager: "kubectl-scale"}); err != nil {
+		t.Fatal(err)
+	}
+	if text := explain(t); !strings.Contains(text, "│    Up to date:  no: spec.replicas\n") || !strings.Contains(text, "│    Next:        kgen sets it back: someone changed fields its template sets\n") {
+		t.Errorf("after the Deployment was scaled, kgenctl explain printed:\n%s", text)
+	}
+
+	reqs := auditOf(t, "explain-user", start)
+	if len(reqs) == 0 {
+		t.Fatal("the audit log has no request of explain-user")
+	}
+	for _, e := range reqs {
+		if e.Verb != "get" && e.Verb != "list" {
+			t.Errorf("kgenctl explain sent %s %s", e.Verb, e.RequestURI)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package explain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"kgen.dev/kgen/pkg/ruleset"
+	"kgen.dev/kgen/rules"
+)
+
+// RuleSource says which rules to read, as kgenctl run's flags do.
+type RuleSource struct {
+	// Paths are rules files and directories (--rules).
+	Paths []string
+	// Objects reads the cluster's Rule objects too (--rule-objects).
+	Objects bool
+}
+
+// LoadRules reads the rules kgenctl run serves from src: the files', and
+// the Rule objects no file rule shadows. It returns, besides, notes on what
+// it left out: Rule objects that are invalid (a running kgen keeps their
+// previous valid version, which explain cannot see), or, when files were
+// given, Rule objects it could not read. An invalid file is an error, and
+// so is finding no rules at all.
+func LoadRules(ctx context.Context, client dynamic.Interface, res Resources, src RuleSource) ([]*rules.Rule, []string, error) {
+	var out []*rules.Rule
+	var notes []string
+	if len(src.Paths) > 0 {
+		loaded, err := rules.Load(src.Paths, rules.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		out = loaded
+	}
+	if src.Objects {
+		objs, err := ruleObjects(ctx, client, res)
+		switch {
+		case err != nil && len(out) == 0:
+			return nil, nil, err
+		case err != nil:
+			notes = append(notes, fmt.Sprintf("Rule objects were not read: %v", err))
+		}
+		for _, o := range objs {
+			if slices.ContainsFunc(out, func(r *rules.Rule) bool { return r.Name == o.GetName() }) {
+				continue // the file's rule runs
+			}
+			r, err := rules.FromObject(o.Object, rules.Options{})
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("Rule %s is invalid, so its previous version, if any, may run: %s", o.GetName(), oneLine(err.Error())))
+				continue
+			}
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		if len(notes) > 0 {
+			return nil, nil, errors.New("no rules: " + strings.Join(notes, "; "))
+		}
+		return nil, nil, errors.New("no rules: give --rules, or serve Rule objects (rules.kgen.dev)")
+	}
+	return out, notes, nil
+}
+
+// ruleObjects lists the cluster's Rule objects.
+func ruleObjects(ctx context.Context, client dynamic.Interface, res Resources) ([]unstructured.Unstructured, error) {
+	if _, err := res.ResourceFor(ruleset.RuleGVK); err != nil {
+		return nil, fmt.Errorf("the Rule kind: %w", err)
+	}
+	list, err := client.Resource(ruleset.RuleGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list rules.kgen.dev: %w", err)
+	}
+	return list.Items, nil
+}

@@ -1,0 +1,540 @@
+package rules
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/interpreter"
+)
+
+// Why says, in words a person understands, why a condition (a readyWhen, an
+// includeWhen) does not hold, from the expression's shape and the values
+// its field paths have in v. evalErr is what EvalBool returned for v: nil
+// when the condition is false.
+//
+//   - The evaluation failed and a field the expression reads is not set:
+//     "waiting for status.availableReplicas (not set yet)" for a field of
+//     self (the first one, in reading order); "parent.spec.replicas is not
+//     set" for one of the other variables. A has() test that is false says
+//     the same.
+//   - A comparison of a field with another field or a literal is false:
+//     "status.availableReplicas is 1, wants >= 2 (parent.spec.replicas)".
+//   - A bool field is false ("status.ready is false, wants true"), or a
+//     negated one true.
+//   - Of a conjunction (&&), the first operand that is false, as above, or
+//     else as "${operand} is false".
+//
+// Paths of self are named without "self.": the message is about the
+// child. Why returns "" for any other shape, and for an error that no
+// missing field explains; the caller then shows the expression (and the
+// error).
+func (e *Expression) Why(v *Vars, evalErr error) string {
+	if e.ast == nil || v == nil {
+		return ""
+	}
+	w := &why{act: v.act, info: e.ast.SourceInfo(), shadow: map[string]int{}}
+	root := e.ast.Expr()
+	if evalErr != nil {
+		if p, ok := w.firstMissing(root); ok {
+			return p.notSet()
+		}
+		return ""
+	}
+	msg, _ := w.whyFalse(root)
+	return msg
+}
+
+// why explains one evaluation of an expression.
+type why struct {
+	act  interpreter.Activation
+	info *celast.SourceInfo
+	// shadow counts the comprehension variables in scope, which hide the
+	// variables of the same name.
+	shadow map[string]int
+}
+
+// fieldPath is a chain of selections from a variable: field names and map
+// keys (strings), list indexes (int64).
+type fieldPath struct {
+	root string
+	segs []any
+}
+
+func (p fieldPath) with(seg any) fieldPath {
+	return fieldPath{root: p.root, segs: append(slices.Clone(p.segs), seg)}
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// String names the path as the expression spells it, without "self.".
+func (p fieldPath) String() string {
+	var b strings.Builder
+	if p.root != varSelf {
+		b.WriteString(p.root)
+	}
+	for _, s := range p.segs {
+		switch s := s.(type) {
+		case int64:
+			fmt.Fprintf(&b, "[%d]", s)
+		case string:
+			if !identifier.MatchString(s) {
+				fmt.Fprintf(&b, "[%q]", s)
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s)
+		}
+	}
+	if b.Len() == 0 {
+		return p.root
+	}
+	return b.String()
+}
+
+// notSet says that the path's field is not set: the child's own fields
+// and those of other children are waited for, as they are observed state.
+func (p fieldPath) notSet() string {
+	if p.root == varSelf || p.root == varChildren {
+		return "waiting for " + p.String() + " (not set yet)"
+	}
+	return p.String() + " is not set"
+}
+
+// presence is what a lookup found.
+type presence int
+
+const (
+	unknown presence = iota // not a variable, or not data Why can walk
+	found
+	missing
+)
+
+// lookup returns the value at a path.
+func (w *why) lookup(p fieldPath) (any, presence) {
+	if w.shadow[p.root] > 0 {
+		return nil, unknown
+	}
+	v, ok := w.act.ResolveName(p.root)
+	if !ok {
+		return nil, unknown
+	}
+	for _, s := range p.segs {
+		switch s := s.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil, unknown
+			}
+			if v = m[s]; v == nil {
+				return nil, missing
+			}
+		case int64:
+			l, ok := v.([]any)
+			if !ok {
+				return nil, unknown
+			}
+			if s < 0 || s >= int64(len(l)) {
+				return nil, missing
+			}
+			v = l[s]
+		}
+	}
+	if v == nil {
+		return nil, missing
+	}
+	if _, ok := v.(ref.Val); ok {
+		return nil, unknown
+	}
+	return v, found
+}
+
+// pathOf returns the path an expression selects: a variable followed by
+// field selections and indexes with literal keys.
+func (w *why) pathOf(e celast.Expr) (fieldPath, bool) {
+	switch e.Kind() {
+	case celast.IdentKind:
+		return fieldPath{root: e.AsIdent()}, true
+	case celast.SelectKind:
+		sel := e.AsSelect()
+		if sel.IsTestOnly() {
+			return fieldPath{}, false
+		}
+		p, ok := w.pathOf(sel.Operand())
+		if !ok {
+			return fieldPath{}, false
+		}
+		return p.with(sel.FieldName()), true
+	case celast.CallKind:
+		call := e.AsCall()
+		args := call.Args()
+		if call.FunctionName() != operators.Index || len(args) != 2 || args[1].Kind() != celast.LiteralKind {
+			return fieldPath{}, false
+		}
+		p, ok := w.pathOf(args[0])
+		if !ok {
+			return fieldPath{}, false
+		}
+		switch k := args[1].AsLiteral().(type) {
+		case types.String:
+			return p.with(string(k)), true
+		case types.Int:
+			return p.with(int64(k)), true
+		case types.Uint:
+			return p.with(int64(k)), true
+		}
+	}
+	return fieldPath{}, false
+}
+
+// tested returns the path of a has() test.
+func (w *why) tested(e celast.Expr) (fieldPath, bool) {
+	if e.Kind() != celast.SelectKind || !e.AsSelect().IsTestOnly() {
+		return fieldPath{}, false
+	}
+	p, ok := w.pathOf(e.AsSelect().Operand())
+	if !ok {
+		return fieldPath{}, false
+	}
+	return p.with(e.AsSelect().FieldName()), true
+}
+
+// firstMissing returns the first path, in reading order, that the
+// expression reads and that is not set.
+func (w *why) firstMissing(e celast.Expr) (fieldPath, bool) {
+	if p, ok := w.tested(e); ok {
+		// has(x.f) fails only when x is not set.
+		if _, st := w.lookup(fieldPath{root: p.root, segs: p.segs[:len(p.segs)-1]}); st == missing {
+			return p, true
+		}
+		return fieldPath{}, false
+	}
+	if p, ok := w.pathOf(e); ok {
+		if _, st := w.lookup(p); st == missing {
+			return p, true
+		}
+		return fieldPath{}, false
+	}
+	var next []celast.Expr
+	switch e.Kind() {
+	case celast.SelectKind:
+		next = []celast.Expr{e.AsSelect().Operand()}
+	case celast.CallKind:
+		call := e.AsCall()
+		if call.IsMemberFunction() {
+			next = append(next, call.Target())
+		}
+		next = append(next, call.Args()...)
+	case celast.ListKind:
+		next = e.AsList().Elements()
+	case celast.MapKind:
+		for _, entry := range e.AsMap().Entries() {
+			next = append(next, entry.AsMapEntry().Key(), entry.AsMapEntry().Value())
+		}
+	case celast.ComprehensionKind:
+		comp := e.AsComprehension()
+		if p, ok := w.firstMissing(comp.IterRange()); ok {
+			return p, true
+		}
+		vars := []string{comp.IterVar(), comp.IterVar2(), comp.AccuVar()}
+		for _, v := range vars {
+			w.shadow[v]++
+		}
+		defer func() {
+			for _, v := range vars {
+				w.shadow[v]--
+			}
+		}()
+		next = []celast.Expr{comp.AccuInit(), comp.LoopCondition(), comp.LoopStep(), comp.Result()}
+	}
+	for _, n := range next {
+		if p, ok := w.firstMissing(n); ok {
+			return p, true
+		}
+	}
+	return fieldPath{}, false
+}
+
+// comparisons are the operators Why explains, as written.
+var comparisons = map[string]string{
+	operators.Equals: "==", operators.NotEquals: "!=",
+	operators.Less: "<", operators.LessEquals: "<=",
+	operators.Greater: ">", operators.GreaterEquals: ">=",
+}
+
+// flipped is the operator with its operands swapped.
+var flipped = map[string]string{
+	operators.Equals: operators.Equals, operators.NotEquals: operators.NotEquals,
+	operators.Less: operators.Greater, operators.LessEquals: operators.GreaterEquals,
+	operators.Greater: operators.Less, operators.GreaterEquals: operators.LessEquals,
+}
+
+// whyFalse explains an expression that evaluated to false.
+func (w *why) whyFalse(e celast.Expr) (string, bool) {
+	if p, ok := w.tested(e); ok {
+		if _, st := w.lookup(p); st == missing {
+			return p.notSet(), true
+		}
+		return "", false
+	}
+	if p, ok := w.pathOf(e); ok {
+		if v, st := w.lookup(p); st == found && v == false {
+			return p.String() + " is false, wants true", true
+		}
+		return "", false
+	}
+	if e.Kind() != celast.CallKind {
+		return "", false
+	}
+	call := e.AsCall()
+	args := call.Args()
+	switch fn := call.FunctionName(); {
+	case fn == operators.LogicalAnd:
+		// The operand that is false: the first one known to be, or the
+		// only one not known when the others hold.
+		var falseArg, unknownArg celast.Expr
+		unknowns := 0
+		for _, a := range args {
+			holds, known := w.holds(a)
+			if known && !holds {
+				falseArg = a
+				break
+			}
+			if !known {
+				unknowns++
+				unknownArg = a
+			}
+		}
+		if falseArg == nil && unknowns == 1 {
+			falseArg = unknownArg
+		}
+		if falseArg == nil {
+			return "", false
+		}
+		if msg, ok := w.whyFalse(falseArg); ok {
+			return msg, true
+		}
+		if src, err := cel.ExprToString(falseArg, w.info); err == nil {
+			return "${" + src + "} is false", true
+		}
+	case fn == operators.LogicalNot && len(args) == 1:
+		if p, ok := w.tested(args[0]); ok {
+			if _, st := w.lookup(p); st == found {
+				return p.String() + " is set, wants it not set", true
+			}
+			return "", false
+		}
+		if p, ok := w.pathOf(args[0]); ok {
+			if v, st := w.lookup(p); st == found && v == true {
+				return p.String() + " is true, wants false", true
+			}
+		}
+	case comparisons[fn] != "" && len(args) == 2:
+		return w.comparison(fn, args[0], args[1])
+	}
+	return "", false
+}
+
+// operand returns the value of a comparison's operand: a field path (then
+// returned too) or a literal.
+func (w *why) operand(e celast.Expr) (v any, path *fieldPath, ok bool) {
+	if p, isPath := w.pathOf(e); isPath {
+		v, st := w.lookup(p)
+		return v, &p, st == found
+	}
+	if e.Kind() != celast.LiteralKind {
+		return nil, nil, false
+	}
+	lit := e.AsLiteral()
+	if lit.Type() == types.NullType {
+		return nil, nil, true
+	}
+	switch lit.(type) {
+	case types.Int, types.Uint, types.Double, types.String, types.Bool:
+		return lit.Value(), nil, true
+	}
+	return nil, nil, false
+}
+
+// comparison explains a false comparison, naming the field first: the
+// child's own, if either is.
+func (w *why) comparison(fn string, l, r celast.Expr) (string, bool) {
+	lv, lp, lok := w.operand(l)
+	rv, rp, rok := w.operand(r)
+	if !lok || !rok {
+		return "", false
+	}
+	if lp == nil || (rp != nil && rp.root == varSelf && lp.root != varSelf) {
+		lv, lp, rv, rp, fn = rv, rp, lv, lp, flipped[fn]
+	}
+	if lp == nil {
+		return "", false
+	}
+	if holds, known := compare(fn, lv, rv); !known || holds {
+		return "", false // not what CEL found: say nothing rather than something wrong
+	}
+	msg := fmt.Sprintf("%s is %s, wants %s %s", lp, show(lv), comparisons[fn], show(rv))
+	if rp != nil {
+		msg += " (" + rp.String() + ")"
+	}
+	return msg, true
+}
+
+// holds evaluates the shapes whyFalse explains, to find the operand of a
+// conjunction that is false. known is false for anything else.
+func (w *why) holds(e celast.Expr) (holds, known bool) {
+	if p, ok := w.tested(e); ok {
+		switch _, st := w.lookup(p); st {
+		case found:
+			return true, true
+		case missing:
+			return false, true
+		}
+		return false, false
+	}
+	if p, ok := w.pathOf(e); ok {
+		v, st := w.lookup(p)
+		b, isBool := v.(bool)
+		return b, st == found && isBool
+	}
+	switch e.Kind() {
+	case celast.LiteralKind:
+		b, ok := e.AsLiteral().Value().(bool)
+		return b, ok
+	case celast.CallKind:
+	default:
+		return false, false
+	}
+	call := e.AsCall()
+	args := call.Args()
+	switch fn := call.FunctionName(); {
+	case fn == operators.LogicalNot && len(args) == 1:
+		h, known := w.holds(args[0])
+		return !h, known
+	case fn == operators.LogicalAnd || fn == operators.LogicalOr:
+		all := true
+		for _, a := range args {
+			h, known := w.holds(a)
+			if !known {
+				all = false
+				continue
+			}
+			if h == (fn == operators.LogicalOr) {
+				return h, true // decided whatever the others are
+			}
+		}
+		return fn == operators.LogicalAnd, all
+	case comparisons[fn] != "" && len(args) == 2:
+		lv, _, lok := w.operand(args[0])
+		rv, _, rok := w.operand(args[1])
+		if !lok || !rok {
+			return false, false
+		}
+		return compare(fn, lv, rv)
+	}
+	return false, false
+}
+
+// compare applies a comparison operator to two JSON values, as CEL does
+// for numbers, strings, bools and null; known is false for other values.
+func compare(fn string, a, b any) (holds, known bool) {
+	if x, ok := number(a); ok {
+		y, ok := number(b)
+		if !ok {
+			return fn == operators.NotEquals, fn == operators.Equals || fn == operators.NotEquals
+		}
+		return order(fn, cmpOrdered(x, y))
+	}
+	if x, ok := a.(string); ok {
+		y, ok := b.(string)
+		if !ok {
+			return fn == operators.NotEquals, fn == operators.Equals || fn == operators.NotEquals
+		}
+		return order(fn, strings.Compare(x, y))
+	}
+	switch fn {
+	case operators.Equals, operators.NotEquals:
+		switch a.(type) {
+		case bool, nil:
+			return reflect.DeepEqual(a, b) == (fn == operators.Equals), true
+		}
+	}
+	return false, false
+}
+
+func cmpOrdered(x, y float64) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+func order(fn string, c int) (bool, bool) {
+	switch fn {
+	case operators.Equals:
+		return c == 0, true
+	case operators.NotEquals:
+		return c != 0, true
+	case operators.Less:
+		return c < 0, true
+	case operators.LessEquals:
+		return c <= 0, true
+	case operators.Greater:
+		return c > 0, true
+	case operators.GreaterEquals:
+		return c >= 0, true
+	}
+	return false, false
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// show writes a value as it would appear in JSON, cut short when long.
+func show(v any) string {
+	switch v := v.(type) {
+	case string:
+		return strconv.Quote(v)
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	const limit = 60
+	if len(b) > limit {
+		return string(b[:limit]) + "…"
+	}
+	return string(b)
+}
