@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,15 +32,21 @@ type Writes struct {
 	// "" (the Manager's cachedResourceVersion; nil for a Writes of its own).
 	cached func(gvr schema.GroupVersionResource, namespace, name string) string
 	now    func() time.Time
-	// echoes are the versions the writes made, until their watch event
-	// comes back (see Echo).
+	// echoes are the versions the writes made, until their watch events
+	// come back (see Echo).
 	echoes map[types.UID]echo
 }
 
+// echo holds the versions of an object the writes made whose events have
+// not come yet, oldest first: a reconcile writes a parent more than once
+// (its finalizer, then its status) before the first event arrives.
 type echo struct {
-	resourceVersion string
-	at              time.Time
+	versions []string
+	at       time.Time
 }
+
+// maxEchoes bounds the versions remembered of one object.
+const maxEchoes = 4
 
 // written is one remembered write.
 type written struct {
@@ -76,7 +83,11 @@ func (w *Writes) Wrote(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	w.mu.Lock()
 	w.objects[o.UID] = written{obj: o, gvr: gvr, at: w.now()}
 	w.byName[key] = o.UID
-	w.echoes[o.UID] = echo{resourceVersion: o.ResourceVersion, at: w.now()}
+	e := w.echoes[o.UID]
+	if len(e.versions) == maxEchoes {
+		e.versions = e.versions[1:]
+	}
+	w.echoes[o.UID] = echo{versions: append(e.versions, o.ResourceVersion), at: w.now()}
 	if len(w.echoes) > echoSweepAt {
 		w.sweepEchoesLocked()
 	}
@@ -91,7 +102,8 @@ func (w *Writes) Wrote(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	if rv := w.cached(gvr, o.Namespace, o.Name); rv != "" {
 		w.observed(o.UID, rv)
 		if !newer(o.ResourceVersion, rv) {
-			// Its event came already: no echo to wait for.
+			// Its event came already: no echo to wait for, of it or of
+			// an earlier write.
 			w.mu.Lock()
 			delete(w.echoes, o.UID)
 			w.mu.Unlock()
@@ -108,10 +120,19 @@ func (w *Writes) Echo(obj metav1.Object) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e, ok := w.echoes[obj.GetUID()]
-	if !ok || e.resourceVersion != obj.GetResourceVersion() {
+	if !ok {
 		return false
 	}
-	delete(w.echoes, obj.GetUID())
+	i := slices.Index(e.versions, obj.GetResourceVersion())
+	if i < 0 {
+		return false
+	}
+	// Events come in order: the versions before this one will not.
+	if e.versions = e.versions[i+1:]; len(e.versions) == 0 {
+		delete(w.echoes, obj.GetUID())
+	} else {
+		w.echoes[obj.GetUID()] = e
+	}
 	return true
 }
 

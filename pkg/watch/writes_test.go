@@ -126,6 +126,20 @@ func TestWritesEcho(t *testing.T) {
 	if w.Echo(cm("u2", "20", nil)) {
 		t.Error("a deleted object's write is still an echo")
 	}
+	// Two writes before the first event: both events are echoes, and
+	// someone else's version between them is not.
+	w.Wrote(cmRes, cm("u4", "40", nil))
+	w.Wrote(cmRes, cm("u4", "42", nil))
+	if !w.Echo(cm("u4", "40", nil)) || w.Echo(cm("u4", "41", nil)) || !w.Echo(cm("u4", "42", nil)) || w.Echo(cm("u4", "42", nil)) {
+		t.Error("the events of two writes of one object are not each an echo, once")
+	}
+	// An event that skips a write's version (the watch was re-listed)
+	// drops the earlier versions with it.
+	w.Wrote(cmRes, cm("u5", "50", nil))
+	w.Wrote(cmRes, cm("u5", "52", nil))
+	if !w.Echo(cm("u5", "52", nil)) || w.Echo(cm("u5", "50", nil)) {
+		t.Error("an earlier version is still an echo after a later one came")
+	}
 	// Its event came before the write's answer: nothing to wait for.
 	w.cached = func(schema.GroupVersionResource, string, string) string { return "30" }
 	w.Wrote(cmRes, cm("u3", "30", nil))
