@@ -299,11 +299,45 @@ func TestChangeRenameOntoTakenName(t *testing.T) {
 }
 
 // newKeyedCRD creates a namespaced CRD Gadget whose status.conditions is a
-// list keyed by type, as kubebuilder generates for metav1.Condition.
+// list keyed by type (x-kubernetes-list-type: map), and waits until it is
+// served.
 func newKeyedCRD(t *testing.T, group string) schema.GroupVersionResource {
 	t.Helper()
+	crd := gadgetCRD(group, true)
+	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
+	})
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err == nil, err
+	}, "%s to be served", gvr)
+	return gvr
+}
+
+// gadgetCRD is the CRD of a namespaced Gadget with a status subresource;
+// its status.conditions is keyed by type (x-kubernetes-list-type: map) when
+// keyed, and atomic otherwise.
+func gadgetCRD(group string, keyed bool) *apiextensionsv1.CustomResourceDefinition {
 	preserve := true
-	crd := &apiextensionsv1.CustomResourceDefinition{
+	conditions := apiextensionsv1.JSONSchemaProps{
+		Type: "array",
+		Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+			Type: "object", Required: []string{"type", "status"},
+			Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"type": {Type: "string"}, "status": {Type: "string"}, "reason": {Type: "string"},
+				"message": {Type: "string"}, "observedGeneration": {Type: "integer", Format: "int64"},
+				"lastTransitionTime": {Type: "string", Format: "date-time"},
+			},
+		}},
+	}
+	if keyed {
+		conditions.XListType, conditions.XListMapKeys = new("map"), []string{"type"}
+	}
+	return &apiextensionsv1.CustomResourceDefinition{
 		ObjectMeta: metav1.ObjectMeta{Name: "gadgets." + group},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: group, Scope: apiextensionsv1.NamespaceScoped,
@@ -317,35 +351,89 @@ func newKeyedCRD(t *testing.T, group string) schema.GroupVersionResource {
 						"spec": {Type: "object", XPreserveUnknownFields: &preserve},
 						"status": {Type: "object", XPreserveUnknownFields: &preserve, Properties: map[string]apiextensionsv1.JSONSchemaProps{
 							"observedGeneration": {Type: "integer", Format: "int64"},
-							"conditions": {
-								Type: "array", XListType: new("map"), XListMapKeys: []string{"type"},
-								Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
-									Type: "object", Required: []string{"type", "status"},
-									Properties: map[string]apiextensionsv1.JSONSchemaProps{
-										"type": {Type: "string"}, "status": {Type: "string"}, "reason": {Type: "string"},
-										"message": {Type: "string"}, "observedGeneration": {Type: "integer", Format: "int64"},
-										"lastTransitionTime": {Type: "string", Format: "date-time"},
-									},
-								}},
-							},
+							"conditions":         conditions,
 						}},
 					},
 				}},
 			}},
 		},
 	}
-	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+}
+
+// kgenStatusWrite returns how kgen last wrote an object's status: "Apply"
+// (server-side apply) or "Update" (a patch), from its managed fields.
+func kgenStatusWrite(obj *unstructured.Unstructured) string {
+	var op metav1.ManagedFieldsOperationType
+	var at time.Time
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Manager == reconcile.FieldManager && mf.Subresource == "status" && mf.Time != nil && !mf.Time.Time.Before(at) {
+			op, at = mf.Operation, mf.Time.Time
+		}
+	}
+	return string(op)
+}
+
+// Scenario: the parent's CRD changes under a running rule, making its
+// conditions keyed by type. kgen reads the new schema and writes the next
+// status by server-side apply of its own condition, where it patched the
+// atomic list before: a CRD change reaches kgen without a restart.
+func TestChangeCRDSchemaFollowed(t *testing.T) {
+	const group = "schema.example.com"
+	ns := newNamespace(t)
+	crd := gadgetCRD(group, false)
+	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+	if _, err := crds.Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
-	})
+	t.Cleanup(func() { _ = crds.Delete(context.Background(), crd.Name, metav1.DeleteOptions{}) })
 	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
 	eventually(t, 30*time.Second, func() (bool, error) {
 		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
 		return err == nil, err
 	}, "%s to be served", gvr)
-	return gvr
+	startController(t, nil, gadgetRule(t, "schema", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+`)).waitReady(t)
+	create(t, gvr, gadget(group, ns, "s", map[string]any{}))
+	p := waitFor(t, gvr, ns, "s", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	})
+	if op := kgenStatusWrite(p); op != "Update" {
+		t.Fatalf("kgen wrote the status of an atomic conditions list by %q, want a patch (Update)", op)
+	}
+
+	// The CRD now keys conditions by type.
+	eventually(t, 30*time.Second, func() (bool, error) {
+		cur, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		next := gadgetCRD(group, true)
+		next.ResourceVersion = cur.ResourceVersion
+		_, err = crds.Update(t.Context(), next, metav1.UpdateOptions{})
+		return err == nil, err
+	}, "the CRD update")
+	// kgen hears of it within the watcher's settle time; the server
+	// publishes the new schema a moment after the update.
+	time.Sleep(5 * time.Second)
+	patchSpec(t, gvr, ns, "s", map[string]any{"touch": "1"})
+	waitFor(t, gvr, ns, "s", func(p *unstructured.Unstructured) error {
+		if err := expect(p, int64(2), "status", "observedGeneration"); err != nil {
+			return err
+		}
+		if op := kgenStatusWrite(p); op != "Apply" {
+			return fmt.Errorf("kgen wrote the status by %q after the CRD keyed its conditions, want Apply", op)
+		}
+		return nil
+	})
 }
 
 // applyCondition has another controller apply one condition to a Gadget's
@@ -678,9 +766,11 @@ func TestChangeRestoredParent(t *testing.T) {
 	waitEvent(t, ns, "b", "Adopted", 10*time.Second)
 }
 
-// Scenario: a self-triggering status field. A status that changes with
-// every write of itself is written a bounded number of times, then kgen
-// backs off and reports it.
+// Scenario: a self-triggering status field. kgen does not react to its
+// own write of a status, so a status that reads itself is written once,
+// not in a loop. When another writer answers each of kgen's writes with
+// one of its own (a controller that mirrors the status), the loop is real:
+// kgen writes a bounded number of times, then backs off and reports it.
 func TestChangeSelfTriggeringStatus(t *testing.T) {
 	const group = "loop.example.com"
 	ns := newNamespace(t)
@@ -697,18 +787,60 @@ func TestChangeSelfTriggeringStatus(t *testing.T) {
     count: ${parent.status.?count.orValue(0) + 1}
 `)).waitReady(t)
 	start := time.Now()
+	statusWrites := func() int {
+		n := 0
+		for _, w := range writesOf(t, user, ns, start) {
+			if strings.HasPrefix(w, "patch gadgets/status") {
+				n++
+			}
+		}
+		return n
+	}
 	create(t, gvr, gadget(group, ns, "l", map[string]any{}))
+	waitFor(t, gvr, ns, "l", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	})
+	// kgen's own write does not wake it: with no other writer, the count
+	// settles.
+	time.Sleep(3 * time.Second)
+	settled := statusWrites()
+	time.Sleep(5 * time.Second)
+	if n := statusWrites(); n != settled || n > 3 {
+		t.Errorf("kgen wrote the status %d times, then %d, with no other writer: want a few, then no more (%v)", settled, n, writesOf(t, user, ns, start))
+	}
+	t.Logf("with no other writer, %d status writes: %v", settled, writesOf(t, user, ns, start))
+
+	// Another writer mirrors every count kgen writes.
+	mirror, err := env.dynamic.Resource(gvr).Namespace(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=l"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mirror.Stop()
+	go func() {
+		for ev := range mirror.ResultChan() {
+			p, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			count, _, _ := unstructured.NestedInt64(p.Object, "status", "count")
+			seen, _, _ := unstructured.NestedInt64(p.Object, "status", "seen")
+			if count == seen {
+				continue
+			}
+			patch := fmt.Sprintf(`{"status":{"seen":%d}}`, count)
+			_, _ = env.dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), "l", types.MergePatchType, []byte(patch),
+				metav1.PatchOptions{FieldManager: "mirror"}, "status")
+		}
+	}()
 	waitEvent(t, ns, "l", "StatusLoop", 60*time.Second)
 	time.Sleep(3 * time.Second)
-	writes := 0
-	for _, w := range writesOf(t, user, ns, start) {
-		if strings.HasPrefix(w, "patch gadgets/status") {
-			writes++
-		}
-	}
+	writes := statusWrites()
 	t.Logf("%d status writes before kgen backed off", writes)
-	if writes > 13 {
-		t.Errorf("kgen wrote a self-triggering status %d times, want about 11 and a backoff", writes)
+	if writes > 14 {
+		t.Errorf("kgen wrote a self-triggering status %d times, want about 12 and a backoff", writes)
 	}
 }
 
@@ -888,7 +1020,9 @@ spec:
 	for _, ns := range []string{a, b} {
 		create(t, gvr, gadget(group, ns, "g", map[string]any{}))
 		role := "e2e-" + ns + "-g"
-		t.Cleanup(func() { _ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+		})
 		waitFor(t, crGVR, "", role, nil)
 		waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
 			if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {

@@ -257,17 +257,31 @@ func TestControllerParentDeletion(t *testing.T) {
 	t.Logf("the garbage collector deleted the owned child after %s", time.Since(start))
 }
 
-// A rule whose CRD is installed after kgen started waits, then works.
+// A rule whose CRD is installed after kgen started waits, then works. While
+// it waits, kgen asks the API server nothing: it follows the cluster's CRDs,
+// and learns of the new one at once.
 func TestControllerCRDInstalledLater(t *testing.T) {
 	ns := newNamespace(t)
-	r := startController(t, nil, "e2e/testdata/later-rules.yaml")
+	user := "kgen-later-" + ns
+	r := startControllerWith(t, controllerOptions{User: user, RuleObjects: true}, "e2e/testdata/later-rules.yaml")
 	r.waitRule(t, 10*time.Second, r.rules[0], waitingRule)
 	// A rule waiting for its CRD does not make kgen unready (contract §6).
 	if err := r.ctrl.Ready(); err != nil {
 		t.Errorf("Ready() = %v while the only rule waits for its CRD, want nil", err)
 	}
+	// The harness retries waiting rules every 500 ms: polling discovery
+	// would show here. Rule objects are served too, so kgen waits for the
+	// Rule CRD as well if it is not installed.
+	time.Sleep(2 * time.Second)
+	since := time.Now()
+	time.Sleep(5 * time.Second)
+	for _, e := range auditOf(t, user, since) {
+		t.Errorf("kgen sent %s %s while it waited for a CRD, want no request", e.Verb, e.RequestURI)
+	}
+	start := time.Now()
 	installCRD(t, "e2e/testdata/later-crd.yaml")
 	r.waitReady(t)
+	t.Logf("the rule ran %s after its CRD was installed", time.Since(start).Round(time.Millisecond))
 	create(t, laterGVR, map[string]any{
 		"apiVersion": "later.example.com/v1", "kind": "Cuttlefish",
 		"metadata": map[string]any{"name": "sepia", "namespace": ns},

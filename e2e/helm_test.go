@@ -64,15 +64,18 @@ func TestHelmInstall(t *testing.T) {
 		"Role/" + ns + "/kgen", "RoleBinding/" + ns + "/kgen",
 		"Role/" + release + "/kgen-leader-election", "RoleBinding/" + release + "/kgen-leader-election",
 		"ClusterRole/kgen-metrics-auth", "ClusterRoleBinding/kgen-metrics-auth", "RoleBinding/kube-system/kgen-metrics-auth-reader",
-		"ClusterRole/kgen-metrics-reader", "ClusterRoleBinding/kgen-metrics-reader"} {
+		"ClusterRole/kgen-metrics-reader", "ClusterRoleBinding/kgen-metrics-reader",
+		"ClusterRole/kgen-discovery", "ClusterRoleBinding/kgen-discovery"} {
 		if !slices.Contains(objs, want) {
 			t.Errorf("the release has no %s; it has %v", want, objs)
 		}
 	}
-	// Cluster-wide, kgen may only follow Rule objects and review who reads
-	// its metrics; the rules, limited to a namespace, need nothing there.
+	// Cluster-wide, kgen may only follow Rule objects, the metadata of CRDs
+	// and APIServices, and review who reads its metrics; the rules, limited
+	// to a namespace, need nothing there.
 	if slices.ContainsFunc(objs, func(s string) bool {
-		return strings.HasPrefix(s, "ClusterRole") && !strings.HasSuffix(s, "/kgen-rule-objects") && !strings.Contains(s, "/kgen-metrics-")
+		return strings.HasPrefix(s, "ClusterRole") && !strings.HasSuffix(s, "/kgen-rule-objects") &&
+			!strings.HasSuffix(s, "/kgen-discovery") && !strings.Contains(s, "/kgen-metrics-")
 	}) {
 		t.Errorf("rules limited to one namespace got cluster-wide RBAC: %v", objs)
 	}

@@ -541,6 +541,13 @@ func TestRunSecureMetrics(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.kube.RbacV1().RoleBindings("kube-system").Delete(context.Background(), ns+"-kgen-auth-reader", metav1.DeleteOptions{})
 	})
+	// What it names for following CRDs and APIServices.
+	discovery := newClusterRole(t, ns+"-kgen-discovery",
+		rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: []string{"list", "watch"}})
+	bind(t, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: discovery},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: discovery},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: kgenUser}}})
 	// A reader of /metrics: a ServiceAccount and a user with a client
 	// certificate, both bound to a ClusterRole as the chart's
 	// metrics-reader; another ServiceAccount without it.

@@ -485,8 +485,10 @@ func (c *Controller) activateLoop(ctx context.Context) {
 	defer ticker.Stop()
 	sweep := time.NewTicker(time.Hour)
 	defer sweep.Stop()
+	// A kind served later is found by activate: the mapper asks discovery
+	// again on a miss, or, when a mapper.Watcher follows the cluster's CRDs
+	// and APIServices, KindsChanged kicks this loop.
 	for {
-		waiting := false
 		c.mu.Lock()
 		states := make([]*ruleState, 0, len(c.rules))
 		for _, rs := range c.rules {
@@ -496,7 +498,6 @@ func (c *Controller) activateLoop(ctx context.Context) {
 		slices.SortFunc(states, func(a, b *ruleState) int { return strings.Compare(a.rule.Name, b.rule.Name) })
 		for _, rs := range states {
 			if err := c.activate(ctx, rs); err != nil {
-				waiting = true
 				logger.Info("Rule is waiting", "rule", rs.rule.Name, "reason", err.Error())
 			}
 		}
@@ -509,10 +510,6 @@ func (c *Controller) activateLoop(ctx context.Context) {
 		c.mu.Unlock()
 		for _, rs := range retiring {
 			c.retire(ctx, rs)
-		}
-		if waiting {
-			// Kinds served later are found only by asking discovery again.
-			c.cfg.Mapper.Reset()
 		}
 		select {
 		case <-ctx.Done():
@@ -971,6 +968,49 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 		}
 	}
 	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// KindsChanged is told that the kinds of an API group may have changed: a
+// CustomResourceDefinition or APIService was added, changed or removed (see
+// mapper.Watcher). Waiting rules are tried again at once. When a definition
+// changed, what is known of the group's schemas is dropped, and the parents
+// of the running rules that use a kind of the group are reconciled again
+// under the new schemas; a change of unknown groups (after the watch was
+// interrupted) drops every schema but reconciles nothing.
+func (c *Controller) KindsChanged(ch mapper.Change) {
+	if ch.Spec {
+		if f, ok := c.cfg.Schemas.(interface{ ForgetGroup(string) }); ok {
+			group := ch.Group
+			if ch.All {
+				group = "*"
+			}
+			f.ForgetGroup(group)
+		}
+	}
+	var keys []Key
+	if ch.Spec && !ch.All {
+		c.mu.Lock()
+		for _, rs := range c.rules {
+			uses := slices.ContainsFunc(kindsOf(rs.rule), func(gvk schema.GroupVersionKind) bool { return gvk.Group == ch.Group })
+			if !rs.synced || !uses {
+				continue
+			}
+			for _, reg := range rs.parentRegs {
+				for _, key := range reg.Informer().Indexer().ListKeys() {
+					ns, name, _ := cache.SplitMetaNamespaceKey(key)
+					keys = append(keys, Key{Rule: rs.rule.Name, Namespace: ns, Name: name})
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	for _, k := range keys {
+		c.queue.Add(k)
+	}
 	select {
 	case c.kick <- struct{}{}:
 	default:

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -123,6 +124,9 @@ type Manager struct {
 	restConfig *rest.Config
 	// rules is the live set of rules, when RulePaths or RuleObjects.
 	rules *ruleset.Set
+	// kinds follows the cluster's CRDs and APIServices for the mapper,
+	// the controller and the rules.
+	kinds *mapper.Watcher
 
 	// state is "running", "standby" or why the controller is not running
 	// yet; it decides readiness.
@@ -200,6 +204,15 @@ func New(opts Options) (*Manager, error) {
 		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events,
 		Impersonate: impersonator(config),
 	})
+	meta, err := metadata.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	m.kinds = mapper.NewWatcher(resources, meta)
+	m.kinds.Subscribe(m.ctrl.KindsChanged)
+	if m.rules != nil {
+		m.kinds.Subscribe(m.rules.KindsChanged)
+	}
 	m.state.Store("starting")
 	return m, nil
 }
@@ -249,6 +262,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	runController := func(ctx context.Context) {
 		m.state.Store("running")
 		var wg sync.WaitGroup
+		wg.Go(func() { m.kinds.Run(ctx) })
 		if m.rules != nil {
 			// Only the leader follows rule changes: it writes the Rules'
 			// status.

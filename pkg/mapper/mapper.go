@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,7 +80,18 @@ type Mapper struct {
 	// every child it writes, so this must not be rebuilt per call.
 	mu   sync.Mutex
 	view *discovered
+	// watched reports whether a Watcher keeps the cache true; nil
+	// without one (see setWatched).
+	watched func() bool
+	// changedAt is when a Watcher last announced a change, and resetAt
+	// when a miss last reset the cache.
+	changedAt, resetAt time.Time
 }
+
+// recentChange is how long after a Watcher announced a change a miss still
+// resets the cache: discovery may serve a new kind a moment after its CRD
+// is established.
+const recentChange = 30 * time.Second
 
 // New returns a Mapper over the given discovery client, cached in memory.
 func New(client discovery.DiscoveryInterface) *Mapper {
@@ -114,14 +126,47 @@ func (m *Mapper) Reset() {
 
 // ResourceFor returns the mapping of an exact group, version and kind.
 // A miss resets the cache and asks once more before it reports an error that
-// matches ErrNotFound.
+// matches ErrNotFound; while a Watcher keeps the cache true, only shortly
+// after a change, and at most once a second.
 func (m *Mapper) ResourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 	mapping, err := m.resourceFor(gvk)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, ErrNotFound) && m.missResets() {
 		m.Reset()
 		mapping, err = m.resourceFor(gvk)
 	}
 	return mapping, err
+}
+
+// missResets reports whether a miss should reset the cache, and if so
+// records that it does.
+func (m *Mapper) missResets() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if m.watched != nil && m.watched() {
+		if now.Sub(m.changedAt) >= recentChange || now.Sub(m.resetAt) < time.Second {
+			return false
+		}
+	}
+	m.resetAt = now
+	return true
+}
+
+// setWatched tells the Mapper whether a Watcher keeps its cache true: while
+// watched returns true, a miss does not ask discovery again. nil means no
+// Watcher.
+func (m *Mapper) setWatched(watched func() bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.watched = watched
+}
+
+// changed resets the cache after a Watcher saw a change.
+func (m *Mapper) changed() {
+	m.mu.Lock()
+	m.changedAt = time.Now()
+	m.mu.Unlock()
+	m.Reset()
 }
 
 func (m *Mapper) resourceFor(gvk schema.GroupVersionKind) (Mapping, error) {

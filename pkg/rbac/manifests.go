@@ -47,8 +47,9 @@ func (o ManifestOptions) withDefaults() ManifestOptions {
 
 // Manifests returns the RBAC objects of the policy, bound to kgen's
 // ServiceAccount: the ClusterRole and its binding (when the policy has
-// cluster rules), a Role and RoleBinding per namespace in name order, and
-// the leader-election Role and RoleBinding. Each is a map ready to be
+// cluster rules), a Role and RoleBinding per namespace in name order, the
+// ClusterRoles of DiscoveryRules and (unless NoRuleObjects) RuleObjectRules,
+// and the leader-election Role and RoleBinding. Each is a map ready to be
 // written as YAML or JSON.
 func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	o = o.withDefaults()
@@ -72,6 +73,7 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	for _, ns := range slices.Sorted(maps.Keys(p.Namespaces)) {
 		role("Role", o.Name, ns, p.Namespaces[ns])
 	}
+	role("ClusterRole", o.Name+"-discovery", "", DiscoveryRules())
 	if !o.NoRuleObjects {
 		role("ClusterRole", o.Name+"-rule-objects", "", RuleObjectRules())
 	}

@@ -71,6 +71,23 @@ func RuleObjectRules() []rbacv1.PolicyRule {
 	}}
 }
 
+// DiscoveryRules are what 'kgenctl run' needs, cluster-wide, to follow the
+// objects that decide which kinds the cluster serves: list and watch of
+// CustomResourceDefinitions and APIServices (their metadata only). Without
+// them kgen still finds kinds served later, by asking discovery again every
+// few seconds while a kind it needs is missing.
+func DiscoveryRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups: []string{"apiextensions.k8s.io"},
+		Resources: []string{"customresourcedefinitions"},
+		Verbs:     []string{"list", "watch"},
+	}, {
+		APIGroups: []string{"apiregistration.k8s.io"},
+		Resources: []string{"apiservices"},
+		Verbs:     []string{"list", "watch"},
+	}}
+}
+
 // grantKey is one resource, or one named object of a resource.
 type grantKey struct {
 	group, resource, name string

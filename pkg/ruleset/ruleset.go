@@ -110,6 +110,8 @@ type Set struct {
 	// origin says, per applied rule, whether it came from a file.
 	fromFile map[string]bool
 	kick     chan struct{}
+	// kindsChanged wakes watchObjects while it waits for the Rule kind.
+	kindsChanged chan struct{}
 }
 
 type fileVersion struct {
@@ -140,7 +142,7 @@ func New(cfg Config) (*Set, error) {
 		cfg.RetryInterval = 5 * time.Second
 	}
 	s := &Set{cfg: cfg, files: map[string]fileVersion{}, objects: map[string]*object{}, applied: map[string]*rules.Rule{},
-		fromFile: map[string]bool{}, kick: make(chan struct{}, 1)}
+		fromFile: map[string]bool{}, kick: make(chan struct{}, 1), kindsChanged: make(chan struct{}, 1)}
 	if len(cfg.Paths) == 0 {
 		return s, nil
 	}
@@ -293,18 +295,31 @@ func (s *Set) watchObjects(ctx context.Context) {
 				logger.Info("Waiting for Rule objects to be served", "reason", err.Error())
 				waiting = true
 			}
-			if r, ok := s.cfg.Resources.(interface{ Reset() }); ok {
-				r.Reset()
-			}
+			// The next try asks discovery again (the mapper does on a
+			// miss), or KindsChanged says the Rule CRD may be served.
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(s.cfg.RetryInterval):
+			case <-s.kindsChanged:
 			}
 			continue
 		}
 		waiting = false
 		s.runInformer(ctx)
+	}
+}
+
+// KindsChanged is told that the kinds of an API group may have changed
+// (see mapper.Watcher): Set looks for the Rule kind again at once if it
+// waits for it.
+func (s *Set) KindsChanged(ch mapper.Change) {
+	if !ch.All && ch.Group != RuleGVK.Group {
+		return
+	}
+	select {
+	case s.kindsChanged <- struct{}{}:
+	default:
 	}
 }
 

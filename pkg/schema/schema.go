@@ -172,11 +172,25 @@ func (s *Source) document(gv schema.GroupVersion) ([]byte, error) {
 // Forget drops what is known of a group version, so it is read again: for
 // a CRD that changed.
 func (s *Source) Forget(gv schema.GroupVersion) {
+	s.forget(func(g schema.GroupVersion) bool { return g == gv })
+}
+
+// ForgetGroup drops what is known of every version of a group, or of every
+// group when group is "*".
+func (s *Source) ForgetGroup(group string) {
+	s.forget(func(g schema.GroupVersion) bool { return group == "*" || g.Group == group })
+}
+
+func (s *Source) forget(match func(schema.GroupVersion) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.failed, gv)
+	for gv := range s.failed {
+		if match(gv) {
+			delete(s.failed, gv)
+		}
+	}
 	for k := range s.kinds {
-		if k.GroupVersion() == gv {
+		if match(k.GroupVersion()) {
 			delete(s.kinds, k)
 		}
 	}

@@ -1,0 +1,206 @@
+package mapper
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// The objects that decide which kinds a cluster serves.
+var (
+	crdGVR        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+)
+
+// allGroups is the pending key of a change of any group; not a valid
+// group name.
+const allGroups = "*"
+
+// Change says that the kinds of an API group may have changed: one of its
+// CustomResourceDefinitions or APIServices was added, changed or removed.
+type Change struct {
+	// Group is the API group, unless All.
+	Group string
+	// All is true when it is not known which groups changed: after the
+	// watch was interrupted, anything may have.
+	All bool
+	// Spec is true when the definition itself changed (it was added or
+	// removed, or its spec changed), so its schemas may differ, rather
+	// than only its status (such as a CRD becoming established).
+	Spec bool
+}
+
+// Watcher follows the CustomResourceDefinitions and APIServices of a
+// cluster, with metadata-only informers, and keeps a Mapper's cache true
+// through them: a change resets the cache, and while the watch holds, a
+// kind that is not served costs no discovery request (the Mapper stops
+// resetting its cache on every miss). It tells subscribers which groups
+// changed, after the changes settle.
+//
+// Without the rights to list and watch both kinds, or while the watch is
+// broken, the Mapper behaves as without a Watcher: every miss asks
+// discovery again.
+type Watcher struct {
+	mapper *Mapper
+	client metadata.Interface
+	// settle is how long the Watcher waits after a change for more before
+	// it resets the cache and tells the subscribers: a CRD being created
+	// is added, then accepted, then established, within a second.
+	settle time.Duration
+
+	mu        sync.Mutex
+	subs      []func(Change)
+	pending   map[string]bool // group -> spec changed, not yet announced
+	timer     *time.Timer
+	informers []cache.SharedIndexInformer
+	// broken holds, for each informer whose watch failed, its last synced
+	// resource version then: it is watching again once that moved.
+	broken map[cache.SharedIndexInformer]string
+}
+
+// NewWatcher returns a Watcher of m's cluster through client. Run starts
+// it.
+func NewWatcher(m *Mapper, client metadata.Interface) *Watcher {
+	return &Watcher{mapper: m, client: client, settle: time.Second, pending: map[string]bool{}, broken: map[cache.SharedIndexInformer]string{}}
+}
+
+// Subscribe has f called with every change, after the Mapper's cache was
+// reset for it. f must not block.
+func (w *Watcher) Subscribe(f func(Change)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.subs = append(w.subs, f)
+}
+
+// Run watches until ctx is done.
+func (w *Watcher) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	factory := metadatainformer.NewSharedInformerFactory(w.client, 0)
+	var synced []cache.InformerSynced
+	for _, gvr := range []schema.GroupVersionResource{crdGVR, apiServiceGVR} {
+		informer := factory.ForResource(gvr).Informer()
+		_, _ = informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initial bool) {
+				if !initial {
+					w.changed(groupOf(obj), true)
+				}
+			},
+			UpdateFunc: func(old, obj any) {
+				o, n := objectMeta(old), objectMeta(obj)
+				if o == nil || n == nil || o.ResourceVersion == n.ResourceVersion {
+					return // a resync
+				}
+				w.changed(groupOf(obj), o.Generation != n.Generation)
+			},
+			DeleteFunc: func(obj any) { w.changed(groupOf(obj), true) },
+		})
+		logged := false
+		_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+			w.mu.Lock()
+			w.broken[informer] = informer.LastSyncResourceVersion()
+			w.mu.Unlock()
+			w.mapper.setWatched(w.watching)
+			// The reflector retries with backoff; the first error is
+			// worth telling, the rest only when asked for.
+			if !logged {
+				logger.Info("Cannot follow CustomResourceDefinitions and APIServices; discovery is read again whenever a kind is not found", "resource", gvr.String(), "err", err.Error())
+				logged = true
+			} else {
+				logger.V(4).Info("Watch failed", "resource", gvr.String(), "err", err.Error())
+			}
+			// Whatever changed while the watch was down is told as
+			// everything: the relist does not say what it missed.
+			w.changed(allGroups, true)
+		})
+		w.informers = append(w.informers, informer)
+		synced = append(synced, informer.HasSynced)
+	}
+	factory.Start(ctx.Done())
+	if cache.WaitForCacheSync(ctx.Done(), synced...) {
+		w.mapper.setWatched(w.watching)
+	}
+	<-ctx.Done()
+	factory.Shutdown()
+	w.mapper.setWatched(nil)
+}
+
+// watching reports whether both informers are synced and watching.
+func (w *Watcher) watching() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, informer := range w.informers {
+		if !informer.HasSynced() {
+			return false
+		}
+		if rv, ok := w.broken[informer]; ok {
+			if informer.LastSyncResourceVersion() == rv {
+				return false
+			}
+			delete(w.broken, informer)
+		}
+	}
+	return len(w.informers) > 0
+}
+
+// changed records a change of group and announces it, with the others,
+// once none came for the settle time.
+func (w *Watcher) changed(group string, spec bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending[group] = w.pending[group] || spec
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.timer = time.AfterFunc(w.settle, w.announce)
+}
+
+func (w *Watcher) announce() {
+	w.mu.Lock()
+	pending := w.pending
+	w.pending = map[string]bool{}
+	subs := slices.Clone(w.subs)
+	w.mu.Unlock()
+	// A kind that was just added may take discovery a moment to serve:
+	// misses reset the cache for a while (see Mapper.changed).
+	w.mapper.changed()
+	for _, group := range slices.Sorted(maps.Keys(pending)) {
+		for _, f := range subs {
+			c := Change{Group: group, Spec: pending[group]}
+			if group == allGroups {
+				c = Change{All: true, Spec: pending[group]}
+			}
+			f(c)
+		}
+	}
+}
+
+func objectMeta(obj any) *metav1.ObjectMeta {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if o, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return &o.ObjectMeta
+	}
+	return nil
+}
+
+// groupOf returns the group of a CRD (named plural.group) or an APIService
+// (named version.group; "v1." for the core group), from its name.
+func groupOf(obj any) string {
+	m := objectMeta(obj)
+	if m == nil {
+		return ""
+	}
+	_, group, _ := strings.Cut(m.Name, ".")
+	return group
+}

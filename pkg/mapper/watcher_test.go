@@ -1,0 +1,191 @@
+package mapper
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+func partial(gvr schema.GroupVersionResource, kind, name string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gvr.GroupVersion().String(), Kind: kind},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1},
+	}
+}
+
+func metadataScheme() *runtime.Scheme {
+	s := metadatafake.NewTestScheme()
+	metav1.AddMetaToScheme(s)
+	return s
+}
+
+// discoveryReads counts the discovery requests of a fake.
+func discoveryReads(fd interface{ Actions() []clienttesting.Action }) int {
+	n := 0
+	for _, a := range fd.Actions() {
+		if a.GetVerb() == "get" {
+			n++
+		}
+	}
+	return n
+}
+
+// recorder collects the changes a Watcher announces.
+type recorder struct {
+	mu      sync.Mutex
+	changes []Change
+}
+
+func (r *recorder) add(c Change) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.changes = append(r.changes, c)
+}
+
+func (r *recorder) take() []Change {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.changes
+	r.changes = nil
+	return out
+}
+
+func TestWatcherKeepsTheMapperTrue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		fd := newFake(cluster())
+		m := New(fd)
+		meta := metadatafake.NewSimpleMetadataClient(metadataScheme(),
+			partial(crdGVR, "CustomResourceDefinition", "octopodes.example.com"),
+			partial(apiServiceGVR, "APIService", "v1.apps"))
+		w := NewWatcher(m, meta)
+		var got recorder
+		w.Subscribe(got.add)
+		go w.Run(ctx)
+		time.Sleep(time.Second) // WaitForCacheSync polls
+		synctest.Wait()
+
+		squid := schema.GroupVersionKind{Group: "later.example.com", Version: "v1", Kind: "Squid"}
+		if _, err := m.ResourceFor(squid); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("before the CRD: err = %v, want ErrNotFound", err)
+		}
+		before := discoveryReads(fd)
+		for range 10 {
+			if _, err := m.ResourceFor(squid); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("before the CRD: err = %v, want ErrNotFound", err)
+			}
+			time.Sleep(5 * time.Second)
+		}
+		if n := discoveryReads(fd) - before; n != 0 {
+			t.Errorf("while watched, 10 misses read discovery %d times, want 0", n)
+		}
+		if c := got.take(); len(c) != 0 {
+			t.Errorf("the initial list announced changes: %+v", c)
+		}
+
+		// The CRD is created; discovery serves its kind.
+		fd.Resources = append(fd.Resources, &metav1.APIResourceList{GroupVersion: "later.example.com/v1",
+			APIResources: []metav1.APIResource{res("squids", "squid", "Squid", false)}})
+		crd := partial(crdGVR, "CustomResourceDefinition", "squids.later.example.com")
+		if _, err := meta.Resource(crdGVR).(metadatafake.MetadataClient).CreateFake(crd, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// It is accepted and established (status only) at once.
+		crd = crd.DeepCopy()
+		crd.ResourceVersion = "2"
+		if _, err := meta.Resource(crdGVR).(metadatafake.MetadataClient).UpdateFake(crd, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if c := got.take(); len(c) != 0 {
+			t.Errorf("announced before the changes settled: %+v", c)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if c := got.take(); !slices.Equal(c, []Change{{Group: "later.example.com", Spec: true}}) {
+			t.Errorf("changes = %+v, want one spec change of later.example.com", c)
+		}
+		if got, err := m.ResourceFor(squid); err != nil || got.Resource != "squids" {
+			t.Errorf("after the CRD: ResourceFor = %+v, %v; want squids", got, err)
+		}
+
+		// A status change of an APIService is a change, not of its spec.
+		svc := partial(apiServiceGVR, "APIService", "v1.apps")
+		svc.ResourceVersion = "7"
+		if _, err := meta.Resource(apiServiceGVR).(metadatafake.MetadataClient).UpdateFake(svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if c := got.take(); !slices.Equal(c, []Change{{Group: "apps"}}) {
+			t.Errorf("changes = %+v, want a status change of apps", c)
+		}
+
+		// A spec change of a CRD (its generation) is one; so is its removal.
+		oct := partial(crdGVR, "CustomResourceDefinition", "octopodes.example.com")
+		oct.Generation, oct.ResourceVersion = 2, "9"
+		if _, err := meta.Resource(crdGVR).(metadatafake.MetadataClient).UpdateFake(oct, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := meta.Resource(crdGVR).Delete(ctx, "squids.later.example.com", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		c := got.take()
+		slices.SortFunc(c, func(a, b Change) int {
+			if a.Group < b.Group {
+				return -1
+			}
+			return 1
+		})
+		if !slices.Equal(c, []Change{{Group: "example.com", Spec: true}, {Group: "later.example.com", Spec: true}}) {
+			t.Errorf("changes = %+v, want spec changes of example.com and later.example.com, once each", c)
+		}
+		cancel()
+		synctest.Wait()
+	})
+}
+
+// Without the rights to watch, the Mapper reads discovery on a miss, as
+// without a Watcher.
+func TestWatcherForbidden(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		fd := newFake(cluster())
+		m := New(fd)
+		meta := metadatafake.NewSimpleMetadataClient(metadataScheme())
+		meta.PrependReactor("list", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("no"))
+		})
+		w := NewWatcher(m, meta)
+		go w.Run(ctx)
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		squid := schema.GroupVersionKind{Group: "later.example.com", Version: "v1", Kind: "Squid"}
+		if _, err := m.ResourceFor(squid); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
+		}
+		fd.Resources = append(fd.Resources, &metav1.APIResourceList{GroupVersion: "later.example.com/v1",
+			APIResources: []metav1.APIResource{res("squids", "squid", "Squid", false)}})
+		if got, err := m.ResourceFor(squid); err != nil || got.Resource != "squids" {
+			t.Errorf("unwatched, a miss did not read discovery again: %+v, %v", got, err)
+		}
+		cancel()
+		synctest.Wait()
+	})
+}
