@@ -1,6 +1,14 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -77,13 +85,16 @@ func TestOfflineCommandsRejectConnectionFlags(t *testing.T) {
 
 // The connection flags reach the API server as kubectl's do: the kubeconfig
 // as found by kubectl, --context choosing in it, --server and --token
-// overriding it, --as and --as-group impersonating, --request-timeout on
-// every request.
+// overriding it, --as, --as-group, --as-uid and --as-user-extra
+// impersonating, --request-timeout on every request, --client-certificate
+// and --client-key presenting a certificate, --tls-server-name checking the
+// server's, --disable-compression asking for no gzip.
 func TestConnectionFlags(t *testing.T) {
 	noCluster(t)
 	api := newFakeAPI(t)
 	other := newFakeAPI(t)
 	kubeconfig := writeKubeconfig(t, api, other.URL, api.URL)
+	certFile, keyFile := writeClientCert(t, "jane-cert")
 	tests := []struct {
 		name       string
 		env        string // $KUBECONFIG
@@ -91,7 +102,11 @@ func TestConnectionFlags(t *testing.T) {
 		token      string
 		user       string
 		groups     []string
-		timeout    string // of each request; client-go's discovery default is 32s
+		uid        string
+		extra      []string // Impersonate-Extra-Scopes
+		cert       string   // the common name of the client certificate presented
+		noGzip     bool     // no Accept-Encoding: gzip
+		timeout    string   // of each request; client-go's discovery default is 32s
 		notToOther bool
 	}{
 		{
@@ -121,6 +136,27 @@ func TestConnectionFlags(t *testing.T) {
 		{
 			name: "request timeout", args: []string{"--kubeconfig", kubeconfig, "--context", "b", "--request-timeout", "5s"},
 			token: "token-b", timeout: "5s",
+		},
+		{
+			name: "impersonating a UID and extras, an entry without = ignored",
+			args: []string{"--kubeconfig", kubeconfig, "--context", "b", "--as", "jane", "--as-uid", "1234",
+				"--as-user-extra", "scopes=read", "--as-user-extra", "scopes=write", "--as-user-extra", "junk"},
+			token: "token-b", user: "jane", uid: "1234", extra: []string{"read", "write"}, timeout: "32s",
+		},
+		{
+			name:  "a client certificate",
+			args:  []string{"--kubeconfig", kubeconfig, "--context", "b", "--client-certificate", certFile, "--client-key", keyFile},
+			token: "token-b", cert: "jane-cert", timeout: "32s",
+		},
+		{
+			name:  "the server's name for its certificate",
+			args:  []string{"--server", "https://" + api.Listener.Addr().String(), "--certificate-authority", api.caFile(t), "--tls-server-name", "example.com", "--token", "secret"},
+			token: "secret", timeout: "32s",
+		},
+		{
+			name:  "no compression",
+			args:  []string{"--kubeconfig", kubeconfig, "--context", "b", "--disable-compression"},
+			token: "token-b", noGzip: true, timeout: "32s",
 		},
 	}
 	for _, tt := range tests {
@@ -153,6 +189,22 @@ func TestConnectionFlags(t *testing.T) {
 				if got := r.URL.Query().Get("timeout"); got != tt.timeout {
 					t.Errorf("%s: timeout = %q, want %q", r.URL.Path, got, tt.timeout)
 				}
+				if got := r.Header.Get("Impersonate-Uid"); got != tt.uid {
+					t.Errorf("%s: Impersonate-Uid = %q, want %q", r.URL.Path, got, tt.uid)
+				}
+				if got := r.Header.Values("Impersonate-Extra-Scopes"); !slices.Equal(got, tt.extra) {
+					t.Errorf("%s: Impersonate-Extra-Scopes = %q, want %q", r.URL.Path, got, tt.extra)
+				}
+				var cert string
+				if peers := r.TLS.PeerCertificates; len(peers) > 0 {
+					cert = peers[0].Subject.CommonName
+				}
+				if cert != tt.cert {
+					t.Errorf("%s: client certificate %q, want %q", r.URL.Path, cert, tt.cert)
+				}
+				if gzip := r.Header.Get("Accept-Encoding") == "gzip"; gzip == tt.noGzip {
+					t.Errorf("%s: Accept-Encoding = %q with --disable-compression=%t", r.URL.Path, r.Header.Get("Accept-Encoding"), tt.noGzip)
+				}
 			}
 		})
 	}
@@ -179,6 +231,7 @@ func TestRequestTimeoutBoundsRequests(t *testing.T) {
 
 func TestConnectionFlagErrors(t *testing.T) {
 	noCluster(t)
+	api := newFakeAPI(t)
 	kubeconfig := writeKubeconfig(t, nil, "https://127.0.0.1:1")
 	tests := []struct {
 		name    string
@@ -204,6 +257,11 @@ func TestConnectionFlagErrors(t *testing.T) {
 			name:    "no such kubeconfig",
 			args:    []string{"--kubeconfig", filepath.Join(t.TempDir(), "missing")},
 			wantErr: `stat `,
+		},
+		{
+			name:    "a certificate not for --tls-server-name",
+			args:    []string{"--server", api.URL, "--certificate-authority", api.caFile(t), "--tls-server-name", "wrong.example"},
+			wantErr: `discovery: Get "` + api.URL + `/api?timeout=32s": tls: failed to verify certificate: x509: certificate is valid for example.com, *.example.com, not wrong.example`,
 		},
 		{
 			name:    "nothing names a cluster",
@@ -254,4 +312,35 @@ func TestNamespace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeClientCert writes a self-signed client certificate for cn and its key.
+func writeClientCert(t *testing.T, cn string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
 	"net/http"
@@ -59,7 +60,7 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 			map[string]any{"name": "deployments/status", "namespaced": true, "kind": "Deployment", "verbs": []string{"get"}},
 		}},
 	}
-	f.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.requests = append(f.requests, r.Clone(r.Context()))
 		hang, refuse := f.hang, f.refuse
@@ -82,6 +83,10 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(doc)
 	}))
+	// Ask for a client certificate, to record it; a client without one is
+	// served all the same.
+	f.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
+	f.StartTLS()
 	t.Cleanup(f.Close)
 	return f
 }

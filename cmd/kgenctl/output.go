@@ -1,27 +1,28 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
 )
 
 // outputFlags is -o/--output of a command that prints objects. Its formats
 // are kubectl's, printed by k8s.io/cli-runtime's printers (json, yaml,
 // kyaml, name, jsonpath=TEMPLATE, jsonpath-as-json=TEMPLATE,
-// jsonpath-file=FILE, go-template=TEMPLATE, go-template-file=FILE), and
-// those the command prints itself (gvk-to-gvr's table, rbac's
-// helm-values), which come first and take precedence.
+// jsonpath-file=FILE, go-template=TEMPLATE, template=TEMPLATE,
+// go-template-file=FILE, templatefile=FILE), and those the command prints
+// itself (gvk-to-gvr's table, rbac's helm-values), which come first and
+// take precedence.
 type outputFlags struct {
 	format string
 	own    []string
-	print  *genericclioptions.PrintFlags
 }
 
 // addOutputFlag gives cmd -o/--output with a default format and the formats
@@ -33,10 +34,7 @@ type outputFlags struct {
 // and, when it runs, prints the objects with output.printer(), or prints
 // them itself when that is nil.
 func addOutputFlag(cmd *cobra.Command, defaultFormat string, own ...string) *outputFlags {
-	o := &outputFlags{format: defaultFormat, own: own, print: genericclioptions.NewPrintFlags("")}
-	o.print.OutputFormat = &o.format
-	// Only -o chooses the printer: kgenctl has no --template flag.
-	o.print.OutputFlagSpecified = func() bool { return true }
+	o := &outputFlags{format: defaultFormat, own: own}
 	cmd.Flags().StringVarP(&o.format, "output", "o", defaultFormat,
 		"output format: "+strings.Join(o.allowed(), ", ")+" (the template formats as FORMAT=TEMPLATE)")
 	return o
@@ -49,8 +47,8 @@ func (o *outputFlags) printer() (printers.ResourcePrinter, error) {
 	if slices.Contains(o.own, o.format) {
 		return nil, nil
 	}
-	p, err := o.print.ToPrinter()
-	if genericclioptions.IsNoCompatiblePrinterError(err) {
+	p, err := kubectlPrinter(o.format)
+	if errors.Is(err, errUnknownFormat) {
 		return nil, fmt.Errorf("unknown output format %q: use one of %s", o.format, strings.Join(o.allowed(), ", "))
 	}
 	return p, err
@@ -58,12 +56,86 @@ func (o *outputFlags) printer() (printers.ResourcePrinter, error) {
 
 func (o *outputFlags) allowed() []string {
 	formats := slices.Clone(o.own)
-	for _, f := range o.print.AllowedFormats() {
+	for _, f := range kubectlFormats() {
 		if !slices.Contains(formats, f) {
 			formats = append(formats, f)
 		}
 	}
 	return formats
+}
+
+// kubectl's output formats with a template, as FORMAT=TEMPLATE.
+var (
+	jsonPathFormats = []string{"jsonpath", "jsonpath-as-json", "jsonpath-file"}
+	templateFormats = []string{"go-template", "go-template-file", "template", "templatefile"}
+)
+
+// errUnknownFormat is kubectlPrinter's error for a format it does not know.
+var errUnknownFormat = errors.New("unknown output format")
+
+// kubectlFormats returns kubectl's output formats, in the order kubectl
+// lists them: kyaml is left out if $KUBECTL_KYAML is false, as kubectl
+// does.
+func kubectlFormats() []string {
+	formats := []string{"json", "yaml"}
+	if strings.ToLower(os.Getenv("KUBECTL_KYAML")) != "false" {
+		formats = append(formats, "kyaml")
+	}
+	formats = append(formats, "name")
+	formats = append(formats, templateFormats...)
+	return append(formats, jsonPathFormats...)
+}
+
+// kubectlPrinter returns the printer of cli-runtime's printers package for
+// one of kubectl's output formats, set up as kubectl sets it up with its
+// default flags (cli-runtime's genericclioptions.PrintFlags, which kgenctl
+// does not import: see kubeFlags): json, yaml, kyaml and name compare
+// without regard to case; json, yaml and kyaml leave managedFields out
+// (there is no --show-managed-fields); an empty format prints names, as
+// kubectl's name printer does; templates allow missing keys (there is no
+// --allow-missing-template-keys). The errors for a template are kubectl's,
+// down to naming --template for a file it cannot read.
+func kubectlPrinter(format string) (printers.ResourcePrinter, error) {
+	switch lower := strings.ToLower(format); {
+	case lower == "json":
+		return &printers.OmitManagedFieldsPrinter{Delegate: &printers.JSONPrinter{}}, nil
+	case lower == "yaml":
+		return &printers.OmitManagedFieldsPrinter{Delegate: &printers.YAMLPrinter{}}, nil
+	case lower == "kyaml" && slices.Contains(kubectlFormats(), lower):
+		return &printers.OmitManagedFieldsPrinter{Delegate: &printers.KYAMLPrinter{}}, nil
+	case lower == "name" || lower == "":
+		return &printers.NamePrinter{ShortOutput: lower == "name"}, nil
+	}
+	name, template, _ := strings.Cut(format, "=")
+	isJSONPath, isTemplate := slices.Contains(jsonPathFormats, name), slices.Contains(templateFormats, name)
+	if !isJSONPath && !isTemplate {
+		return nil, errUnknownFormat
+	}
+	if template == "" {
+		return nil, errors.New("template format specified but no template given")
+	}
+	if name == "jsonpath-file" || name == "go-template-file" || name == "templatefile" {
+		data, err := os.ReadFile(template)
+		if err != nil {
+			return nil, fmt.Errorf("error reading --template %s, %w", template, err)
+		}
+		template = string(data)
+	}
+	if isJSONPath {
+		p, err := printers.NewJSONPathPrinter(template)
+		if err != nil {
+			return nil, fmt.Errorf("error parsing jsonpath %s, %w", template, err)
+		}
+		p.AllowMissingKeys(true)
+		p.EnableJSONOutput(name == "jsonpath-as-json")
+		return p, nil
+	}
+	p, err := printers.NewGoTemplatePrinter([]byte(template))
+	if err != nil {
+		return nil, fmt.Errorf("error parsing template %s, %w", template, err)
+	}
+	p.AllowMissingKeys(true)
+	return p, nil
 }
 
 // printObjects prints objects as a YAML stream for -o yaml, and as one v1

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
@@ -64,9 +63,7 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 		Args: cobra.NoArgs,
 	}
 	// rbac's -n/--namespace is kgen's own namespace, below.
-	connection := genericclioptions.NewConfigFlags(false)
-	connection.Namespace = nil
-	kube := addKubeFlagsWith(cmd, connection)
+	kube := addKubeFlagsWith(cmd, false)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if o.offline {
 			if set := kube.changed(cmd); len(set) > 0 {
