@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -35,6 +36,7 @@ import (
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/pkg/ruleset"
 	"kgen.dev/kgen/pkg/schema"
+	"kgen.dev/kgen/pkg/shard"
 	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
@@ -86,6 +88,9 @@ type Options struct {
 	// LeaderElection, when enabled, runs the controller only while this
 	// process holds a Lease.
 	LeaderElection LeaderElection
+	// Sharding, when enabled, spreads the parents over every replica
+	// started with it (see pkg/shard). It excludes LeaderElection.
+	Sharding Sharding
 	// RetryInterval is how often rules whose kinds are not served are
 	// tried again; controller.DefaultRetryInterval when zero.
 	RetryInterval time.Duration
@@ -111,6 +116,21 @@ type LeaderElection struct {
 	Identity string
 }
 
+// Sharding configures a replica of a sharded kgen.
+type Sharding struct {
+	Enabled bool
+	// ID names the replica's shard (see shard.ValidateID); required when
+	// Enabled.
+	ID string
+	// Namespace holds the shards' Leases; as LeaderElection.Namespace
+	// when empty.
+	Namespace string
+	// LeaseDuration is how long a shard's Lease lasts without renewal;
+	// DefaultLeaseDuration when zero. A replica that goes has its parents
+	// reconciled by the others within two of them.
+	LeaseDuration time.Duration
+}
+
 // Manager is a wired kgen. Create it with New and start it with Run.
 type Manager struct {
 	opts       Options
@@ -123,6 +143,8 @@ type Manager struct {
 	restConfig *rest.Config
 	// rules is the live set of rules, when RulePaths or RuleObjects.
 	rules *ruleset.Set
+	// shard is this replica's shard, when Sharding is enabled.
+	shard *shard.Shard
 
 	// state is "running", "standby" or why the controller is not running
 	// yet; it decides readiness.
@@ -137,6 +159,9 @@ func New(opts Options) (*Manager, error) {
 	}
 	if err := opts.Metrics.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.LeaderElection.Enabled && opts.Sharding.Enabled {
+		return nil, errors.New("leader election and sharding are exclusive: with sharding every replica works, on its own parents")
 	}
 	if opts.QPS == 0 {
 		opts.QPS = DefaultQPS
@@ -176,6 +201,25 @@ func New(opts Options) (*Manager, error) {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"})
 
 	m := &Manager{opts: opts, kube: kube, registry: reg, metrics: metricsServer, recorder: recorder, broadcast: broadcaster, restConfig: config}
+	var sharding controller.Sharding
+	if opts.Sharding.Enabled {
+		meta, err := metadata.NewForConfig(config)
+		if err != nil {
+			return nil, err
+		}
+		duration := opts.Sharding.LeaseDuration
+		if duration == 0 {
+			duration = DefaultLeaseDuration
+		}
+		m.shard, err = shard.New(shard.Config{
+			ID: opts.Sharding.ID, Namespace: leaseNamespace(opts.Sharding.Namespace), LeaseDuration: duration,
+			Kube: kube, Metadata: meta, Registerer: reg,
+		})
+		if err != nil {
+			return nil, err
+		}
+		sharding = m.shard
+	}
 	resources := mapper.New(kube.Discovery())
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
@@ -197,7 +241,7 @@ func New(opts Options) (*Manager, error) {
 	m.ctrl = controller.New(controller.Config{
 		Rules: initial, Client: dyn, REST: restClient, Mapper: resources,
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
-		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events,
+		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events, Sharding: sharding,
 	})
 	m.state.Store("starting")
 	return m, nil
@@ -258,23 +302,21 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		wg.Wait()
 	}
-	if !m.opts.LeaderElection.Enabled {
-		runController(ctx)
-		return nil
+	switch {
+	case m.shard != nil:
+		m.state.Store("waiting for the shard's Lease")
+		return m.shard.Run(ctx, runController)
+	case m.opts.LeaderElection.Enabled:
+		return m.runWithLeaderElection(ctx, runController)
 	}
-	return m.runWithLeaderElection(ctx, runController)
+	runController(ctx)
+	return nil
 }
 
 func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Context)) error {
 	logger := klog.FromContext(ctx)
 	le := m.opts.LeaderElection
-	ns := le.Namespace
-	if ns == "" {
-		ns = "default"
-		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-			ns = strings.TrimSpace(string(b))
-		}
-	}
+	ns := leaseNamespace(le.Namespace)
 	name := le.Name
 	if name == "" {
 		name = DefaultLeaseName
@@ -346,6 +388,18 @@ func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Co
 		return errors.New("lost the leader lease")
 	}
 	return nil
+}
+
+// leaseNamespace returns the namespace of kgen's Leases: ns, else the
+// pod's in a cluster, else "default".
+func leaseNamespace(ns string) string {
+	if ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return "default"
 }
 
 func healthMux(ready func() error) http.Handler {
