@@ -199,6 +199,10 @@ func (s *Shard) updateMembership(ctx context.Context) time.Duration {
 	for _, id := range append(toFence, toDelete...) {
 		fence[id] = s.leases[id].lease
 	}
+	var fresh []*scope
+	if member {
+		fresh, s.fresh = s.fresh, nil
+	}
 	s.mu.Unlock()
 	if changed {
 		s.metrics.members.Set(float64(len(liveNow)))
@@ -219,6 +223,9 @@ func (s *Shard) updateMembership(ctx context.Context) time.Duration {
 	}
 	if changed || len(newlyDead) > 0 {
 		s.rebalance(ctx, newlyDead)
+	}
+	if len(fresh) > 0 {
+		s.sweepScopes(ctx, fresh)
 	}
 	return max(next, 10*time.Millisecond)
 }

@@ -122,8 +122,10 @@ type Shard struct {
 	live []string
 	ring *Ring
 	dead map[string]bool
-	// scopes are the parents the controller watches, by scope.
+	// scopes are the parents the controller watches, by scope; fresh are
+	// those not searched yet for parents of gone shards.
 	scopes map[scopeKey]*scope
+	fresh  []*scope
 	// parents hold the parents being reconciled or handed over, and those
 	// recently handed over; snaps the newest metadata seen of parents
 	// waiting in the queue.

@@ -97,6 +97,10 @@ func (s *Shard) Assign(gvr schema.GroupVersionResource, namespace, selector stri
 		sc = &scope{key: k, cached: map[int]func() []any{}}
 		s.scopes[k] = sc
 		s.startUnassignedLocked(sc)
+		// Its parents of shards that died before it was assigned are
+		// searched for at once, not at the next sweep.
+		s.fresh = append(s.fresh, sc)
+		defer s.kickMembership()
 	}
 	id := sc.nextID
 	sc.nextID++
@@ -431,14 +435,22 @@ func (s *Shard) rebalance(ctx context.Context, newlyDead []string) {
 // died while no replica watched, or that never were.
 func (s *Shard) sweep(ctx context.Context) {
 	s.mu.Lock()
+	scopes := make([]*scope, 0, len(s.scopes))
+	for _, sc := range s.scopes {
+		scopes = append(scopes, sc)
+	}
+	s.mu.Unlock()
+	s.sweepScopes(ctx, scopes)
+}
+
+// sweepScopes queues the parents of some scopes whose shard is not live,
+// and forgets hand-overs done long ago.
+func (s *Shard) sweepScopes(ctx context.Context, scopes []*scope) {
+	s.mu.Lock()
 	member := s.member
 	notLive := Label
 	if len(s.live) > 0 {
 		notLive += "," + Label + " notin (" + strings.Join(s.live, ",") + ")"
-	}
-	scopes := make([]*scope, 0, len(s.scopes))
-	for _, sc := range s.scopes {
-		scopes = append(scopes, sc)
 	}
 	now := s.clock.Now()
 	for r, st := range s.parents {

@@ -342,3 +342,23 @@ func TestValidateID(t *testing.T) {
 		}
 	}
 }
+
+// The parents of a shard that died before a rule's parents were assigned
+// (every replica restarted, say) are found as soon as the rule is, not at
+// the next sweep.
+func TestNewScopeFindsParentsOfDeadShards(t *testing.T) {
+	name := nameOwnedBy(t, []string{"a"}, "a")
+	f := newFixture(t, "a", parentOf(name, "c", "7"))
+	f.view([]string{"a"}, lease("c", ""))
+	f.s.updateMembership(t.Context()) // c is dead; there is nothing to move yet
+	f.process(t)
+	if got := f.shardOf(t, name); got != "c" {
+		t.Fatalf("parent's shard = %q before its scope was assigned", got)
+	}
+	t.Cleanup(f.s.Assign(webapps, ns, "", func() []any { return nil }))
+	f.s.updateMembership(t.Context())
+	f.process(t)
+	if got := f.shardOf(t, name); got != "a" {
+		t.Errorf("parent's shard = %q, want a once its scope is assigned", got)
+	}
+}
