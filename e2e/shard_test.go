@@ -30,6 +30,7 @@ spec:
   parent:
     apiVersion: shard.example.com/v1
     kind: Shardee
+    namespaces: [NAMESPACE]
   children:
   - id: cm
     template:
@@ -43,17 +44,19 @@ spec:
 
 // Sharding (contract §9): three replicas run with --shards as three users.
 // 300 parents are spread over them by the ring, and each child is written
-// by its parent's replica only. A replica killed with SIGKILL has its
+// by its parent's replica only; the Rule's status, written by one replica,
+// counts every shard's parents. A replica killed with SIGKILL has its
 // parents reconciled by the others, after a parent update, within two
 // lease durations. A fourth replica that joins gets its share of the
 // parents, handed over without a child deleted or recreated, and each
 // child is written by one replica at a time.
 func TestRunShards(t *testing.T) {
 	const parents, leaseDuration = 300, 4 * time.Second
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
 	ns := newNamespace(t)
 	gvr := newCRD(t, "shard.example.com", "Shardee", "shardees")
-	args := []string{"--rules", writeRules(t, shardeeRules), "--rule-objects=false", "--shards",
-		"--leader-elect-namespace", ns, "--leader-elect-lease-duration", leaseDuration.String()}
+	applyRule(t, strings.Replace(shardeeRules, "NAMESPACE", ns, 1))
+	args := []string{"--shards", "--leader-elect-namespace", ns, "--leader-elect-lease-duration", leaseDuration.String()}
 	user := func(id string) string { return "kgen-shard-" + id }
 	procs := map[string]*kgenProcess{}
 	startShard := func(id string) {
@@ -89,6 +92,24 @@ func TestRunShards(t *testing.T) {
 		}
 	}
 	uids := childUIDs(t, ns)
+	// The Rule's status counts the parents of every shard, and one shard
+	// writes it.
+	waitRuleStatus(t, "shardee", func(o *unstructured.Unstructured) error {
+		p, _, _ := unstructured.NestedInt64(o.Object, "status", "parents")
+		r, _, _ := unstructured.NestedInt64(o.Object, "status", "readyParents")
+		if p != parents || r != parents {
+			return fmt.Errorf("the Rule counts %d parents, %d ready; want %d", p, r, parents)
+		}
+		return nil
+	})
+	statusWriter := shard.NewRing(live, 0).Owner(shard.Key(ruleGVR.GroupResource(), "", "shardee"))
+	for _, id := range live {
+		for _, e := range auditOf(t, user(id), start) {
+			if e.ObjectRef.Resource == "rules" && e.ObjectRef.Name == "shardee" && isWrite(e.Verb) && id != statusWriter {
+				t.Errorf("%s wrote the Rule's %s; only %s should", user(id), e.ObjectRef.Subresource, user(statusWriter))
+			}
+		}
+	}
 
 	// SIGKILL s1, and change every parent it had.
 	procs["s1"].kill()

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -213,7 +214,7 @@ func New(opts Options) (*Manager, error) {
 		}
 		m.shard, err = shard.New(shard.Config{
 			ID: opts.Sharding.ID, Namespace: leaseNamespace(opts.Sharding.Namespace), LeaseDuration: duration,
-			Kube: kube, Metadata: meta, Registerer: reg,
+			Kube: kube, Metadata: meta, Registerer: reg, Publish: m.publishCounts,
 		})
 		if err != nil {
 			return nil, err
@@ -223,11 +224,16 @@ func New(opts Options) (*Manager, error) {
 	resources := mapper.New(kube.Discovery())
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
+		var writesStatus func(string) bool
+		if m.shard != nil {
+			writesStatus = m.writesRuleStatus
+		}
 		set, err := ruleset.New(ruleset.Config{
 			Paths: opts.RulePaths, Objects: opts.RuleObjects, Client: dyn, Resources: resources,
 			RetryInterval: opts.RetryInterval,
 			Apply:         func(rs []*rules.Rule) { m.ctrl.SetRules(append(slices.Clone(opts.Rules), rs...)) },
 			Progress:      progress{m},
+			WritesStatus:  writesStatus,
 		})
 		if err != nil {
 			return nil, err
@@ -294,7 +300,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		var wg sync.WaitGroup
 		if m.rules != nil {
 			// Only the leader follows rule changes: it writes the Rules'
-			// status.
+			// status. With sharding every replica does, and each Rule's
+			// status is written by one of them (writesRuleStatus).
 			wg.Go(func() { m.rules.Run(ctx) })
 		}
 		if err := m.ctrl.Run(ctx); err != nil {
@@ -441,4 +448,44 @@ func serve(ctx context.Context, wg *sync.WaitGroup, addr string, h http.Handler)
 // progress lets the rule set read the controller's state of each rule.
 type progress struct{ m *Manager }
 
-func (p progress) State(rule string) (controller.RuleState, bool) { return p.m.ctrl.State(rule) }
+// State returns the controller's state of a rule; with sharding, its
+// parent counts are those of every live shard.
+func (p progress) State(rule string) (controller.RuleState, bool) {
+	st, ok := p.m.ctrl.State(rule)
+	if !ok || p.m.shard == nil {
+		return st, ok
+	}
+	for _, published := range p.m.shard.Published(annotationParents) {
+		var counts map[string][2]int
+		if json.Unmarshal([]byte(published), &counts) == nil {
+			st.Parents += counts[rule][0]
+			st.ReadyParents += counts[rule][1]
+		}
+	}
+	return st, true
+}
+
+// annotationParents is the annotation on a shard's Lease that holds its
+// parent counts per rule, as JSON: {"rule": [parents, readyParents]}.
+const annotationParents = "kgen.dev/parents"
+
+// publishCounts returns what a shard publishes on its Lease: its parent
+// counts of the rules of the rule set.
+func (m *Manager) publishCounts() map[string]string {
+	counts := map[string][2]int{}
+	if m.rules != nil {
+		for _, r := range m.rules.Rules() {
+			if st, ok := m.ctrl.State(r.Name); ok && st.Parents > 0 {
+				counts[r.Name] = [2]int{st.Parents, st.ReadyParents}
+			}
+		}
+	}
+	b, _ := json.Marshal(counts)
+	return map[string]string{annotationParents: string(b)}
+}
+
+// writesRuleStatus says whether this shard writes a Rule object's status:
+// the shard the ring gives the Rule does.
+func (m *Manager) writesRuleStatus(rule string) bool {
+	return m.shard.Owner(shard.Key(ruleset.RuleGVR.GroupResource(), "", rule)) == m.shard.ID()
+}

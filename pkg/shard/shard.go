@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -76,6 +75,9 @@ type Config struct {
 	// SweepInterval is how often every parent scope is searched for
 	// parents of shards that are gone; ten lease durations when zero.
 	SweepInterval time.Duration
+	// Publish, when set, returns annotations to write on the shard's Lease
+	// with every renewal, for the other shards to read (Published).
+	Publish func() map[string]string
 	// Registerer receives the shard's metrics; none when nil.
 	Registerer prometheus.Registerer
 	// Clock is time.Now and timers; the real clock when nil.
@@ -183,6 +185,24 @@ func (s *Shard) Owner(key string) string {
 	return s.ring.Owner(key)
 }
 
+// Published returns, by shard, an annotation of the Leases of the other
+// live shards (see Config.Publish), as last renewed.
+func (s *Shard) Published(annotation string) map[string]string {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	for id, v := range s.leases {
+		if id == s.cfg.ID || s.stateLocked(id, now) != live {
+			continue
+		}
+		if a, ok := v.lease.Annotations[annotation]; ok {
+			out[id] = a
+		}
+	}
+	return out
+}
+
 // Members returns the live shards, sorted.
 func (s *Shard) Members() []string {
 	s.mu.Lock()
@@ -235,12 +255,8 @@ func (s *Shard) Run(ctx context.Context, work func(context.Context)) error {
 	_, err := s.cfg.Kube.CoordinationV1().Leases(s.cfg.Namespace).Get(ctx, LeasePrefix+s.cfg.ID, metav1.GetOptions{})
 	existed := !apierrors.IsNotFound(err)
 
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: s.cfg.Namespace, Name: LeasePrefix + s.cfg.ID},
-		Client:     s.cfg.Kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: s.identity},
-		Labels:     map[string]string{LabelLease: s.cfg.ID},
-	}
+	lock := &leaseLock{client: s.cfg.Kube.CoordinationV1(), namespace: s.cfg.Namespace, name: LeasePrefix + s.cfg.ID,
+		id: s.cfg.ID, identity: s.identity, publish: s.cfg.Publish}
 	var started atomic.Bool
 	ran := make(chan struct{})
 	go func() {
