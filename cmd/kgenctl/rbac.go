@@ -28,6 +28,7 @@ type rbacOptions struct {
 	namespace      string
 	serviceAccount string
 	leaderElect    bool
+	shards         bool
 }
 
 func newRBACCmd(out io.Writer) *cobra.Command {
@@ -38,7 +39,7 @@ func newRBACCmd(out io.Writer) *cobra.Command {
 		Long: `Print the RBAC that "kgenctl run" needs for the rules, and nothing more:
 get/list/watch on the parents, patch on their status subresource, the child
 kinds' get/list/watch/create/patch/delete, events, and the leader-election
-Lease. A rule limited to namespaces gets Roles in those namespaces rather
+Lease (with --shards, patch on the parents and the shards' Leases). A rule limited to namespaces gets Roles in those namespaces rather
 than ClusterRole rules. Notes on what cannot be derived from the rules go
 to stderr.
 
@@ -83,6 +84,7 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 	f.StringVarP(&o.namespace, "namespace", "n", "kgen", "namespace kgen runs in: of its ServiceAccount and Lease (manifests)")
 	f.StringVar(&o.serviceAccount, "service-account", "kgen", "kgen's ServiceAccount, the subject of the bindings (manifests)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "include the Role for the leader-election Lease (manifests)")
+	f.BoolVar(&o.shards, "shards", false, "for 'kgenctl run --shards': patch on the parents, for their kgen.dev/shard label, and the Role for the shards' Leases instead of the leader-election one (manifests)")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
@@ -100,7 +102,7 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 	if err != nil {
 		return err
 	}
-	policy, err := rbac.For(loaded, resolver)
+	policy, err := rbac.For(loaded, resolver, rbac.Options{Sharding: o.shards})
 	err = kube.withServerMessage(err)
 	if errors.Is(err, kinds.ErrUnknownKind) {
 		return fmt.Errorf("%w\n(give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)", err)
@@ -137,7 +139,7 @@ func (o *rbacOptions) header() string {
 // stream, or with any other format as a v1 List.
 func (o *rbacOptions) printManifests(out io.Writer, printer printers.ResourcePrinter, policy *rbac.Policy) error {
 	manifests := policy.Manifests(rbac.ManifestOptions{
-		Name: o.name, Namespace: o.namespace, ServiceAccount: o.serviceAccount, NoLeaderElection: !o.leaderElect,
+		Name: o.name, Namespace: o.namespace, ServiceAccount: o.serviceAccount, NoLeaderElection: !o.leaderElect, Sharding: o.shards,
 		Labels: map[string]string{"app.kubernetes.io/name": "kgen", "app.kubernetes.io/component": "rbac"},
 	})
 	objs := make([]unstructured.Unstructured, len(manifests))

@@ -100,6 +100,30 @@ subjects:
 `,
 		},
 		{
+			name: "shards: their Leases instead of the leader-election one",
+			args: []string{"--crd", "../../examples/webapp/crd.yaml", "--shards"},
+			want: `kind: Role
+metadata:
+  labels:
+    app.kubernetes.io/component: rbac
+    app.kubernetes.io/name: kgen
+  name: kgen-shards
+  namespace: kgen
+rules:
+- apiGroups:
+  - coordination.k8s.io
+  resources:
+  - leases
+  verbs:
+  - get
+  - list
+  - watch
+  - create
+  - update
+  - delete
+`,
+		},
+		{
 			name: "a CRD kind offline without its CRD",
 			wantErr: `rule webapp: parent: unknown kind: kind WebApp (apiVersion example.com/v1alpha1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given
 (give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)`,

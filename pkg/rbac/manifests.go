@@ -20,6 +20,9 @@ type ManifestOptions struct {
 	ServiceAccount string
 	// NoLeaderElection leaves out the Role for the Lease.
 	NoLeaderElection bool
+	// Sharding has the Role for the shards' Leases (ShardingRules) instead
+	// of the leader-election one.
+	Sharding bool
 	// Labels are put on every object.
 	Labels map[string]string
 }
@@ -40,7 +43,7 @@ func (o ManifestOptions) withDefaults() ManifestOptions {
 // Manifests returns the RBAC objects of the policy, bound to kgen's
 // ServiceAccount: the ClusterRole and its binding (when the policy has
 // cluster rules), a Role and RoleBinding per namespace in name order, and
-// the leader-election Role and RoleBinding. Each is a map ready to be
+// the leader-election (or the shards') Role and RoleBinding. Each is a map ready to be
 // written as YAML or JSON.
 func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	o = o.withDefaults()
@@ -64,7 +67,10 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	for _, ns := range slices.Sorted(maps.Keys(p.Namespaces)) {
 		role("Role", o.Name, ns, p.Namespaces[ns])
 	}
-	if !o.NoLeaderElection {
+	switch {
+	case o.Sharding:
+		role("Role", o.Name+"-shards", o.Namespace, ShardingRules())
+	case !o.NoLeaderElection:
 		role("Role", o.Name+"-leader-election", o.Namespace, LeaderElectionRules())
 	}
 	return out
