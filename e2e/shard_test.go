@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -380,4 +381,56 @@ func diffUIDs(a, b map[string]types.UID) int {
 		}
 	}
 	return n
+}
+
+// The chart with sharding.enabled: two pods, each a shard named after
+// itself, with the RBAC 'kgenctl rbac --shards' generates and the chart's
+// Role for the shards' Leases. The parents are spread over both pods,
+// their children follow, and every parent converges.
+func TestHelmShards(t *testing.T) {
+	const parents = 20
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns, release := newNamespace(t), newNamespace(t)
+	startPods(t, release)
+	rulesFile := exampleWebAppRulesIn(t, ns)
+	helmInstall(t, filepath.Join(env.root, "charts/kgen"), release, "-f", generateRBACValues(t, rulesFile, "--shards"),
+		"--set-file", "rules.webapp="+rulesFile, "--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false")
+	var pods []string
+	for _, p := range podsOf(t, release, "app.kubernetes.io/instance=kgen,app.kubernetes.io/name=kgen") {
+		pods = append(pods, p.Name)
+	}
+	if len(pods) != 2 {
+		t.Fatalf("pods %v, want 2", pods)
+	}
+	for i := range parents {
+		create(t, webappGVR, webapp(ns, fmt.Sprintf("app-%02d", i), 1))
+	}
+	eventually(t, 90*time.Second, func() (bool, error) { return converged(t, ns, parents) }, "every parent to converge")
+	eventually(t, 30*time.Second, func() (bool, error) {
+		list, err := env.dynamic.Resource(webappGVR).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		cms := childUIDs(t, ns)
+		got := map[string]int{}
+		for _, p := range list.Items {
+			id := p.GetLabels()[shard.Label]
+			if !slices.Contains(pods, id) {
+				return false, fmt.Errorf("parent %s is on shard %q, not one of the pods %v", p.GetName(), id, pods)
+			}
+			if _, ok := cms["configmaps/"+p.GetName()+"-config"]; !ok {
+				return false, fmt.Errorf("parent %s has no ConfigMap", p.GetName())
+			}
+			got[id]++
+		}
+		if len(got) != 2 {
+			return false, fmt.Errorf("parents by shard: %v, want both pods", got)
+		}
+		return true, nil
+	}, "the parents to be spread over both pods")
+	for _, p := range pods {
+		if _, err := env.kube.CoordinationV1().Leases(release).Get(t.Context(), shard.LeasePrefix+p, metav1.GetOptions{}); err != nil {
+			t.Errorf("pod %s's Lease: %v", p, err)
+		}
+	}
 }
