@@ -387,7 +387,7 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 		return refused, nil // another replica's, or on its way to one
 	}
 	defer done()
-	if err := c.takeOver(ctx, rs, parent); err != nil {
+	if err := c.takeOver(ctx, rs, mapping, parent); err != nil {
 		return reconcile.Result{}, err
 	}
 	result, err = c.reconciler.Reconcile(ctx, rs.rule, mapping, parent)

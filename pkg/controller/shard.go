@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kgen.dev/kgen/pkg/kinds"
+	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
@@ -133,8 +134,9 @@ func (c *Controller) movedAway(parent metav1.Object) bool {
 // to its UID. The reconcile waits until this shard's caches show them (at
 // watch speed; up to takeOverWait); the template hash leaves the label out,
 // so the reconcile finds them up to date and writes nothing more. A parent
-// whose children are in this shard's caches already needs none of this.
-func (c *Controller) takeOver(ctx context.Context, rs *ruleState, parent *unstructured.Unstructured) error {
+// whose children are in this shard's caches already needs none of this,
+// and neither does one kgen never reconciled (see reconciledBefore).
+func (c *Controller) takeOver(ctx context.Context, rs *ruleState, mapping mapper.Mapping, parent *unstructured.Unstructured) error {
 	if c.shards == nil {
 		return nil
 	}
@@ -155,7 +157,7 @@ func (c *Controller) takeOver(ctx context.Context, rs *ruleState, parent *unstru
 			break
 		}
 	}
-	if !cached {
+	if !cached && reconciledBefore(mapping, parent) {
 		if err := c.relabelChildren(ctx, rs, parent, regs); err != nil {
 			return err
 		}
@@ -164,6 +166,22 @@ func (c *Controller) takeOver(ctx context.Context, rs *ruleState, parent *unstru
 	c.shards.settled[uid] = true
 	c.shards.mu.Unlock()
 	return nil
+}
+
+// reconciledBefore tells whether kgen may have made children for a parent:
+// unless its kind has a status subresource and the parent has neither
+// status.observedGeneration nor kgen's finalizer, which every reconcile
+// that makes children leaves. A new parent then costs no list per child
+// kind. (A replica that died after making children but before writing
+// the parent's status leaves children that the reconcile takes for
+// missing: the create is refused, and the reconciler finds each is its
+// parent's and updates it, as it does any such child in the way.)
+func reconciledBefore(mapping mapper.Mapping, parent *unstructured.Unstructured) bool {
+	if !mapping.HasSubresource("status") || slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) {
+		return true
+	}
+	_, found, _ := unstructured.NestedFieldNoCopy(parent.Object, "status", "observedGeneration")
+	return found
 }
 
 // relabelChildren gives the children of a parent, wherever the rule's
