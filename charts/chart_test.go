@@ -164,8 +164,10 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 						t.Errorf("%s %s grants a wildcard: %+v", o.GetKind(), o.GetName(), r)
 					}
 				}
-				// Only create cannot be limited to the one Lease.
-				if slices.Contains(r.Resources, "leases") && len(r.ResourceNames) == 0 && !slices.Equal(r.Verbs, []string{"create"}) {
+				// Only create cannot be limited to the one Lease; the
+				// shards' Leases are named after pods, unknown in advance.
+				if slices.Contains(r.Resources, "leases") && len(r.ResourceNames) == 0 && !slices.Equal(r.Verbs, []string{"create"}) &&
+					!strings.HasSuffix(o.GetName(), "-shards") {
 					t.Errorf("%s %s grants %v on every Lease", o.GetKind(), o.GetName(), r.Verbs)
 				}
 			}
@@ -288,6 +290,48 @@ func TestTemplateVariants(t *testing.T) {
 			}
 			if objs["Role/kgen-leader-election"] != nil {
 				t.Error("a leader-election Role without leader election")
+			}
+			var pod corev1.Pod
+			convert(t, objs["Pod/kgen-test"], &pod)
+			if want := []string{"check", "--deployment=kgen-system/kgen"}; !slices.Equal(pod.Spec.Containers[0].Args, want) {
+				t.Errorf("the test pod runs %q, want %q", pod.Spec.Containers[0].Args, want)
+			}
+		},
+	}, {
+		name: "sharding: every pod a shard, with the shards' Leases and no leader election",
+		args: []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=3", "--set", "sharding.leaseDuration=10s"},
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			var d appsv1.Deployment
+			convert(t, objs["Deployment/kgen"], &d)
+			if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate == nil ||
+				d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
+				t.Errorf("strategy %+v, want one pod at a time", d.Spec.Strategy)
+			}
+			args := d.Spec.Template.Spec.Containers[0].Args
+			for _, want := range []string{"--shards", "--leader-elect=false", "--leader-elect-namespace=kgen-system", "--leader-elect-lease-duration=10s"} {
+				if !slices.Contains(args, want) {
+					t.Errorf("kgen runs %q, without %s", args, want)
+				}
+			}
+			if !slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool {
+				return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+			}) {
+				t.Error("the pods do not get POD_NAME, their shard id")
+			}
+			if objs["Role/kgen-leader-election"] != nil {
+				t.Error("a leader-election Role with sharding")
+			}
+			var role rbacv1.Role
+			convert(t, objs["Role/kgen-shards"], &role)
+			want := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}}
+			if role.Namespace != "kgen-system" || !reflect.DeepEqual(role.Rules, want) {
+				t.Errorf("the shards' Role in %s grants %+v, want %+v in kgen-system", role.Namespace, role.Rules, want)
+			}
+			var binding rbacv1.RoleBinding
+			convert(t, objs["RoleBinding/kgen-shards"], &binding)
+			if binding.RoleRef.Name != "kgen-shards" || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "kgen" {
+				t.Errorf("the shards' RoleBinding binds %+v to %+v", binding.RoleRef, binding.Subjects)
 			}
 			var pod corev1.Pod
 			convert(t, objs["Pod/kgen-test"], &pod)
@@ -502,6 +546,16 @@ func TestTemplateErrors(t *testing.T) {
 			name: "two replicas without leader election",
 			args: []string{"--set", "replicaCount=2", "--set", "leaderElection.enabled=false"},
 			want: "replicaCount is 2 but leaderElection.enabled is false: every replica would write",
+		},
+		{
+			name: "sharding with leader election",
+			args: []string{"--set", "sharding.enabled=true"},
+			want: "sharding.enabled and leaderElection.enabled are exclusive",
+		},
+		{
+			name: "sharding with one replica",
+			args: []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=1"},
+			want: "sharding.enabled needs replicaCount of 2 or more, not 1",
 		},
 		{
 			name: "a bad event policy",

@@ -260,7 +260,8 @@ func (m *Manager) Controller() *controller.Controller { return m.ctrl }
 func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 
 // Ready returns nil when the manager is ready to work: its controller runs
-// and is ready, or it is a standby waiting for the Lease.
+// and is ready, or it is a standby waiting for the Lease. A shard is not
+// ready until it holds its Lease.
 func (m *Manager) Ready() error {
 	switch s := m.state.Load().(string); s {
 	case "running":
@@ -273,8 +274,9 @@ func (m *Manager) Ready() error {
 }
 
 // Run serves metrics and health, records events, and runs the controller
-// (under leader election when enabled) until ctx is done. It returns an
-// error if a server cannot listen or the Lease is lost.
+// (under leader election, or the shard's Lease, when enabled) until ctx is
+// done. It returns an error if a server cannot listen or the Lease is
+// lost.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	m.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.kube.CoreV1().Events("")})
