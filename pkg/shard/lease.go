@@ -184,13 +184,17 @@ func (s *Shard) updateMembership(ctx context.Context) time.Duration {
 	slices.Sort(liveNow)
 	changed := !slices.Equal(liveNow, s.live)
 	var newlyDead []string
-	for id := range deadNow {
-		if !s.dead[id] {
-			newlyDead = append(newlyDead, id)
+	if member {
+		// Shards that died while this replica was no member are found by
+		// the sweep of each scope it is then assigned.
+		for id := range deadNow {
+			if !s.dead[id] {
+				newlyDead = append(newlyDead, id)
+			}
 		}
+		slices.Sort(newlyDead)
+		s.dead = deadNow
 	}
-	slices.Sort(newlyDead)
-	s.dead = deadNow
 	if changed {
 		s.live = liveNow
 		s.ring = NewRing(liveNow, s.cfg.Tokens)
