@@ -3,15 +3,19 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,9 +54,10 @@ spec:
 // parents reconciled by the others, after a parent update, within two
 // lease durations. A fourth replica that joins gets its share of the
 // parents, handed over without a child deleted or recreated, and each
-// child is written by one replica at a time.
+// child is written by one replica at a time. One stopped with SIGTERM hands
+// its parents over at once, by releasing its Lease.
 func TestRunShards(t *testing.T) {
-	const parents, leaseDuration = 300, 4 * time.Second
+	const parents, leaseDuration = 300, 8 * time.Second
 	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
 	ns := newNamespace(t)
 	gvr := newCRD(t, "shard.example.com", "Shardee", "shardees")
@@ -93,6 +98,9 @@ func TestRunShards(t *testing.T) {
 		}
 	}
 	uids := childUIDs(t, ns)
+	if len(uids) != parents {
+		t.Fatalf("%d children, want %d", len(uids), parents)
+	}
 	// The Rule's status counts the parents of every shard, and one shard
 	// writes it.
 	waitRuleStatus(t, "shardee", func(o *unstructured.Unstructured) error {
@@ -109,6 +117,26 @@ func TestRunShards(t *testing.T) {
 			if e.ObjectRef.Resource == "rules" && e.ObjectRef.Name == "shardee" && isWrite(e.Verb) && id != statusWriter {
 				t.Errorf("%s wrote the Rule's %s; only %s should", user(id), e.ObjectRef.Subresource, user(statusWriter))
 			}
+		}
+	}
+
+	// Each child was created once, by its parent's shard (an apply answered
+	// 201), and from now on none may be deleted or created again, by
+	// anyone.
+	settled := time.Now()
+	created := map[string]int{}
+	for _, e := range childLifecycle(t, ns, start) {
+		if e.Verb != "patch" || e.User.Username != user(assigned[strings.TrimSuffix(e.ObjectRef.Name, "-cm")]) {
+			t.Errorf("%s: %s %s (%d) of ConfigMap %s/%s", e.User.Username, e.Verb, e.RequestURI, e.ResponseStatus.Code, ns, e.ObjectRef.Name)
+		}
+		created[e.ObjectRef.Name]++
+	}
+	if len(created) != parents {
+		t.Errorf("%d ConfigMaps were created, want %d", len(created), parents)
+	}
+	for cm, n := range created {
+		if n != 1 {
+			t.Errorf("ConfigMap %s was created %d times", cm, n)
 		}
 	}
 
@@ -136,6 +164,7 @@ func TestRunShards(t *testing.T) {
 		t.Errorf("the parents of the killed shard took %s, more than %s", took.Round(time.Millisecond), limit)
 	}
 	delete(procs, "s1")
+	checkNoRecreation(t, ns, settled, uids)
 
 	// s4 joins: it gets its share, handed over by s2 and s3.
 	joined := time.Now()
@@ -146,16 +175,7 @@ func TestRunShards(t *testing.T) {
 	if countShards(assigned)["s4"] == 0 {
 		t.Fatal("no parent moved to s4")
 	}
-	if now := childUIDs(t, ns); !equalUIDs(uids, now) {
-		t.Errorf("children were recreated: %d before, %d now, %d differ", len(uids), len(now), diffUIDs(uids, now))
-	}
-	for id := range procs {
-		for _, e := range auditOf(t, user(id), killed) {
-			if e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Namespace == ns && (e.Verb == "delete" || e.Verb == "create") {
-				t.Errorf("%s sent %s %s/%s", user(id), e.Verb, ns, e.ObjectRef.Name)
-			}
-		}
-	}
+	checkNoRecreation(t, ns, settled, uids)
 	// One replica at a time: once a parent's new shard wrote it or its
 	// child, its old shard never did again. A child's takeover found it:
 	// no write of a child was refused.
@@ -192,9 +212,83 @@ func TestRunShards(t *testing.T) {
 			t.Errorf("after the update, ConfigMap %s was written by %v, want only %s", cm, users, want)
 		}
 	}
-	if now := childUIDs(t, ns); !equalUIDs(uids, now) {
-		t.Errorf("children were recreated: %d differ", diffUIDs(uids, now))
+	checkNoRecreation(t, ns, settled, uids)
+
+	// s4 stops cleanly: it releases its Lease once it stopped writing, and
+	// the others take its parents at once, without waiting for an expiry.
+	var leaving []string
+	for name, id := range assigned {
+		if id == "s4" {
+			leaving = append(leaving, name)
+		}
 	}
+	sort.Strings(leaving)
+	if len(leaving) == 0 {
+		t.Fatal("s4 has no parents to hand over")
+	}
+	_ = procs["s4"].cmd.Process.Signal(syscall.SIGTERM)
+	stopped := time.Now()
+	<-procs["s4"].done
+	delete(procs, "s4")
+	if err := patchValues(t.Context(), gvr, ns, leaving, "v4"); err != nil {
+		t.Fatal(err)
+	}
+	live = []string{"s2", "s3"}
+	eventually(t, 60*time.Second, func() (bool, error) {
+		return convergedOn(t, gvr, ns, leaving, live, "v4")
+	}, "the parents of the stopped shard to be reconciled by the others")
+	took = time.Since(stopped)
+	t.Logf("the %d parents of s4, stopped with SIGTERM, converged on %v %s after the signal", len(leaving), live, took.Round(time.Millisecond))
+	// Without waiting for the Lease to expire: well within one duration of
+	// it, and this machine's load.
+	if limit := leaseDuration + 2*time.Second; took > limit {
+		t.Errorf("the parents of the stopped shard took %s, more than %s", took.Round(time.Millisecond), limit)
+	}
+	checkNoRecreation(t, ns, settled, uids)
+}
+
+// checkNoRecreation checks that since a time no ConfigMap in ns was
+// deleted or created, by anyone, and that the children are those of uids.
+func checkNoRecreation(t *testing.T, ns string, since time.Time, uids map[string]types.UID) {
+	t.Helper()
+	for _, e := range childLifecycle(t, ns, since) {
+		t.Errorf("%s: %s %s (%d) of ConfigMap %s/%s at %s", e.User.Username, e.Verb, e.RequestURI, e.ResponseStatus.Code,
+			ns, e.ObjectRef.Name, e.StageTimestamp.Format("15:04:05.000"))
+	}
+	if now := childUIDs(t, ns); !equalUIDs(uids, now) {
+		t.Errorf("children were recreated: %d before, %d now, %d differ", len(uids), len(now), diffUIDs(uids, now))
+	}
+}
+
+// childLifecycle returns the requests, by anyone, since a time, that
+// deleted or created a ConfigMap in ns: a DELETE, a POST, or an apply
+// (PATCH) answered 201 Created, as kgen creates children.
+func childLifecycle(t *testing.T, ns string, since time.Time) []auditEvent {
+	t.Helper()
+	f, err := os.Open(env.cp.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" || e.StageTimestamp.Before(since) ||
+			e.ObjectRef.Resource != "configmaps" || e.ObjectRef.Namespace != ns || e.ResponseStatus.Code >= 300 {
+			continue
+		}
+		switch {
+		case e.Verb == "delete", e.Verb == "deletecollection", e.Verb == "create",
+			e.Verb == "patch" && e.ResponseStatus.Code == http.StatusCreated:
+			out = append(out, e)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // waitMembers waits until every replica sees n live shards.
