@@ -121,7 +121,11 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 	// -o helm-values: the chart's values.
 	var b strings.Builder
 	b.WriteString(o.header())
-	b.WriteString("# Use with: helm install kgen charts/kgen -f THIS_FILE --set-file rules.NAME=RULES_FILE\n")
+	use := "# Use with: helm install kgen charts/kgen -f THIS_FILE --set-file rules.NAME=RULES_FILE"
+	if o.shards {
+		use += " \\\n#     --set sharding.enabled=true --set leaderElection.enabled=false"
+	}
+	b.WriteString(use + "\n")
 	y, err := yaml.Marshal(policy.HelmValues())
 	if err != nil {
 		return err
@@ -132,7 +136,11 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 }
 
 func (o *rbacOptions) header() string {
-	return fmt.Sprintf("# Written by 'kgenctl rbac' for the rules in %s.\n", strings.Join(o.rules, ", "))
+	shards := ""
+	if o.shards {
+		shards = ", for 'kgenctl run --shards'"
+	}
+	return fmt.Sprintf("# Written by 'kgenctl rbac' for the rules in %s%s.\n", strings.Join(o.rules, ", "), shards)
 }
 
 // printManifests prints the RBAC manifests: after a header as a YAML
