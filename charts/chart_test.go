@@ -85,6 +85,11 @@ var valueSets = []struct {
 		"--set-file", "rules.webapp=../examples/webapp/rules.yaml",
 		"-f", "testdata/custom-values.yaml",
 	}},
+	{name: "sharding", args: []string{
+		"-f", "../examples/webapp/rbac-shards-values.yaml",
+		"--set-file", "rules.webapp=../examples/webapp/rules.yaml",
+		"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=3",
+	}},
 }
 
 func TestLint(t *testing.T) {
@@ -115,11 +120,19 @@ func TestTemplate(t *testing.T) {
 	}
 }
 
-// checkObjects checks the chart's invariants on rendered objects.
+// checkObjects checks the chart's invariants on rendered objects, rendered
+// in the namespace kgen-system.
 func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	kinds := map[string]int{}
 	var selector labels.Selector
+	var shards bool // the Deployment runs kgenctl run --shards
+	type leaseGrant struct {
+		role string // kind namespace/name
+		rule rbacv1.PolicyRule
+		only bool // the role grants nothing but Leases
+	}
+	var leaseGrants []leaseGrant
 	hookPods := map[string]map[string]string{} // hook or test pods: their labels
 	for _, o := range objs {
 		kinds[o.GetKind()]++
@@ -139,6 +152,7 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 			if selector, err = metav1.LabelSelectorAsSelector(d.Spec.Selector); err != nil {
 				t.Fatal(err)
 			}
+			shards = slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shards")
 		case "Job":
 			var job batchv1.Job
 			convert(t, o, &job)
@@ -164,11 +178,11 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 						t.Errorf("%s %s grants a wildcard: %+v", o.GetKind(), o.GetName(), r)
 					}
 				}
-				// Only create cannot be limited to the one Lease; the
-				// shards' Leases are named after pods, unknown in advance.
-				if slices.Contains(r.Resources, "leases") && len(r.ResourceNames) == 0 && !slices.Equal(r.Verbs, []string{"create"}) &&
-					!strings.HasSuffix(o.GetName(), "-shards") {
-					t.Errorf("%s %s grants %v on every Lease", o.GetKind(), o.GetName(), r.Verbs)
+			}
+			for _, r := range role.Rules {
+				if slices.Contains(r.Resources, "leases") {
+					only := !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return !slices.Equal(r.Resources, []string{"leases"}) })
+					leaseGrants = append(leaseGrants, leaseGrant{role: o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName(), rule: r, only: only})
 				}
 			}
 		case "ConfigMap":
@@ -179,6 +193,21 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 					t.Errorf("ConfigMap %s: %s does not hold valid rules: %v\n%s", cm.Name, file, err, text)
 				}
 			}
+		}
+	}
+	// Leases are granted only in the release namespace, by name; but create,
+	// which RBAC cannot limit by name, and, for shards, whose Leases are
+	// named after pods unknown in advance, the shards' Role: only Leases,
+	// and only when the pods run as shards.
+	for _, g := range leaseGrants {
+		switch {
+		case !strings.HasPrefix(g.role, "Role kgen-system/"):
+			t.Errorf("%s grants %v on Leases outside the release namespace", g.role, g.rule.Verbs)
+		case len(g.rule.ResourceNames) > 0, slices.Equal(g.rule.Verbs, []string{"create"}):
+		case !shards:
+			t.Errorf("%s grants %v on every Lease, and the pods are no shards", g.role, g.rule.Verbs)
+		case !g.only:
+			t.Errorf("%s grants %v on every Lease, and more than Leases", g.role, g.rule.Verbs)
 		}
 	}
 	for _, kind := range []string{"Deployment", "ServiceAccount", "Service", "PodDisruptionBudget", "Role", "RoleBinding", "Pod"} {
@@ -225,8 +254,10 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment) {
 			t.Errorf("the pod template carries %s: a change of the rules would roll the pods", k)
 		}
 	}
-	if !slices.Contains(c.Args, "--leader-elect=true") || !slices.Contains(c.Args, "--leader-elect-namespace=kgen-system") {
-		t.Errorf("leader election is not on in the release namespace: %q", c.Args)
+	// One writer per parent: a leader, or the parent's shard, with their
+	// Leases in the release namespace.
+	if slices.Contains(c.Args, "--leader-elect=true") == slices.Contains(c.Args, "--shards") || !slices.Contains(c.Args, "--leader-elect-namespace=kgen-system") {
+		t.Errorf("neither leader election nor sharding is on, in the release namespace: %q", c.Args)
 	}
 	// One new pod at a time, an old one gone only once it is ready.
 	if s := d.Spec.Strategy; s.RollingUpdate == nil || s.RollingUpdate.MaxSurge.String() != "1" || s.RollingUpdate.MaxUnavailable.String() != "0" {
@@ -553,8 +584,18 @@ func TestTemplateErrors(t *testing.T) {
 			want: "sharding.enabled and leaderElection.enabled are exclusive",
 		},
 		{
-			name: "sharding with one replica",
+			name: "sharding with one replica: the schema names the replicas",
 			args: []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=1"},
+			want: "at '/replicaCount': minimum: got 1, want 2",
+		},
+		{
+			name: "sharding with no replica: the schema names sharding.enabled",
+			args: []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=0"},
+			want: "at '/sharding/enabled': value must be false",
+		},
+		{
+			name: "sharding with one replica, without the schema",
+			args: []string{"--skip-schema-validation", "--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=1"},
 			want: "sharding.enabled needs replicaCount of 2 or more, not 1",
 		},
 		{
