@@ -78,7 +78,7 @@ func run() error {
 	flag.BoolVar(&o.floor, "floor", true, "also measure a loader that makes kgen's writes directly (the floor for any controller with kgen's contract)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working folder (control plane and kgen logs) and print its path")
 	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
-	replot := flag.Bool("replot", false, "only rewrite the report and plots from the results.json in -out")
+	replot := flag.Bool("replot", false, "only rewrite the report and plots from the results.json in -out (with -shards, those of -shards)")
 	kgenArgs := flag.String("kgen-args", "", "extra flags for kgenctl run, space-separated (for tuning; the results are meant for the defaults)")
 	shards := flag.String("shards", "", "comma-separated numbers of replicas to run with kgenctl run --shards (0: one without it), measured instead of the kgen/raw/floor comparison; results in bench/results/shards unless -out is given")
 	flag.Parse()
@@ -110,6 +110,13 @@ func run() error {
 		data, err := os.ReadFile(filepath.Join(o.out, "results.json"))
 		if err != nil {
 			return err
+		}
+		if len(replicas) > 0 {
+			rep := &shardReport{}
+			if err := json.Unmarshal(data, rep); err != nil {
+				return err
+			}
+			return rep.write(o.out)
 		}
 		rep := &report{}
 		if err := json.Unmarshal(data, rep); err != nil {
