@@ -56,7 +56,7 @@ spec:
 // parents, handed over without a child deleted or recreated, and each
 // child is written by one replica at a time. One stopped with SIGTERM hands
 // its parents over at once, by releasing its Lease.
-func TestRunShards(t *testing.T) {
+func TestShards(t *testing.T) {
 	const parents, leaseDuration = 300, 8 * time.Second
 	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
 	ns := newNamespace(t)
