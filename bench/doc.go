@@ -37,4 +37,13 @@
 // K times and adds the median and range of the ratios to the report.
 //
 //	go run ./bench -sizes 500,2000,5000 -repeat 3
+//
+// With -shards K1,K2,... it measures instead, for each N, the kgen phase
+// (convergence, update wave, steady state) against K replicas of
+// 'kgenctl run --shards' (K=0: one kgen without it), each on a control
+// plane of its own, and reports the replicas' summed requests, each
+// replica's share of the parents, peak RSS and CPU seconds, in
+// bench/results/shards:
+//
+//	go run ./bench -shards 0,1,2,3 -sizes 500,2000
 package main

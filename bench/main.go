@@ -80,9 +80,25 @@ func run() error {
 	flag.IntVar(&o.writeCosts, "write-costs", 0, "instead of the phases, measure what N writes of each kind kgen could make cost the API server (0: off)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working folder (control plane and kgen logs) and print its path")
 	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
-	replot := flag.Bool("replot", false, "only rewrite the report and plots from the results.json in -out")
+	replot := flag.Bool("replot", false, "only rewrite the report and plots from the results.json in -out (with -shards, those of -shards)")
 	kgenArgs := flag.String("kgen-args", "", "extra flags for kgenctl run, space-separated (for tuning; the results are meant for the defaults)")
+	shards := flag.String("shards", "", "comma-separated numbers of replicas to run with kgenctl run --shards (0: one without it), measured instead of the kgen/raw/floor comparison; results in bench/results/shards unless -out is given")
 	flag.Parse()
+	var replicas []int
+	if *shards != "" {
+		for _, s := range strings.Split(*shards, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || k < 0 {
+				return fmt.Errorf("bad -shards %q", *shards)
+			}
+			replicas = append(replicas, k)
+		}
+		outSet := false
+		flag.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
+		if !outSet {
+			o.out = filepath.Join(o.out, "shards")
+		}
+	}
 	o.kgenArgs = strings.Fields(*kgenArgs)
 	o.kgenEnv = strings.Fields(*kgenEnv)
 	for _, s := range strings.Split(*sizes, ",") {
@@ -96,6 +112,13 @@ func run() error {
 		data, err := os.ReadFile(filepath.Join(o.out, "results.json"))
 		if err != nil {
 			return err
+		}
+		if len(replicas) > 0 {
+			rep := &shardReport{}
+			if err := json.Unmarshal(data, rep); err != nil {
+				return err
+			}
+			return rep.write(o.out)
 		}
 		rep := &report{}
 		if err := json.Unmarshal(data, rep); err != nil {
@@ -132,6 +155,13 @@ func run() error {
 	defer b.stopControlPlane()
 	if err := b.freshControlPlane(ctx); err != nil {
 		return err
+	}
+	if len(replicas) > 0 {
+		rep, err := b.runShards(ctx, replicas)
+		if err != nil {
+			return err
+		}
+		return rep.write(o.out)
 	}
 	// Before the run, so the commit is that of the code measured.
 	machine := b.machine(ctx)
@@ -273,12 +303,18 @@ type kgen struct {
 }
 
 func (b *bench) startKgen(ctx context.Context, n, run int) (*kgen, error) {
+	return b.startKgenNamed(ctx, fmt.Sprintf("kgen-%d-%d", n, run))
+}
+
+// startKgenNamed starts 'kgenctl run' logging to name.log, with extra flags
+// beyond the bench's, and waits until it is ready.
+func (b *bench) startKgenNamed(ctx context.Context, name string, extra ...string) (*kgen, error) {
 	kubeconfig, err := b.cp.WriteKubeconfig("kgen.kubeconfig", "kgen", "system:masters")
 	if err != nil {
 		return nil, err
 	}
 	metrics, health := freeAddr(), freeAddr()
-	log, err := os.Create(filepath.Join(b.tmp, fmt.Sprintf("kgen-%d-%d.log", n, run)))
+	log, err := os.Create(filepath.Join(b.tmp, name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +322,7 @@ func (b *bench) startKgen(ctx context.Context, n, run int) (*kgen, error) {
 	// Profiling needs secure metrics serving, as the chart runs kgen.
 	args := append([]string{"run", "--rules", b.rulesFile, "--kubeconfig", kubeconfig,
 		"--metrics-bind-address", metrics, "--health-probe-bind-address", health, "--metrics-secure", "--profiling"}, b.opts.kgenArgs...)
+	args = append(args, extra...)
 	client, err := b.metricsClient()
 	if err != nil {
 		return nil, err

@@ -85,6 +85,11 @@ var valueSets = []struct {
 		"--set-file", "rules.webapp=../examples/webapp/rules.yaml",
 		"-f", "testdata/custom-values.yaml",
 	}},
+	{name: "sharding", args: []string{
+		"-f", "../examples/webapp/rbac-shards-values.yaml",
+		"--set-file", "rules.webapp=../examples/webapp/rules.yaml",
+		"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=3",
+	}},
 }
 
 func TestLint(t *testing.T) {
@@ -115,11 +120,19 @@ func TestTemplate(t *testing.T) {
 	}
 }
 
-// checkObjects checks the chart's invariants on rendered objects.
+// checkObjects checks the chart's invariants on rendered objects, rendered
+// in the namespace kgen-system.
 func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	kinds := map[string]int{}
 	var selector labels.Selector
+	var shards bool // the Deployment runs kgenctl run --shards
+	type leaseGrant struct {
+		role string // kind namespace/name
+		rule rbacv1.PolicyRule
+		only bool // the role grants nothing but Leases
+	}
+	var leaseGrants []leaseGrant
 	hookPods := map[string]map[string]string{} // hook or test pods: their labels
 	for _, o := range objs {
 		kinds[o.GetKind()]++
@@ -139,6 +152,7 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 			if selector, err = metav1.LabelSelectorAsSelector(d.Spec.Selector); err != nil {
 				t.Fatal(err)
 			}
+			shards = slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shards")
 		case "Job":
 			var job batchv1.Job
 			convert(t, o, &job)
@@ -164,9 +178,11 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 						t.Errorf("%s %s grants a wildcard: %+v", o.GetKind(), o.GetName(), r)
 					}
 				}
-				// Only create cannot be limited to the one Lease.
-				if slices.Contains(r.Resources, "leases") && len(r.ResourceNames) == 0 && !slices.Equal(r.Verbs, []string{"create"}) {
-					t.Errorf("%s %s grants %v on every Lease", o.GetKind(), o.GetName(), r.Verbs)
+			}
+			for _, r := range role.Rules {
+				if slices.Contains(r.Resources, "leases") {
+					only := !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return !slices.Equal(r.Resources, []string{"leases"}) })
+					leaseGrants = append(leaseGrants, leaseGrant{role: o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName(), rule: r, only: only})
 				}
 			}
 		case "ConfigMap":
@@ -177,6 +193,21 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 					t.Errorf("ConfigMap %s: %s does not hold valid rules: %v\n%s", cm.Name, file, err, text)
 				}
 			}
+		}
+	}
+	// Leases are granted only in the release namespace, by name; but create,
+	// which RBAC cannot limit by name, and, for shards, whose Leases are
+	// named after pods unknown in advance, the shards' Role: only Leases,
+	// and only when the pods run as shards.
+	for _, g := range leaseGrants {
+		switch {
+		case !strings.HasPrefix(g.role, "Role kgen-system/"):
+			t.Errorf("%s grants %v on Leases outside the release namespace", g.role, g.rule.Verbs)
+		case len(g.rule.ResourceNames) > 0, slices.Equal(g.rule.Verbs, []string{"create"}):
+		case !shards:
+			t.Errorf("%s grants %v on every Lease, and the pods are no shards", g.role, g.rule.Verbs)
+		case !g.only:
+			t.Errorf("%s grants %v on every Lease, and more than Leases", g.role, g.rule.Verbs)
 		}
 	}
 	for _, kind := range []string{"Deployment", "ServiceAccount", "Service", "PodDisruptionBudget", "Role", "RoleBinding", "Pod"} {
@@ -223,8 +254,10 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment) {
 			t.Errorf("the pod template carries %s: a change of the rules would roll the pods", k)
 		}
 	}
-	if !slices.Contains(c.Args, "--leader-elect=true") || !slices.Contains(c.Args, "--leader-elect-namespace=kgen-system") {
-		t.Errorf("leader election is not on in the release namespace: %q", c.Args)
+	// One writer per parent: a leader, or the parent's shard, with their
+	// Leases in the release namespace.
+	if slices.Contains(c.Args, "--leader-elect=true") == slices.Contains(c.Args, "--shards") || !slices.Contains(c.Args, "--leader-elect-namespace=kgen-system") {
+		t.Errorf("neither leader election nor sharding is on, in the release namespace: %q", c.Args)
 	}
 	// One new pod at a time, an old one gone only once it is ready.
 	if s := d.Spec.Strategy; s.RollingUpdate == nil || s.RollingUpdate.MaxSurge.String() != "1" || s.RollingUpdate.MaxUnavailable.String() != "0" {
@@ -288,6 +321,48 @@ func TestTemplateVariants(t *testing.T) {
 			}
 			if objs["Role/kgen-leader-election"] != nil {
 				t.Error("a leader-election Role without leader election")
+			}
+			var pod corev1.Pod
+			convert(t, objs["Pod/kgen-test"], &pod)
+			if want := []string{"check", "--deployment=kgen-system/kgen"}; !slices.Equal(pod.Spec.Containers[0].Args, want) {
+				t.Errorf("the test pod runs %q, want %q", pod.Spec.Containers[0].Args, want)
+			}
+		},
+	}, {
+		name: "sharding: every pod a shard, with the shards' Leases and no leader election",
+		args: []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=3", "--set", "sharding.leaseDuration=10s"},
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			var d appsv1.Deployment
+			convert(t, objs["Deployment/kgen"], &d)
+			if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate == nil ||
+				d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
+				t.Errorf("strategy %+v, want one pod at a time", d.Spec.Strategy)
+			}
+			args := d.Spec.Template.Spec.Containers[0].Args
+			for _, want := range []string{"--shards", "--leader-elect=false", "--leader-elect-namespace=kgen-system", "--leader-elect-lease-duration=10s"} {
+				if !slices.Contains(args, want) {
+					t.Errorf("kgen runs %q, without %s", args, want)
+				}
+			}
+			if !slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool {
+				return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+			}) {
+				t.Error("the pods do not get POD_NAME, their shard id")
+			}
+			if objs["Role/kgen-leader-election"] != nil {
+				t.Error("a leader-election Role with sharding")
+			}
+			var role rbacv1.Role
+			convert(t, objs["Role/kgen-shards"], &role)
+			want := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}}
+			if role.Namespace != "kgen-system" || !reflect.DeepEqual(role.Rules, want) {
+				t.Errorf("the shards' Role in %s grants %+v, want %+v in kgen-system", role.Namespace, role.Rules, want)
+			}
+			var binding rbacv1.RoleBinding
+			convert(t, objs["RoleBinding/kgen-shards"], &binding)
+			if binding.RoleRef.Name != "kgen-shards" || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "kgen" {
+				t.Errorf("the shards' RoleBinding binds %+v to %+v", binding.RoleRef, binding.Subjects)
 			}
 			var pod corev1.Pod
 			convert(t, objs["Pod/kgen-test"], &pod)
@@ -502,6 +577,26 @@ func TestTemplateErrors(t *testing.T) {
 			name: "two replicas without leader election",
 			args: []string{"--set", "replicaCount=2", "--set", "leaderElection.enabled=false"},
 			want: "replicaCount is 2 but leaderElection.enabled is false: every replica would write",
+		},
+		{
+			name: "sharding with leader election",
+			args: []string{"--set", "sharding.enabled=true"},
+			want: "sharding.enabled and leaderElection.enabled are exclusive",
+		},
+		{
+			name: "sharding with one replica: the schema names the replicas",
+			args: []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=1"},
+			want: "at '/replicaCount': minimum: got 1, want 2",
+		},
+		{
+			name: "sharding with no replica: the schema names sharding.enabled",
+			args: []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=0"},
+			want: "at '/sharding/enabled': value must be false",
+		},
+		{
+			name: "sharding with one replica, without the schema",
+			args: []string{"--skip-schema-validation", "--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false", "--set", "replicaCount=1"},
+			want: "sharding.enabled needs replicaCount of 2 or more, not 1",
 		},
 		{
 			name: "a bad event policy",

@@ -212,14 +212,15 @@ func exampleWebAppRulesIn(t *testing.T, ns string) string {
 }
 
 // generateRBACValues runs kgenctl rbac -o helm-values on the rules offline
-// (from the CRD file) and checks that the cluster's discovery gives the same.
-func generateRBACValues(t *testing.T, rulesFile string) string {
+// (from the CRD file), with extra flags, and checks that the cluster's
+// discovery gives the same.
+func generateRBACValues(t *testing.T, rulesFile string, extra ...string) string {
 	t.Helper()
-	offline, err := kgenctl(t, "rbac", "--rules", rulesFile, "--crd", filepath.Join(env.root, "examples/webapp/crd.yaml"), "-o", "helm-values")
+	offline, err := kgenctl(t, append([]string{"rbac", "--rules", rulesFile, "--crd", filepath.Join(env.root, "examples/webapp/crd.yaml"), "-o", "helm-values"}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	online, err := kgenctl(t, "rbac", "--rules", rulesFile, "--offline=false", "--kubeconfig", env.cp.Kubeconfig, "-o", "helm-values")
+	online, err := kgenctl(t, append([]string{"rbac", "--rules", rulesFile, "--offline=false", "--kubeconfig", env.cp.Kubeconfig, "-o", "helm-values"}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,10 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 		LeaderElection struct {
 			LeaseDuration string `json:"leaseDuration"`
 		} `json:"leaderElection"`
+		Sharding struct {
+			Enabled       any    `json:"enabled"`
+			LeaseDuration string `json:"leaseDuration"`
+		} `json:"sharding"`
 		RuleObjects struct {
 			Enabled any `json:"enabled"`
 		} `json:"ruleObjects"`
@@ -44,6 +48,8 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 		{"controller.kubeAPIQPS", "kube-api-qps", values.Controller.KubeAPIQPS},
 		{"controller.kubeAPIBurst", "kube-api-burst", values.Controller.KubeAPIBurst},
 		{"leaderElection.leaseDuration", "leader-elect-lease-duration", values.LeaderElection.LeaseDuration},
+		{"sharding.enabled", "shards", values.Sharding.Enabled},
+		{"sharding.leaseDuration", "leader-elect-lease-duration", values.Sharding.LeaseDuration},
 		{"ruleObjects.enabled", "rule-objects", values.RuleObjects.Enabled},
 	} {
 		f := flags.Lookup(tt.flag)

@@ -29,6 +29,7 @@ type rbacOptions struct {
 	leaderElect    bool
 	leaseName      string
 	ruleObjects    bool
+	shards         bool
 }
 
 func newRBACCmd(out io.Writer) *cobra.Command {
@@ -39,7 +40,7 @@ func newRBACCmd(out io.Writer) *cobra.Command {
 		Long: `Print the RBAC that "kgenctl run" needs for the rules, and nothing more:
 get/list/watch on the parents, patch on their status subresource, the child
 kinds' get/list/watch/create/patch/delete, events, and the leader-election
-Lease. A rule limited to namespaces gets Roles in those namespaces rather
+Lease (with --shards, patch on the parents and the shards' Leases). A rule limited to namespaces gets Roles in those namespaces rather
 than ClusterRole rules. Notes on what cannot be derived from the rules go
 to stderr.
 
@@ -84,6 +85,7 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "include the Role for the leader-election Lease (manifests)")
 	f.StringVar(&o.leaseName, "leader-elect-id", "kgen", "name of the leader-election Lease, which the Role names (manifests)")
 	f.BoolVar(&o.ruleObjects, "rule-objects", true, "include the ClusterRole for serving Rule objects, as kgenctl run does by default (manifests)")
+	f.BoolVar(&o.shards, "shards", false, "for 'kgenctl run --shards': patch on the parents, for their kgen.dev/shard label, and the Role for the shards' Leases instead of the leader-election one (manifests)")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
@@ -101,7 +103,7 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 	if err != nil {
 		return err
 	}
-	policy, err := rbac.For(loaded, resolver)
+	policy, err := rbac.For(loaded, resolver, rbac.Options{Sharding: o.shards})
 	err = kube.withServerMessage(err)
 	if errors.Is(err, kinds.ErrUnknownKind) {
 		return fmt.Errorf("%w\n(give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)", err)
@@ -120,7 +122,11 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 	// -o helm-values: the chart's values.
 	var b strings.Builder
 	b.WriteString(o.header())
-	b.WriteString("# Use with: helm install kgen charts/kgen -f THIS_FILE --set-file rules.NAME=RULES_FILE\n")
+	use := "# Use with: helm install kgen charts/kgen -f THIS_FILE --set-file rules.NAME=RULES_FILE"
+	if o.shards {
+		use += " \\\n#     --set sharding.enabled=true --set leaderElection.enabled=false"
+	}
+	b.WriteString(use + "\n")
 	y, err := yaml.Marshal(policy.HelmValues())
 	if err != nil {
 		return err
@@ -131,7 +137,11 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 }
 
 func (o *rbacOptions) header() string {
-	return fmt.Sprintf("# Written by 'kgenctl rbac' for the rules in %s.\n", strings.Join(o.rules, ", "))
+	shards := ""
+	if o.shards {
+		shards = ", for 'kgenctl run --shards'"
+	}
+	return fmt.Sprintf("# Written by 'kgenctl rbac' for the rules in %s%s.\n", strings.Join(o.rules, ", "), shards)
 }
 
 // printManifests prints the RBAC manifests: after a header as a YAML
@@ -139,7 +149,7 @@ func (o *rbacOptions) header() string {
 func (o *rbacOptions) printManifests(out io.Writer, printer printers.ResourcePrinter, policy *rbac.Policy) error {
 	manifests := policy.Manifests(rbac.ManifestOptions{
 		Name: o.name, Namespace: o.namespace, ServiceAccount: o.serviceAccount, NoLeaderElection: !o.leaderElect,
-		LeaseName: o.leaseName, NoRuleObjects: !o.ruleObjects,
+		LeaseName: o.leaseName, NoRuleObjects: !o.ruleObjects, Sharding: o.shards,
 		Labels: map[string]string{"app.kubernetes.io/name": "kgen", "app.kubernetes.io/component": "rbac"},
 	})
 	objs := make([]unstructured.Unstructured, len(manifests))

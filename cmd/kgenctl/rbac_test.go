@@ -13,8 +13,8 @@ import (
 // TestRBACExamples prints the RBAC of every example offline, from its CRD
 // (none for a built-in parent kind),
 // and compares it with testdata/rbac/<example>.yaml; the WebApp example's
-// Helm values are examples/webapp/rbac-values.yaml, which the docs and the
-// chart's tests use.
+// Helm values are examples/webapp/rbac-values.yaml (rbac-shards-values.yaml
+// with --shards), which the docs and the chart's tests use.
 func TestRBACExamples(t *testing.T) {
 	noCluster(t)
 	testdata, err := filepath.Abs("testdata/rbac")
@@ -48,6 +48,12 @@ func TestRBACExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden.Check(t, "examples/webapp/rbac-values.yaml", out)
+	// And for a sharded kgen, whose shards also patch the parents.
+	out, _, err = runKgenctl(t, "rbac", "--rules", "examples/webapp/rules.yaml", "--crd", "examples/webapp/crd.yaml", "--shards", "-o", "helm-values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, "examples/webapp/rbac-shards-values.yaml", out)
 }
 
 // The manifests in the formats of cli-runtime's printers: a v1 List for
@@ -97,6 +103,30 @@ subjects:
 - kind: ServiceAccount
   name: runner
   namespace: ops-system
+`,
+		},
+		{
+			name: "shards: their Leases instead of the leader-election one",
+			args: []string{"--crd", "../../examples/webapp/crd.yaml", "--shards"},
+			want: `kind: Role
+metadata:
+  labels:
+    app.kubernetes.io/component: rbac
+    app.kubernetes.io/name: kgen
+  name: kgen-shards
+  namespace: kgen
+rules:
+- apiGroups:
+  - coordination.k8s.io
+  resources:
+  - leases
+  verbs:
+  - get
+  - list
+  - watch
+  - create
+  - update
+  - delete
 `,
 		},
 		{

@@ -20,6 +20,7 @@ import (
 	"kgen.dev/kgen/pkg/manager"
 	"kgen.dev/kgen/pkg/metricsserver"
 	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/shard"
 )
 
 type runOptions struct {
@@ -36,6 +37,8 @@ type runOptions struct {
 	leaderElectNS string
 	leaderElectID string
 	leaseDuration time.Duration
+	shards        bool
+	shardID       string
 	logFormat     string
 	verbosity     int
 	profiling     bool
@@ -83,6 +86,8 @@ their CRDs appear.`,
 	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "namespace of the Lease (default: -n/--namespace, else the kubeconfig context's namespace, else the pod's in a cluster, else default)")
 	f.StringVar(&o.leaderElectID, "leader-elect-id", manager.DefaultLeaseName, "name of the Lease")
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", manager.DefaultLeaseDuration, "how long a Lease lasts without renewal")
+	f.BoolVar(&o.shards, "shards", false, "spread the parents over every replica run with --shards, each holding the Lease kgen-shard-<id> in --leader-elect-namespace (excludes --leader-elect)")
+	f.StringVar(&o.shardID, "shard-id", "", "this replica's shard id with --shards: the value of the kgen.dev/shard label on its parents and children (default: $POD_NAME, else the host name)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (2 logs every child write)")
 	f.StringVar(&o.events, "events", string(reconcile.EventsNotable), "which Events to record on parents: notable (Warnings, and Normal events for drift repairs, deletions and adoptions), all (also Created and Updated), warnings, or none")
@@ -109,6 +114,22 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 	}
 	if o.metricsCerts != "" && !o.metricsSecure {
 		return errors.New("--metrics-cert-dir needs --metrics-secure: without it /metrics is plain HTTP")
+	}
+	if o.leaderElect && o.shards {
+		return errors.New("--leader-elect and --shards are exclusive: with --shards every replica works, each on its own parents; with --leader-elect one replica works")
+	}
+	if o.shardID != "" && !o.shards {
+		return errors.New("--shard-id needs --shards")
+	}
+	if o.shards {
+		if o.shardID == "" {
+			if o.shardID = os.Getenv("POD_NAME"); o.shardID == "" {
+				o.shardID, _ = os.Hostname()
+			}
+		}
+		if err := shard.ValidateID(o.shardID); err != nil {
+			return fmt.Errorf("--shard-id: %w", err)
+		}
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
@@ -147,6 +168,7 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 		LeaderElection: manager.LeaderElection{
 			Enabled: o.leaderElect, Namespace: o.leaderElectNS, Name: o.leaderElectID, LeaseDuration: o.leaseDuration, Identity: identity,
 		},
+		Sharding: manager.Sharding{Enabled: o.shards, ID: o.shardID, Namespace: o.leaderElectNS, LeaseDuration: o.leaseDuration},
 	})
 	if err != nil {
 		return err

@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// Metrics flags that do not go together fail before kgen reads the rules or
-// looks for a cluster.
-func TestRunMetricsFlags(t *testing.T) {
+// Flags that do not go together fail before kgen reads the rules or looks
+// for a cluster.
+func TestRunFlagConflicts(t *testing.T) {
 	noCluster(t)
 	tests := []struct {
 		name string
@@ -18,6 +18,12 @@ func TestRunMetricsFlags(t *testing.T) {
 			want: "--profiling needs --metrics-secure: /debug/pprof is never served without authentication and authorization"},
 		{name: "a certificate folder without secure metrics", args: []string{"--metrics-cert-dir", "/certs"},
 			want: "--metrics-cert-dir needs --metrics-secure"},
+		{name: "leader election and shards", args: []string{"--leader-elect", "--shards", "--shard-id", "a"},
+			want: "--leader-elect and --shards are exclusive"},
+		{name: "a shard id without shards", args: []string{"--shard-id", "a"},
+			want: "--shard-id needs --shards"},
+		{name: "a shard id that cannot be a label value", args: []string{"--shards", "--shard-id", "Kgen_One"},
+			want: `--shard-id: shard id "Kgen_One" does not make a valid Lease name`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

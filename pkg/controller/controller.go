@@ -69,6 +69,9 @@ type Config struct {
 	RetryInterval time.Duration
 	// Metrics receives the controller's metrics; none are kept when nil.
 	Metrics *Metrics
+	// Sharding, when set, limits the controller to the parents assigned
+	// to this replica, and their children (see shard.go).
+	Sharding Sharding
 }
 
 // Defaults for Config.
@@ -109,6 +112,8 @@ type Controller struct {
 	watches    *watch.Manager
 	reconciler *reconcile.Reconciler
 	metrics    *Metrics
+	// shards is nil unless Config.Sharding is set.
+	shards *sharded
 
 	// kick wakes the activation loop early, after a kind went away.
 	kick chan struct{}
@@ -149,6 +154,8 @@ type ruleState struct {
 	childRegs  []*watch.Registration
 	inputRegs  []*watch.Registration
 	gvrs       []schema.GroupVersionResource // parent's, children's and inputs'
+	// unassign ends the sharding's assignment of the rule's parents.
+	unassign []func()
 
 	// stop ends the wait for the rule's informers to sync.
 	stop context.CancelFunc
@@ -181,6 +188,7 @@ func New(cfg Config) *Controller {
 	c := &Controller{
 		cfg:         cfg,
 		metrics:     cfg.Metrics,
+		shards:      newSharded(cfg.Sharding),
 		kick:        make(chan struct{}, 1),
 		rules:       map[string]*ruleState{},
 		leaving:     map[Key]types.UID{},
@@ -377,6 +385,14 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 		delete(c.leaving, key)
 		c.mu.Unlock()
 	}
+	done, refused, ok := c.beginShard(key, mapping.GroupVersionResource(), parent)
+	if !ok {
+		return refused, nil // another replica's, or on its way to one
+	}
+	defer done()
+	if err := c.takeOver(ctx, rs, mapping, parent); err != nil {
+		return reconcile.Result{}, err
+	}
 	result, err = c.reconciler.Reconcile(ctx, rs.rule, mapping, parent)
 	c.mu.Lock()
 	rs.ready[parent.GetUID()] = result.Ready
@@ -402,7 +418,7 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 	case err != nil:
 		return fmt.Errorf("read %s %s, which left rule %s: %w", mapping.Resource, key.Name, key.Rule, err)
 	}
-	if parent.GetUID() != uid || !slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(parent) {
+	if parent.GetUID() != uid || !slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(parent) || c.movedAway(parent) {
 		c.doneLeaving(key)
 		return nil
 	}
@@ -567,7 +583,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		}
 		return out, nil
 	}
-	childKeys, err := keys(place.ChildWatchNamespaces(), childSelector, false)
+	childKeys, err := keys(place.ChildWatchNamespaces(), c.shardSelector(childSelector), false)
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("child %w", err))
 	}
@@ -603,7 +619,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	}
 	parentRegs := map[string]*watch.Registration{}
 	for _, ns := range place.ParentWatchNamespaces() {
-		key := watch.Key{GVR: parent.GroupVersionResource(), Namespace: ns, Selector: rule.Parent.Selector.String()}
+		key := watch.Key{GVR: parent.GroupVersionResource(), Namespace: ns, Selector: c.shardSelector(rule.Parent.Selector.String())}
 		reg, err := c.watches.Acquire(key, c.parentHandler(rule))
 		if err != nil {
 			release()
@@ -613,9 +629,11 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		parentRegs[ns] = reg
 	}
 	syncCtx, stop := context.WithCancel(ctx)
+	unassign := c.assign(rule, parentRegs)
 	c.mu.Lock()
 	rs.active, rs.synced, rs.waiting = true, false, ""
 	rs.parent, rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, inputRegs, gvrs, stop
+	rs.unassign = unassign
 	c.mu.Unlock()
 	c.metrics.setWaiting(rule.Name, false)
 	klog.FromContext(ctx).Info("Rule started; waiting for its caches", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
@@ -708,6 +726,7 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 			}
 			c.mu.Unlock()
 			c.forgetReads(key)
+			c.unsettle(obj.GetUID())
 		} else if c.watches.Writes().Echo(obj) {
 			return // kgen's own write of the parent (its status, its finalizer)
 		}
@@ -834,7 +853,12 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	}
 	rs.active, rs.synced, rs.waiting = false, false, why.Error()
 	rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = nil, nil, nil, nil, nil
+	unassign := rs.unassign
+	rs.unassign = nil
 	c.mu.Unlock()
+	for _, stop := range unassign {
+		stop()
+	}
 	for _, r := range regs {
 		r.Release()
 	}

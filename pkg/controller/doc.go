@@ -19,8 +19,16 @@
 // if no rule selects it any more. A parent whose child's name is taken by an
 // object kgen may not touch is looked at again with a backoff of its own.
 //
+// With Config.Sharding ('kgenctl run --shards', pkg/shard) the parent and
+// child informers also select the replica's kgen.dev/shard label, the
+// Sharding assigns each rule's parents, and each reconcile first asks it
+// (Sharding.Begin) whether this replica may reconcile the parent now. A
+// parent that came to this replica has its children relabelled before its
+// first reconcile here (shard.go), so none looks missing.
+//
 // The controller reads only from its caches; every API request it makes is a
 // write by the reconciler, a list and watch of an informer, a read of a
-// parent that left a rule, or a read the reconciler makes on a rare path
-// (a conflict, a drift repair).
+// parent that left a rule, a read the reconciler makes on a rare path
+// (a conflict, a drift repair), or, with sharding, the list and relabelling
+// of the children of a parent that came to this replica.
 package controller

@@ -3,7 +3,10 @@
 // its policy, Prometheus metrics, the controller, the /metrics server
 // (pkg/metricsserver: plain, or HTTPS with callers reviewed by the API
 // server), the /healthz+/readyz server, and leader election, which feeds
-// leader_election_master_status.
+// leader_election_master_status, or sharding (pkg/shard): the controller
+// then runs under the replica's shard Lease, on its share of the parents,
+// and each Rule's status is written by one shard with every shard's
+// parent counts.
 //
 // kgenctl run only binds its flags to an Options and calls New and Run; the
 // end-to-end tests build the same Manager in-process, so what they test is

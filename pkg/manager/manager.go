@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +37,7 @@ import (
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/pkg/ruleset"
 	"kgen.dev/kgen/pkg/schema"
+	"kgen.dev/kgen/pkg/shard"
 	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
@@ -87,6 +89,9 @@ type Options struct {
 	// LeaderElection, when enabled, runs the controller only while this
 	// process holds a Lease.
 	LeaderElection LeaderElection
+	// Sharding, when enabled, spreads the parents over every replica
+	// started with it (see pkg/shard). It excludes LeaderElection.
+	Sharding Sharding
 	// RetryInterval is how often rules whose kinds are not served are
 	// tried again; controller.DefaultRetryInterval when zero.
 	RetryInterval time.Duration
@@ -112,6 +117,21 @@ type LeaderElection struct {
 	Identity string
 }
 
+// Sharding configures a replica of a sharded kgen.
+type Sharding struct {
+	Enabled bool
+	// ID names the replica's shard (see shard.ValidateID); required when
+	// Enabled.
+	ID string
+	// Namespace holds the shards' Leases; as LeaderElection.Namespace
+	// when empty.
+	Namespace string
+	// LeaseDuration is how long a shard's Lease lasts without renewal;
+	// DefaultLeaseDuration when zero. A replica that goes has its parents
+	// reconciled by the others within two of them.
+	LeaseDuration time.Duration
+}
+
 // Manager is a wired kgen. Create it with New and start it with Run.
 type Manager struct {
 	opts       Options
@@ -127,6 +147,8 @@ type Manager struct {
 	// kinds follows the cluster's CRDs and APIServices for the mapper,
 	// the controller and the rules.
 	kinds *mapper.Watcher
+	// shard is this replica's shard, when Sharding is enabled.
+	shard *shard.Shard
 
 	// state is "running", "standby" or why the controller is not running
 	// yet; it decides readiness.
@@ -141,6 +163,9 @@ func New(opts Options) (*Manager, error) {
 	}
 	if err := opts.Metrics.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.LeaderElection.Enabled && opts.Sharding.Enabled {
+		return nil, errors.New("leader election and sharding are exclusive: with sharding every replica works, on its own parents")
 	}
 	if opts.QPS == 0 {
 		opts.QPS = DefaultQPS
@@ -180,14 +205,38 @@ func New(opts Options) (*Manager, error) {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"})
 
 	m := &Manager{opts: opts, kube: kube, registry: reg, metrics: metricsServer, recorder: recorder, broadcast: broadcaster, restConfig: config}
+	var sharding controller.Sharding
+	if opts.Sharding.Enabled {
+		meta, err := metadata.NewForConfig(config)
+		if err != nil {
+			return nil, err
+		}
+		duration := opts.Sharding.LeaseDuration
+		if duration == 0 {
+			duration = DefaultLeaseDuration
+		}
+		m.shard, err = shard.New(shard.Config{
+			ID: opts.Sharding.ID, Namespace: leaseNamespace(opts.Sharding.Namespace), LeaseDuration: duration,
+			Kube: kube, Metadata: meta, Registerer: reg, Publish: m.publishCounts,
+		})
+		if err != nil {
+			return nil, err
+		}
+		sharding = m.shard
+	}
 	resources := mapper.New(kube.Discovery())
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
+		var writesStatus func(string) bool
+		if m.shard != nil {
+			writesStatus = m.writesRuleStatus
+		}
 		set, err := ruleset.New(ruleset.Config{
 			Paths: opts.RulePaths, Objects: opts.RuleObjects, Client: dyn, Resources: resources,
 			RetryInterval: opts.RetryInterval,
 			Apply:         func(rs []*rules.Rule) { m.ctrl.SetRules(append(slices.Clone(opts.Rules), rs...)) },
 			Progress:      progress{m},
+			WritesStatus:  writesStatus,
 		})
 		if err != nil {
 			return nil, err
@@ -201,7 +250,7 @@ func New(opts Options) (*Manager, error) {
 	m.ctrl = controller.New(controller.Config{
 		Rules: initial, Client: dyn, REST: restClient, Mapper: resources,
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
-		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events,
+		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events, Sharding: sharding,
 		Impersonate: impersonator(config),
 	})
 	meta, err := metadata.NewForConfig(config)
@@ -224,7 +273,8 @@ func (m *Manager) Controller() *controller.Controller { return m.ctrl }
 func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 
 // Ready returns nil when the manager is ready to work: its controller runs
-// and is ready, or it is a standby waiting for the Lease.
+// and is ready, or it is a standby waiting for the Lease. A shard is not
+// ready until it holds its Lease.
 func (m *Manager) Ready() error {
 	switch s := m.state.Load().(string); s {
 	case "running":
@@ -237,8 +287,9 @@ func (m *Manager) Ready() error {
 }
 
 // Run serves metrics and health, records events, and runs the controller
-// (under leader election when enabled) until ctx is done. It returns an
-// error if a server cannot listen or the Lease is lost.
+// (under leader election, or the shard's Lease, when enabled) until ctx is
+// done. It returns an error if a server cannot listen or the Lease is
+// lost.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	m.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.kube.CoreV1().Events("")})
@@ -265,7 +316,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		wg.Go(func() { m.kinds.Run(ctx) })
 		if m.rules != nil {
 			// Only the leader follows rule changes: it writes the Rules'
-			// status.
+			// status. With sharding every replica does, and each Rule's
+			// status is written by one of them (writesRuleStatus).
 			wg.Go(func() { m.rules.Run(ctx) })
 		}
 		if err := m.ctrl.Run(ctx); err != nil {
@@ -273,23 +325,21 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		wg.Wait()
 	}
-	if !m.opts.LeaderElection.Enabled {
-		runController(ctx)
-		return nil
+	switch {
+	case m.shard != nil:
+		m.state.Store("waiting for the shard's Lease")
+		return m.shard.Run(ctx, runController)
+	case m.opts.LeaderElection.Enabled:
+		return m.runWithLeaderElection(ctx, runController)
 	}
-	return m.runWithLeaderElection(ctx, runController)
+	runController(ctx)
+	return nil
 }
 
 func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Context)) error {
 	logger := klog.FromContext(ctx)
 	le := m.opts.LeaderElection
-	ns := le.Namespace
-	if ns == "" {
-		ns = "default"
-		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-			ns = strings.TrimSpace(string(b))
-		}
-	}
+	ns := leaseNamespace(le.Namespace)
 	name := le.Name
 	if name == "" {
 		name = DefaultLeaseName
@@ -363,6 +413,18 @@ func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Co
 	return nil
 }
 
+// leaseNamespace returns the namespace of kgen's Leases: ns, else the
+// pod's in a cluster, else "default".
+func leaseNamespace(ns string) string {
+	if ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return "default"
+}
+
 func healthMux(ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -402,8 +464,6 @@ func serve(ctx context.Context, wg *sync.WaitGroup, addr string, h http.Handler)
 // progress lets the rule set read the controller's state of each rule.
 type progress struct{ m *Manager }
 
-func (p progress) State(rule string) (controller.RuleState, bool) { return p.m.ctrl.State(rule) }
-
 // impersonator returns clients that act as a ServiceAccount, one per
 // ServiceAccount, made on first use: every write of the children of a rule
 // with spec.serviceAccount goes through one.
@@ -427,4 +487,46 @@ func impersonator(config *rest.Config) func(rules.ServiceAccount) (dynamic.Inter
 		clients[sa] = client
 		return client, nil
 	}
+}
+
+// State returns the controller's state of a rule; with sharding, its
+// parent counts are those of every live shard.
+func (p progress) State(rule string) (controller.RuleState, bool) {
+	st, ok := p.m.ctrl.State(rule)
+	if !ok || p.m.shard == nil {
+		return st, ok
+	}
+	for _, published := range p.m.shard.Published(annotationParents) {
+		var counts map[string][2]int
+		if json.Unmarshal([]byte(published), &counts) == nil {
+			st.Parents += counts[rule][0]
+			st.ReadyParents += counts[rule][1]
+		}
+	}
+	return st, true
+}
+
+// annotationParents is the annotation on a shard's Lease that holds its
+// parent counts per rule, as JSON: {"rule": [parents, readyParents]}.
+const annotationParents = "kgen.dev/parents"
+
+// publishCounts returns what a shard publishes on its Lease: its parent
+// counts of the rules of the rule set.
+func (m *Manager) publishCounts() map[string]string {
+	counts := map[string][2]int{}
+	if m.rules != nil {
+		for _, r := range m.rules.Rules() {
+			if st, ok := m.ctrl.State(r.Name); ok && st.Parents > 0 {
+				counts[r.Name] = [2]int{st.Parents, st.ReadyParents}
+			}
+		}
+	}
+	b, _ := json.Marshal(counts)
+	return map[string]string{annotationParents: string(b)}
+}
+
+// writesRuleStatus says whether this shard writes a Rule object's status:
+// the shard the ring gives the Rule does.
+func (m *Manager) writesRuleStatus(rule string) bool {
+	return m.shard.Owner(shard.Key(ruleset.RuleGVR.GroupResource(), "", rule)) == m.shard.ID()
 }

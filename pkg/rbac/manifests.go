@@ -25,6 +25,9 @@ type ManifestOptions struct {
 	// NoRuleObjects leaves out the ClusterRole for serving Rule objects
 	// (kgenctl run --rule-objects=false).
 	NoRuleObjects bool
+	// Sharding has the Role for the shards' Leases (ShardingRules) instead
+	// of the leader-election one.
+	Sharding bool
 	// Labels are put on every object.
 	Labels map[string]string
 }
@@ -50,6 +53,8 @@ func (o ManifestOptions) withDefaults() ManifestOptions {
 // cluster rules), a Role and RoleBinding per namespace in name order, the
 // ClusterRoles of DiscoveryRules and (unless NoRuleObjects) RuleObjectRules,
 // and the leader-election Role and RoleBinding. Each is a map ready to be
+// cluster rules), a Role and RoleBinding per namespace in name order, and
+// the leader-election (or the shards') Role and RoleBinding. Each is a map ready to be
 // written as YAML or JSON.
 func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	o = o.withDefaults()
@@ -77,7 +82,10 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	if !o.NoRuleObjects {
 		role("ClusterRole", o.Name+"-rule-objects", "", RuleObjectRules())
 	}
-	if !o.NoLeaderElection {
+	switch {
+	case o.Sharding:
+		role("Role", o.Name+"-shards", o.Namespace, ShardingRules())
+	case !o.NoLeaderElection:
 		role("Role", o.Name+"-leader-election", o.Namespace, LeaderElectionRules(o.LeaseName))
 	}
 	return out

@@ -88,6 +88,28 @@ func DiscoveryRules() []rbacv1.PolicyRule {
 	}}
 }
 
+// ShardingRules are what 'kgenctl run --shards' needs in the namespace of
+// the shards' Leases: each shard creates and renews its own Lease, lists
+// and watches the others', takes over one that expired (fencing its
+// holder) and deletes one long dead. Shards are named after their pods, so
+// the Leases' names are not known in advance and cannot be listed.
+func ShardingRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups: []string{"coordination.k8s.io"},
+		Resources: []string{"leases"},
+		Verbs:     []string{"get", "list", "watch", "create", "update", "delete"},
+	}}
+}
+
+// Options change what For grants. The zero value is for one kgen, or
+// several under leader election.
+type Options struct {
+	// Sharding grants what 'kgenctl run --shards' needs beyond one kgen:
+	// patch on the parents, as the shards write their kgen.dev/shard label
+	// (children have patch already).
+	Sharding bool
+}
+
 // grantKey is one resource, or one named object of a resource.
 type grantKey struct {
 	group, resource, name string
@@ -115,7 +137,7 @@ var clusterWide = []string{""}
 // For returns the least-privileged policy that lets kgen run the rules.
 // Every kind the rules use is resolved first; all that fail are reported
 // together.
-func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
+func For(loaded []*rules.Rule, r Resolver, opts Options) (*Policy, error) {
 	res := &resolver{r: r, done: map[schema.GroupVersionKind]kinds.Mapping{}, failed: map[schema.GroupVersionKind]bool{}}
 	var notes []string
 	g := grants{}
@@ -134,7 +156,7 @@ func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
 		if !ok {
 			continue
 		}
-		notes = append(notes, g.addRule(rule, parent, children, inputs)...)
+		notes = append(notes, g.addRule(rule, parent, children, inputs, opts)...)
 	}
 	if err := errors.Join(res.errs...); err != nil {
 		return nil, err
@@ -169,7 +191,7 @@ func For(loaded []*rules.Rule, r Resolver) (*Policy, error) {
 // addRule grants what one rule needs and returns notes on what it cannot.
 // Where kgen watches and writes is the rule's Placement, as the controller
 // and the renderer see it.
-func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs []kinds.Mapping) (notes []string) {
+func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs []kinds.Mapping, opts Options) (notes []string) {
 	scopes := resolvedScopes{rule.Parent.GroupVersionKind: parent}
 	for i, c := range rule.Children {
 		scopes[c.GroupVersionKind] = children[i]
@@ -222,8 +244,9 @@ func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs
 		// parent's deletion.
 		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/finalizers"}, "update")
 	}
-	if pl.MayNeedFinalizer() {
-		// kgen's cleanup finalizer is set by server-side apply of the parent.
+	if pl.MayNeedFinalizer() || opts.Sharding {
+		// kgen's cleanup finalizer is set by server-side apply of the
+		// parent; the shards patch its kgen.dev/shard label.
 		g.add(parentAt, parentKey, "patch")
 	}
 	return notes

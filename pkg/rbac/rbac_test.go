@@ -314,7 +314,7 @@ func TestFor(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v\n%s", err, tt.rules)
 			}
-			p, err := For(loaded, cluster)
+			p, err := For(loaded, cluster, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,6 +328,29 @@ func TestFor(t *testing.T) {
 	}
 }
 
+// Shards write their label on the parents: with Options.Sharding the parents
+// get patch, and nothing else changes.
+func TestForSharding(t *testing.T) {
+	loaded, err := rules.Parse("rules.yaml", []byte(rule("r", "App", "    namespaces: [a]\n", "", "ConfigMap")), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := For(loaded, cluster, Options{Sharding: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"a core configmaps " + all,
+		"a core events create,patch",
+		"a example.com apps get,list,watch,patch",
+		"a example.com apps/finalizers update",
+		"a example.com apps/status patch",
+	}
+	if got := lines(p); !slices.Equal(got, want) {
+		t.Errorf("For() =\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // Every kind that cannot be resolved is reported, each once.
 func TestForUnknownKinds(t *testing.T) {
 	// Two rules on one kind must select different parents to load.
@@ -336,7 +359,7 @@ func TestForUnknownKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = For(loaded, cluster)
+	_, err = For(loaded, cluster, Options{})
 	if !errors.Is(err, kinds.ErrUnknownKind) {
 		t.Fatalf("For() error = %v, want ErrUnknownKind", err)
 	}

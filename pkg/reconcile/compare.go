@@ -22,8 +22,8 @@ import (
 // so a template change is seen even when it only removes a field.
 const AnnotationTemplateHash = "kgen.dev/template-hash"
 
-// withHash sets AnnotationTemplateHash on desired to a hash of the rest of it,
-// and returns desired.
+// withHash sets AnnotationTemplateHash on desired to a hash of the rest of it
+// but LabelShard, and returns desired.
 func withHash(desired *unstructured.Unstructured) *unstructured.Unstructured {
 	out := desired
 	ann := out.GetAnnotations()
@@ -32,10 +32,20 @@ func withHash(desired *unstructured.Unstructured) *unstructured.Unstructured {
 		ann = nil // hash the object as if it never had the annotation
 	}
 	out.SetAnnotations(ann)
+	// The replica a parent is assigned to is not part of the template: a
+	// parent that moves relabels its children (pkg/controller's takeover)
+	// without making them out of date.
+	meta, _ := out.Object["metadata"].(map[string]any)
+	labels, _ := meta["labels"].(map[string]any)
+	shard, sharded := labels[LabelShard]
+	delete(labels, LabelShard)
 	// encoding/json sorts map keys, so equal objects hash equally.
 	b, err := json.Marshal(out.Object)
 	if err != nil { // an unstructured object is always JSON; keep it safe anyway
 		b = []byte(err.Error())
+	}
+	if sharded {
+		labels[LabelShard] = shard
 	}
 	sum := sha256.Sum256(b)
 	if ann == nil {

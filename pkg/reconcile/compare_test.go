@@ -70,6 +70,41 @@ func TestUpToDate(t *testing.T) {
 	}
 }
 
+// A parent that moves to another replica relabels its children: the
+// template hash leaves kgen.dev/shard out, so the relabelled child is still
+// up to date, while any other label counts.
+func TestTemplateHashLeavesOutShard(t *testing.T) {
+	child := func(labels map[string]any) *unstructured.Unstructured {
+		return withHash(obj(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "c", "labels": labels}, "data": map[string]any{"k": "v"}}))
+	}
+	a := child(map[string]any{"app": "x", LabelShard: "a"})
+	tests := []struct {
+		name  string
+		other *unstructured.Unstructured
+		same  bool
+	}{
+		{"another shard", child(map[string]any{"app": "x", LabelShard: "b"}), true},
+		{"no shard", child(map[string]any{"app": "x"}), true},
+		{"another label", child(map[string]any{"app": "y", LabelShard: "a"}), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if same := templateHash(a) == templateHash(tt.other); same != tt.same {
+				t.Errorf("hashes equal = %t, want %t", same, tt.same)
+			}
+		})
+	}
+	if a.GetLabels()[LabelShard] != "a" {
+		t.Errorf("withHash dropped the shard label: %v", a.GetLabels())
+	}
+	relabelled := a.DeepCopy()
+	relabelled.SetLabels(map[string]string{"app": "x", LabelShard: "b"})
+	if !UpToDate(child(map[string]any{"app": "x", LabelShard: "b"}), relabelled, nil) {
+		t.Error("a child relabelled to its parent's new shard is not up to date")
+	}
+}
+
 // The schema says how the server stores a kind: keyed lists match by key,
 // sets by value, quantities by value. These are the differences a server
 // makes that are not changes.

@@ -14,6 +14,12 @@ const (
 	LabelParentUID = "kgen.dev/parent-uid"
 	// LabelChild holds the child's id within its rule.
 	LabelChild = "kgen.dev/child"
+	// LabelShard assigns a parent to one replica of 'kgenctl run --shards'
+	// (see pkg/shard). A child carries its parent's value, or none when
+	// the parent has none, so each replica watches only its own children.
+	// The template hash leaves it out: a parent that moves to another
+	// replica changes its children's label, not their template.
+	LabelShard = "kgen.dev/shard"
 	// AnnotationParent holds the parent's "namespace/name", or "name" for a
 	// cluster-scoped parent, so a child without an ownerReference (another
 	// namespace, or a cluster-scoped child of a namespaced parent) still

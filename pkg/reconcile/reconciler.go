@@ -645,7 +645,7 @@ func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *u
 // changes another object of that name.
 func (r *Reconciler) orphan(ctx context.Context, client dynamic.ResourceInterface, parent, obj *unstructured.Unstructured, ref, id, why string) error {
 	labels := map[string]any{}
-	for _, k := range []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild} {
+	for _, k := range []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild, LabelShard} {
 		labels[k] = nil
 	}
 	annotations := map[string]any{}

@@ -541,6 +541,11 @@ func (r *renderer) child(c *rules.Child, each map[string]any) (Child, error) {
 	labels[LabelRule] = r.rule.Name
 	labels[LabelParentUID] = string(r.parent.GetUID())
 	labels[LabelChild] = c.ID
+	if shard := r.parent.GetLabels()[LabelShard]; shard != "" {
+		labels[LabelShard] = shard
+	} else {
+		delete(labels, LabelShard)
+	}
 	for k, v := range labels {
 		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
 			return Child{}, r.invalid(c.ID, "template.metadata.labels: invalid label key %q: %s", k, strings.Join(msgs, "; "))

@@ -334,6 +334,41 @@ func TestRenderMetadata(t *testing.T) {
 	golden.Check(t, filepath.Join("testdata", "metadata.golden.yaml"), string(out))
 }
 
+// A child carries its parent's kgen.dev/shard label, so the replica the
+// parent is assigned to watches it; without one on the parent the child has
+// none, whatever the template says.
+func TestRenderShardLabel(t *testing.T) {
+	rule := parseRule(t, ruleFor("App", "", `  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+        labels: {kgen.dev/shard: from-template}
+`))
+	tests := []struct {
+		name, parentShard, want string
+	}{
+		{"sharded parent", "kgen-7f9c", "kgen-7f9c"},
+		{"parent without a shard", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parent := object(t, app)
+			if tt.parentShard != "" {
+				parent.SetLabels(map[string]string{LabelShard: tt.parentShard})
+			}
+			got, err := Render(rule, parent, Observed{}, scoper(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := got.Children[0].Object.GetLabels()[LabelShard]; got != tt.want {
+				t.Errorf("child's %s = %q, want %q", LabelShard, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestRenderErrors(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -92,6 +92,10 @@ type Config struct {
 	// Progress, when set, is how the Rules' status learns whether a rule
 	// runs and its parent counts.
 	Progress Progress
+	// WritesStatus, when set, says which Rule objects' status this Set
+	// writes: with several replicas working at once (sharding), each Rule
+	// has one writer. Every Rule's when nil.
+	WritesStatus func(rule string) bool
 }
 
 // Set is the set of rules a kgen serves. Create it with New, which reads the
@@ -536,6 +540,10 @@ func (s *Set) writeAll(ctx context.Context) {
 	now := time.Now()
 	s.mu.Lock()
 	for name, o := range s.objects {
+		if s.cfg.WritesStatus != nil && !s.cfg.WritesStatus(name) {
+			o.written = "" // another replica writes it; if it comes back here, write it then
+			continue
+		}
 		status := s.statusLocked(name, o)
 		key, counts := statusKey(status)
 		if key == o.written && (counts == o.counts || now.Sub(o.writtenT) < StatusInterval) {

@@ -84,6 +84,25 @@ all: no rules files and no Rule objects.
 {{- end }}
 
 {{/*
+kgen.checkReplicas fails the release when its replicas would not work
+together: more than one without leader election or sharding would all
+write; sharding needs at least two, and excludes leader election.
+*/}}
+{{- define "kgen.checkReplicas" -}}
+{{- $replicas := int .Values.replicaCount }}
+{{- if .Values.sharding.enabled }}
+{{- if .Values.leaderElection.enabled }}
+{{- fail "sharding.enabled and leaderElection.enabled are exclusive: with sharding every replica works, each on its own parents. Set leaderElection.enabled=false" }}
+{{- end }}
+{{- if lt $replicas 2 }}
+{{- fail (printf "sharding.enabled needs replicaCount of 2 or more, not %d: one shard is one kgen" $replicas) }}
+{{- end }}
+{{- else if and (gt $replicas 1) (not .Values.leaderElection.enabled) }}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: every replica would write. Enable leader election or sharding, or run one replica" $replicas) }}
+{{- end }}
+{{- end }}
+
+{{/*
 kgen.cleanupEnabled is "true" when the pre-delete cleanup hook runs: it is
 enabled and there are rules to read the parent kinds from, in files or in
 Rule objects.

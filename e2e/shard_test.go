@@ -1,0 +1,530 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kgen.dev/kgen/pkg/shard"
+)
+
+const shardeeRules = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: shardee
+spec:
+  parent:
+    apiVersion: shard.example.com/v1
+    kind: Shardee
+    namespaces: [NAMESPACE]
+  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-cm
+      data:
+        value: ${parent.spec.value}
+`
+
+// Sharding (contract §9): three replicas run with --shards as three users.
+// 300 parents are spread over them by the ring, and each child is written
+// by its parent's replica only; the Rule's status, written by one replica,
+// counts every shard's parents. A replica killed with SIGKILL has its
+// parents reconciled by the others, after a parent update, within two
+// lease durations. A fourth replica that joins gets its share of the
+// parents, handed over without a child deleted or recreated, and each
+// child is written by one replica at a time. One stopped with SIGTERM hands
+// its parents over at once, by releasing its Lease.
+func TestShards(t *testing.T) {
+	const parents, leaseDuration = 300, 8 * time.Second
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, "shard.example.com", "Shardee", "shardees")
+	applyRule(t, strings.Replace(shardeeRules, "NAMESPACE", ns, 1))
+	args := []string{"--shards", "--leader-elect-namespace", ns, "--leader-elect-lease-duration", leaseDuration.String()}
+	user := func(id string) string { return "kgen-shard-" + id }
+	procs := map[string]*kgenProcess{}
+	startShard := func(id string) {
+		procs[id] = startKgen(t, user(id), append(slices.Clone(args), "--shard-id", id)...)
+	}
+	for _, id := range []string{"s1", "s2", "s3"} {
+		startShard(id)
+	}
+	waitMembers(t, procs, 3)
+
+	start := time.Now()
+	err := forEachParent(t.Context(), parents, func(ctx context.Context, name string) error {
+		_, err := env.dynamic.Resource(gvr).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "shard.example.com/v1", "kind": "Shardee",
+			"metadata": map[string]any{"name": name, "namespace": ns}, "spec": map[string]any{"value": "v1"}}}, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := []string{"s1", "s2", "s3"}
+	assigned := waitSharded(t, gvr, ns, parents, live, "v1", 90*time.Second)
+	t.Logf("%d parents converged on 3 shards in %s: %v", parents, time.Since(start).Round(time.Millisecond), countShards(assigned))
+	for _, id := range live {
+		if n := countShards(assigned)[id]; n < parents/3/2 {
+			t.Errorf("shard %s got %d of %d parents", id, n, parents)
+		}
+	}
+	// Each child was written by the replica of its parent, and no other.
+	for cm, users := range writersOf(t, ns, "configmaps", start, user) {
+		if want := user(assigned[strings.TrimSuffix(cm, "-cm")]); len(users) != 1 || users[0] != want {
+			t.Errorf("ConfigMap %s was written by %v, want only %s", cm, users, want)
+		}
+	}
+	uids := childUIDs(t, ns)
+	if len(uids) != parents {
+		t.Fatalf("%d children, want %d", len(uids), parents)
+	}
+	// The Rule's status counts the parents of every shard, and one shard
+	// writes it.
+	waitRuleStatus(t, "shardee", func(o *unstructured.Unstructured) error {
+		p, _, _ := unstructured.NestedInt64(o.Object, "status", "parents")
+		r, _, _ := unstructured.NestedInt64(o.Object, "status", "readyParents")
+		if p != parents || r != parents {
+			return fmt.Errorf("the Rule counts %d parents, %d ready; want %d", p, r, parents)
+		}
+		return nil
+	})
+	statusWriter := shard.NewRing(live, 0).Owner(shard.Key(ruleGVR.GroupResource(), "", "shardee"))
+	for _, id := range live {
+		for _, e := range auditOf(t, user(id), start) {
+			if e.ObjectRef.Resource == "rules" && e.ObjectRef.Name == "shardee" && isWrite(e.Verb) && id != statusWriter {
+				t.Errorf("%s wrote the Rule's %s; only %s should", user(id), e.ObjectRef.Subresource, user(statusWriter))
+			}
+		}
+	}
+
+	// Each child was created once, by its parent's shard (an apply answered
+	// 201), and from now on none may be deleted or created again, by
+	// anyone.
+	settled := time.Now()
+	created := map[string]int{}
+	for _, e := range childLifecycle(t, ns, start) {
+		if e.Verb != "patch" || e.User.Username != user(assigned[strings.TrimSuffix(e.ObjectRef.Name, "-cm")]) {
+			t.Errorf("%s: %s %s (%d) of ConfigMap %s/%s", e.User.Username, e.Verb, e.RequestURI, e.ResponseStatus.Code, ns, e.ObjectRef.Name)
+		}
+		created[e.ObjectRef.Name]++
+	}
+	if len(created) != parents {
+		t.Errorf("%d ConfigMaps were created, want %d", len(created), parents)
+	}
+	for cm, n := range created {
+		if n != 1 {
+			t.Errorf("ConfigMap %s was created %d times", cm, n)
+		}
+	}
+
+	// SIGKILL s1, and change every parent it had.
+	procs["s1"].kill()
+	killed := time.Now()
+	var orphans []string
+	for name, id := range assigned {
+		if id == "s1" {
+			orphans = append(orphans, name)
+		}
+	}
+	sort.Strings(orphans)
+	if err := patchValues(t.Context(), gvr, ns, orphans, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	live = []string{"s2", "s3"}
+	eventually(t, 60*time.Second, func() (bool, error) {
+		return convergedOn(t, gvr, ns, orphans, live, "v2")
+	}, "the parents of the killed shard to be reconciled by the others")
+	took := time.Since(killed)
+	t.Logf("the %d parents of the killed s1 converged on %v %s after the kill", len(orphans), live, took.Round(time.Millisecond))
+	// Two lease durations, and a second for this machine's load.
+	if limit := 2*leaseDuration + time.Second; took > limit {
+		t.Errorf("the parents of the killed shard took %s, more than %s", took.Round(time.Millisecond), limit)
+	}
+	delete(procs, "s1")
+	checkNoRecreation(t, ns, settled, uids)
+
+	// s4 joins: it gets its share, handed over by s2 and s3.
+	joined := time.Now()
+	startShard("s4")
+	live = []string{"s2", "s3", "s4"}
+	assigned = waitSharded(t, gvr, ns, parents, live, "", 60*time.Second)
+	t.Logf("parents after s4 joined, in %s: %v", time.Since(joined).Round(time.Millisecond), countShards(assigned))
+	if countShards(assigned)["s4"] == 0 {
+		t.Fatal("no parent moved to s4")
+	}
+	checkNoRecreation(t, ns, settled, uids)
+	// One replica at a time: once a parent's new shard wrote it or its
+	// child, its old shard never did again. A child's takeover found it:
+	// no write of a child was refused.
+	for _, resource := range []string{"configmaps", gvr.Resource} {
+		for name, users := range writersOf(t, ns, resource, killed, user) {
+			if len(users) > 2 {
+				t.Errorf("%s %s was written by %v since the kill", resource, name, users)
+			}
+		}
+	}
+	for id := range procs {
+		for _, e := range auditOf(t, user(id), killed) {
+			if e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Namespace == ns && e.ResponseStatus.Code >= 300 {
+				t.Errorf("%s's %s of ConfigMap %s failed: %d (%s %s)", user(id), e.Verb, e.ObjectRef.Name, e.ResponseStatus.Code, e.StageTimestamp.Format("15:04:05.000000"), e.RequestURI)
+			}
+		}
+	}
+
+	// Every shard reconciles its parents now, and only its own.
+	updated := time.Now()
+	names := make([]string, 0, parents)
+	for name := range assigned {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if err := patchValues(t.Context(), gvr, ns, names, "v3"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() (bool, error) {
+		return convergedOn(t, gvr, ns, names, live, "v3")
+	}, "every parent to be reconciled after the update")
+	for cm, users := range writersOf(t, ns, "configmaps", updated, user) {
+		if want := user(assigned[strings.TrimSuffix(cm, "-cm")]); len(users) != 1 || users[0] != want {
+			t.Errorf("after the update, ConfigMap %s was written by %v, want only %s", cm, users, want)
+		}
+	}
+	checkNoRecreation(t, ns, settled, uids)
+
+	// s4 stops cleanly: it releases its Lease once it stopped writing, and
+	// the others take its parents at once, without waiting for an expiry.
+	var leaving []string
+	for name, id := range assigned {
+		if id == "s4" {
+			leaving = append(leaving, name)
+		}
+	}
+	sort.Strings(leaving)
+	if len(leaving) == 0 {
+		t.Fatal("s4 has no parents to hand over")
+	}
+	_ = procs["s4"].cmd.Process.Signal(syscall.SIGTERM)
+	stopped := time.Now()
+	<-procs["s4"].done
+	delete(procs, "s4")
+	if err := patchValues(t.Context(), gvr, ns, leaving, "v4"); err != nil {
+		t.Fatal(err)
+	}
+	live = []string{"s2", "s3"}
+	eventually(t, 60*time.Second, func() (bool, error) {
+		return convergedOn(t, gvr, ns, leaving, live, "v4")
+	}, "the parents of the stopped shard to be reconciled by the others")
+	took = time.Since(stopped)
+	t.Logf("the %d parents of s4, stopped with SIGTERM, converged on %v %s after the signal", len(leaving), live, took.Round(time.Millisecond))
+	// Without waiting for the Lease to expire: well within one duration of
+	// it, and this machine's load.
+	if limit := leaseDuration + 2*time.Second; took > limit {
+		t.Errorf("the parents of the stopped shard took %s, more than %s", took.Round(time.Millisecond), limit)
+	}
+	checkNoRecreation(t, ns, settled, uids)
+}
+
+// checkNoRecreation checks that since a time no ConfigMap in ns was
+// deleted or created, by anyone, and that the children are those of uids.
+func checkNoRecreation(t *testing.T, ns string, since time.Time, uids map[string]types.UID) {
+	t.Helper()
+	for _, e := range childLifecycle(t, ns, since) {
+		t.Errorf("%s: %s %s (%d) of ConfigMap %s/%s at %s", e.User.Username, e.Verb, e.RequestURI, e.ResponseStatus.Code,
+			ns, e.ObjectRef.Name, e.StageTimestamp.Format("15:04:05.000"))
+	}
+	if now := childUIDs(t, ns); !equalUIDs(uids, now) {
+		t.Errorf("children were recreated: %d before, %d now, %d differ", len(uids), len(now), diffUIDs(uids, now))
+	}
+}
+
+// childLifecycle returns the requests, by anyone, since a time, that
+// deleted or created a ConfigMap in ns: a DELETE, a POST, or an apply
+// (PATCH) answered 201 Created, as kgen creates children.
+func childLifecycle(t *testing.T, ns string, since time.Time) []auditEvent {
+	t.Helper()
+	f, err := os.Open(env.cp.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" || e.StageTimestamp.Before(since) ||
+			e.ObjectRef.Resource != "configmaps" || e.ObjectRef.Namespace != ns || e.ResponseStatus.Code >= 300 {
+			continue
+		}
+		switch {
+		case e.Verb == "delete", e.Verb == "deletecollection", e.Verb == "create",
+			e.Verb == "patch" && e.ResponseStatus.Code == http.StatusCreated:
+			out = append(out, e)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitMembers waits until every replica sees n live shards.
+func waitMembers(t *testing.T, procs map[string]*kgenProcess, n int) {
+	t.Helper()
+	for id, p := range procs {
+		eventually(t, 60*time.Second, func() (bool, error) {
+			_, body, err := httpGet(p.metric + "/metrics")
+			line := fmt.Sprintf("kgen_shard_members %d", n)
+			return err == nil && strings.Contains(body, "\n"+line+"\n"), fmt.Errorf("/metrics has no %s (%v)", line, err)
+		}, "shard %s to see %d shards", id, n)
+	}
+}
+
+// forEachParent runs fn for parents shardee-000 ... concurrently.
+func forEachParent(ctx context.Context, n int, fn func(ctx context.Context, name string) error) error {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("shardee-%03d", i)
+	}
+	return forEach(ctx, names, fn)
+}
+
+func forEach(ctx context.Context, names []string, fn func(ctx context.Context, name string) error) error {
+	work := make(chan string, len(names))
+	for _, n := range names {
+		work <- n
+	}
+	close(work)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for range 16 {
+		wg.Go(func() {
+			for name := range work {
+				if err := fn(ctx, name); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s: %w", name, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func patchValues(ctx context.Context, gvr schema.GroupVersionResource, ns string, names []string, value string) error {
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"value": value}})
+	return forEach(ctx, names, func(ctx context.Context, name string) error {
+		_, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// waitSharded waits until there are n parents, each labelled with the
+// shard the ring of live shards gives it, each with its child carrying the
+// same label (and the value, unless empty) and its status observing its
+// generation; it returns each parent's shard.
+func waitSharded(t *testing.T, gvr schema.GroupVersionResource, ns string, n int, live []string, value string, timeout time.Duration) map[string]string {
+	t.Helper()
+	var assigned map[string]string
+	eventually(t, timeout, func() (bool, error) {
+		list, err := env.dynamic.Resource(gvr).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		if len(list.Items) != n {
+			return false, fmt.Errorf("%d parents", len(list.Items))
+		}
+		names := make([]string, 0, n)
+		for _, p := range list.Items {
+			names = append(names, p.GetName())
+		}
+		ok, err := convergedOn(t, gvr, ns, names, live, value)
+		if !ok {
+			return false, err
+		}
+		assigned = map[string]string{}
+		for _, p := range list.Items {
+			assigned[p.GetName()] = p.GetLabels()[shard.Label]
+		}
+		return true, nil
+	}, "%d parents sharded over %v", n, live)
+	return assigned
+}
+
+// convergedOn checks the named parents: each labelled with the shard the
+// ring of live shards gives it, its status observing its generation, and
+// its ConfigMap carrying the same label and, unless value is empty, that
+// value.
+func convergedOn(t *testing.T, gvr schema.GroupVersionResource, ns string, names, live []string, value string) (bool, error) {
+	ring := shard.NewRing(live, 0)
+	list, err := env.dynamic.Resource(gvr).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	cms, err := env.kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "kgen.dev/rule=shardee"})
+	if err != nil {
+		return false, err
+	}
+	children := map[string]map[string]string{} // name → labels, with data.value as "value"
+	for _, cm := range cms.Items {
+		l := map[string]string{"value": cm.Data["value"]}
+		for k, v := range cm.Labels {
+			l[k] = v
+		}
+		children[cm.Name] = l
+	}
+	parents := map[string]unstructured.Unstructured{}
+	for _, p := range list.Items {
+		parents[p.GetName()] = p
+	}
+	for _, name := range names {
+		p, ok := parents[name]
+		if !ok {
+			return false, fmt.Errorf("no parent %s", name)
+		}
+		got, want := p.GetLabels()[shard.Label], ring.Owner(shard.Key(gvr.GroupResource(), ns, name))
+		if got != want {
+			return false, fmt.Errorf("parent %s is on shard %q, the ring gives it to %s", name, got, want)
+		}
+		if g, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration"); g != p.GetGeneration() {
+			return false, fmt.Errorf("parent %s: observedGeneration %d of %d", name, g, p.GetGeneration())
+		}
+		cm := children[name+"-cm"]
+		switch {
+		case cm == nil:
+			return false, fmt.Errorf("parent %s has no ConfigMap", name)
+		case cm[shard.Label] != got:
+			return false, fmt.Errorf("ConfigMap of %s is on shard %q, its parent on %s", name, cm[shard.Label], got)
+		case value != "" && cm["value"] != value:
+			return false, fmt.Errorf("ConfigMap of %s holds %q, want %q", name, cm["value"], value)
+		}
+	}
+	return true, nil
+}
+
+func countShards(assigned map[string]string) map[string]int {
+	out := map[string]int{}
+	for _, id := range assigned {
+		out[id]++
+	}
+	return out
+}
+
+// writersOf returns, per object of a resource in ns, the shards' users that
+// wrote it since a time, in order, each once per run of writes.
+func writersOf(t *testing.T, ns, resource string, since time.Time, user func(string) string) map[string][]string {
+	t.Helper()
+	type write struct {
+		user string
+		at   time.Time
+	}
+	writes := map[string][]write{}
+	for _, id := range []string{"s1", "s2", "s3", "s4"} {
+		for _, e := range auditOf(t, user(id), since) {
+			if e.ObjectRef.Resource == resource && e.ObjectRef.Namespace == ns && isWrite(e.Verb) && e.ResponseStatus.Code < 300 {
+				writes[e.ObjectRef.Name] = append(writes[e.ObjectRef.Name], write{user(id), e.StageTimestamp})
+			}
+		}
+	}
+	out := map[string][]string{}
+	for cm, ws := range writes {
+		sort.Slice(ws, func(i, j int) bool { return ws[i].at.Before(ws[j].at) })
+		var users []string
+		for _, w := range ws {
+			if len(users) == 0 || users[len(users)-1] != w.user {
+				users = append(users, w.user)
+			}
+		}
+		out[cm] = users
+	}
+	return out
+}
+
+func equalUIDs(a, b map[string]types.UID) bool { return diffUIDs(a, b) == 0 && len(a) == len(b) }
+
+func diffUIDs(a, b map[string]types.UID) int {
+	n := 0
+	for name, uid := range a {
+		if b[name] != uid {
+			n++
+		}
+	}
+	return n
+}
+
+// The chart with sharding.enabled: two pods, each a shard named after
+// itself, with the RBAC 'kgenctl rbac --shards' generates and the chart's
+// Role for the shards' Leases. The parents are spread over both pods,
+// their children follow, and every parent converges.
+func TestHelmShards(t *testing.T) {
+	const parents = 20
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns, release := newNamespace(t), newNamespace(t)
+	startPods(t, release)
+	rulesFile := exampleWebAppRulesIn(t, ns)
+	helmInstall(t, filepath.Join(env.root, "charts/kgen"), release, "-f", generateRBACValues(t, rulesFile, "--shards"),
+		"--set-file", "rules.webapp="+rulesFile, "--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false")
+	var pods []string
+	for _, p := range podsOf(t, release, "app.kubernetes.io/instance=kgen,app.kubernetes.io/name=kgen") {
+		pods = append(pods, p.Name)
+	}
+	if len(pods) != 2 {
+		t.Fatalf("pods %v, want 2", pods)
+	}
+	for i := range parents {
+		create(t, webappGVR, webapp(ns, fmt.Sprintf("app-%02d", i), 1))
+	}
+	eventually(t, 90*time.Second, func() (bool, error) { return converged(t, ns, parents) }, "every parent to converge")
+	eventually(t, 30*time.Second, func() (bool, error) {
+		list, err := env.dynamic.Resource(webappGVR).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		cms := childUIDs(t, ns)
+		got := map[string]int{}
+		for _, p := range list.Items {
+			id := p.GetLabels()[shard.Label]
+			if !slices.Contains(pods, id) {
+				return false, fmt.Errorf("parent %s is on shard %q, not one of the pods %v", p.GetName(), id, pods)
+			}
+			if _, ok := cms["configmaps/"+p.GetName()+"-config"]; !ok {
+				return false, fmt.Errorf("parent %s has no ConfigMap", p.GetName())
+			}
+			got[id]++
+		}
+		if len(got) != 2 {
+			return false, fmt.Errorf("parents by shard: %v, want both pods", got)
+		}
+		return true, nil
+	}, "the parents to be spread over both pods")
+	for _, p := range pods {
+		if _, err := env.kube.CoordinationV1().Leases(release).Get(t.Context(), shard.LeasePrefix+p, metav1.GetOptions{}); err != nil {
+			t.Errorf("pod %s's Lease: %v", p, err)
+		}
+	}
+}

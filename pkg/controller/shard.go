@@ -1,0 +1,295 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"kgen.dev/kgen/pkg/kinds"
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/watch"
+	"kgen.dev/kgen/rules"
+)
+
+// Sharding spreads parents over several replicas ('kgenctl run --shards');
+// *shard.Shard is one. With it, the controller watches only the parents
+// and children labelled reconcile.LabelShard=ID(), has the Sharding assign
+// the parents of every rule, and asks it before each reconcile.
+type Sharding interface {
+	// ID is this replica's shard: the value of reconcile.LabelShard on its
+	// parents and children.
+	ID() string
+	// Assign has the sharding assign the parents of a resource in a
+	// namespace ("" for all) that match a rule's label selector; cached
+	// lists those of this shard the controller caches. It returns the
+	// function that ends it.
+	Assign(gvr schema.GroupVersionResource, namespace, selector string, cached func() []any) (stop func())
+	// Begin says whether this replica may reconcile the cached parent now;
+	// if so, done must be called when the reconcile has ended.
+	Begin(gvr schema.GroupVersionResource, parent metav1.Object) (done func(), ok bool)
+}
+
+// Backoff of a parent that Begin refused while it is still in this
+// shard's cache: it is being handed over, and leaves the cache once it
+// is; if the hand-over fails, it is reconciled here again.
+const shardRetryBase, shardRetryMax = 100 * time.Millisecond, 30 * time.Second
+
+// sharded is the controller's part of sharding: which parents it has
+// taken over since they arrived.
+type sharded struct {
+	Sharding
+	retry workqueue.TypedRateLimiter[Key]
+
+	mu sync.Mutex
+	// settled are the parents whose children carry this shard's label, as
+	// far as this replica knows: taken over, or found with children in
+	// its caches.
+	settled map[types.UID]bool
+}
+
+func newSharded(s Sharding) *sharded {
+	if s == nil {
+		return nil
+	}
+	return &sharded{Sharding: s, settled: map[types.UID]bool{},
+		retry: workqueue.NewTypedItemExponentialFailureRateLimiter[Key](shardRetryBase, shardRetryMax)}
+}
+
+// shardSelector returns a label selector that also requires this shard's
+// label; selector itself when sharding is off.
+func (c *Controller) shardSelector(selector string) string {
+	if c.shards == nil {
+		return selector
+	}
+	req := reconcile.LabelShard + "=" + c.shards.ID()
+	if selector == "" {
+		return req
+	}
+	return selector + "," + req
+}
+
+// assign has the sharding assign the parents of a rule's informers, and
+// returns the functions that end it.
+func (c *Controller) assign(rule *rules.Rule, parentRegs map[string]*watch.Registration) []func() {
+	if c.shards == nil {
+		return nil
+	}
+	var stops []func()
+	for ns, reg := range parentRegs {
+		stops = append(stops, c.shards.Assign(reg.Informer().Key().GVR, ns, rule.Parent.Selector.String(), reg.Informer().Indexer().List))
+	}
+	return stops
+}
+
+// beginShard asks the sharding whether the parent may be reconciled here
+// now. If not, the result requeues the key with a backoff of its own.
+func (c *Controller) beginShard(key Key, gvr schema.GroupVersionResource, parent *unstructured.Unstructured) (done func(), res reconcile.Result, ok bool) {
+	if c.shards == nil {
+		return func() {}, reconcile.Result{}, true
+	}
+	done, ok = c.shards.Begin(gvr, parent)
+	if !ok {
+		return nil, reconcile.Result{RequeueAfter: c.shards.retry.When(key)}, false
+	}
+	c.shards.retry.Forget(key)
+	return done, reconcile.Result{}, true
+}
+
+// unsettle forgets a parent that left this shard's cache: if it comes
+// back, it is taken over again.
+func (c *Controller) unsettle(uid types.UID) {
+	if c.shards == nil {
+		return
+	}
+	c.shards.mu.Lock()
+	delete(c.shards.settled, uid)
+	c.shards.mu.Unlock()
+}
+
+// movedAway reports whether a parent read from the API server is assigned
+// to another shard now.
+func (c *Controller) movedAway(parent metav1.Object) bool {
+	return c.shards != nil && parent.GetLabels()[reconcile.LabelShard] != c.shards.ID()
+}
+
+// takeOver relabels the children of a parent that has just come to this
+// shard (moved from another, claimed from a dead one, or new), so that
+// this shard's informers see them, before the parent is first reconciled
+// here: the children of a parent that moved still carry the old shard's
+// label, and would look missing. They are listed from the API server by
+// the parent's UID, and each gets this shard's label by one patch pinned
+// to its UID. The reconcile waits until this shard's caches show them (at
+// watch speed; up to takeOverWait); the template hash leaves the label out,
+// so the reconcile finds them up to date and writes nothing more. A parent
+// whose children are in this shard's caches already needs none of this,
+// and neither does one kgen never reconciled (see reconciledBefore).
+func (c *Controller) takeOver(ctx context.Context, rs *ruleState, mapping mapper.Mapping, parent *unstructured.Unstructured) error {
+	if c.shards == nil {
+		return nil
+	}
+	uid := parent.GetUID()
+	c.shards.mu.Lock()
+	settled := c.shards.settled[uid]
+	c.shards.mu.Unlock()
+	if settled {
+		return nil
+	}
+	c.mu.Lock()
+	regs := slices.Clone(rs.childRegs)
+	c.mu.Unlock()
+	cached := false
+	for _, reg := range regs {
+		if objs, err := reg.Informer().Indexer().ByIndex(indexParent, string(uid)); err == nil && len(objs) > 0 {
+			cached = true
+			break
+		}
+	}
+	if !cached && reconciledBefore(mapping, parent) {
+		if err := c.relabelChildren(ctx, rs, parent, regs); err != nil {
+			return err
+		}
+	}
+	c.shards.mu.Lock()
+	c.shards.settled[uid] = true
+	c.shards.mu.Unlock()
+	return nil
+}
+
+// reconciledBefore tells whether kgen may have made children for a parent:
+// unless its kind has a status subresource and the parent has neither
+// status.observedGeneration nor kgen's finalizer, which every reconcile
+// that makes children leaves. A new parent then costs no list per child
+// kind. (A replica that died after making children but before writing
+// the parent's status leaves children that the reconcile takes for
+// missing: the create is refused, and the reconciler finds each is its
+// parent's and updates it, as it does any such child in the way.)
+func reconciledBefore(mapping mapper.Mapping, parent *unstructured.Unstructured) bool {
+	if !mapping.HasSubresource("status") || slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) {
+		return true
+	}
+	_, found, _ := unstructured.NestedFieldNoCopy(parent.Object, "status", "observedGeneration")
+	return found
+}
+
+// relabelChildren gives the children of a parent, wherever the rule's
+// child informers watch, this shard's label.
+func (c *Controller) relabelChildren(ctx context.Context, rs *ruleState, parent *unstructured.Unstructured, regs []*watch.Registration) error {
+	me := c.shards.ID()
+	selector := reconcile.LabelManagedBy + "=" + reconcile.ManagedBy + "," + reconcile.LabelParentUID + "=" + string(parent.GetUID()) +
+		"," + reconcile.LabelShard + "!=" + me
+	sameNamespace := c.childrenInParentNamespace(rs.rule)
+	type place struct {
+		gvr schema.GroupVersionResource
+		ns  string
+	}
+	listed := map[place]bool{}
+	relabelled := map[types.UID]string{} // resource versions of the relabelled children
+	for _, reg := range regs {
+		k := reg.Informer().Key()
+		ns := k.Namespace
+		if ns == "" && parent.GetNamespace() != "" && sameNamespace[k.GVR] {
+			ns = parent.GetNamespace() // not every namespace: the parent's holds them all
+		}
+		if listed[place{k.GVR, ns}] {
+			continue
+		}
+		listed[place{k.GVR, ns}] = true
+		client := c.cfg.Client.Resource(k.GVR).Namespace(ns)
+		list, err := client.List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return fmt.Errorf("list the children of a parent that came to shard %s: %w", me, err)
+		}
+		for i := range list.Items {
+			child := &list.Items[i]
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+				"uid": string(child.GetUID()), "labels": map[string]string{reconcile.LabelShard: me}}})
+			out, err := c.cfg.Client.Resource(k.GVR).Namespace(child.GetNamespace()).Patch(ctx, child.GetName(), types.MergePatchType, patch,
+				metav1.PatchOptions{FieldManager: shardFieldManager})
+			if err != nil {
+				return fmt.Errorf("relabel child %s %s of a parent that came to shard %s: %w", k.GVR.Resource, klog.KObj(child), me, err)
+			}
+			c.watches.Writes().Wrote(k.GVR, out)
+			relabelled[out.GetUID()] = out.GetResourceVersion()
+		}
+	}
+	if len(relabelled) == 0 {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	logger.V(2).Info("Took a parent's children over", "children", len(relabelled), "shard", me)
+	// Until the caches show them, the reconcile would take them for
+	// missing (Writes finds only children kgen created itself).
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, takeOverWait, true, func(context.Context) (bool, error) {
+		seen := 0
+		for _, reg := range regs {
+			objs, _ := reg.Informer().Indexer().ByIndex(indexParent, string(parent.GetUID()))
+			for _, o := range objs {
+				if m, ok := o.(metav1.Object); ok {
+					if rv, ok := relabelled[m.GetUID()]; ok && !newerVersion(rv, m.GetResourceVersion()) {
+						seen++
+					}
+				}
+			}
+		}
+		return seen >= len(relabelled), nil
+	})
+	if err != nil {
+		logger.Info("The caches do not show a parent's relabelled children yet; reconciling it anyway", "wait", takeOverWait)
+	}
+	return nil
+}
+
+// takeOverWait bounds how long a parent that came to this shard waits for
+// its relabelled children to show in the caches.
+const takeOverWait = 10 * time.Second
+
+// newerVersion reports whether resource version a is later than b (see
+// watch.Writes).
+func newerVersion(a, b string) bool {
+	ra, errA := strconv.ParseUint(a, 10, 64)
+	rb, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && ra > rb
+}
+
+// shardFieldManager writes the shard label (pkg/shard.FieldManager).
+const shardFieldManager = "kgen-shard"
+
+// childrenInParentNamespace returns the child resources of a rule whose
+// every child lives in its parent's namespace.
+func (c *Controller) childrenInParentNamespace(rule *rules.Rule) map[schema.GroupVersionResource]bool {
+	out := map[schema.GroupVersionResource]bool{}
+	place, err := rule.Placement(scoper{c.cfg.Mapper})
+	if err != nil || place.ParentScope != kinds.Namespaced {
+		return out
+	}
+	elsewhere := map[schema.GroupVersionResource]bool{}
+	for _, cp := range place.Children {
+		m, err := c.cfg.Mapper.ResourceFor(cp.GroupVersionKind)
+		if err != nil {
+			continue
+		}
+		gvr := m.GroupVersionResource()
+		if cp.Scope == kinds.Namespaced && cp.Ownership == rules.OwnerReference {
+			out[gvr] = true
+		} else {
+			elsewhere[gvr] = true
+		}
+	}
+	for gvr := range elsewhere {
+		delete(out, gvr)
+	}
+	return out
+}
