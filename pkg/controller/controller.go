@@ -66,6 +66,20 @@ type Config struct {
 	RetryInterval time.Duration
 	// Metrics receives the controller's metrics; none are kept when nil.
 	Metrics *Metrics
+	// Record keeps where each rule may have made children across
+	// restarts, so that children of kinds that left a rule are pruned
+	// (see record.go); without it, only while kgen runs.
+	Record Record
+	// Prepare, when set, is called each time kgen tries to start a rule,
+	// before it looks up the rule's kinds: it may make the parent kind
+	// served (kgenctl run --manage-crds applies its CRD). An error keeps
+	// the rule waiting, and it is tried again.
+	Prepare func(ctx context.Context, rule *rules.Rule) error
+	// Admit, when set, is asked once a rule's parent kind is served,
+	// before its informers start: an error (its expressions do not fit
+	// the parent's schema) keeps the rule waiting with the error, and it
+	// is asked again at the next try.
+	Admit func(ctx context.Context, rule *rules.Rule) error
 }
 
 // Defaults for Config.
@@ -124,6 +138,8 @@ type Controller struct {
 	// readsOf is the reverse.
 	readers map[readKey]map[Key]read
 	readsOf map[Key][]read
+	// recorded is what the Record holds (see record.go); nil until read.
+	recorded map[string][]ChildScope
 }
 
 type watchError struct {
@@ -146,6 +162,12 @@ type ruleState struct {
 	childRegs  []*watch.Registration
 	inputRegs  []*watch.Registration
 	gvrs       []schema.GroupVersionResource // parent's, children's and inputs'
+	// scopes are where the rule's children may be; pruning are the
+	// informers of recorded scopes the rule no longer covers, and
+	// recordErr why the record could not be written (see record.go).
+	scopes    []ChildScope
+	pruning   []*pruneWatch
+	recordErr string
 
 	// stop ends the wait for the rule's informers to sync.
 	stop context.CancelFunc
@@ -160,6 +182,9 @@ type ruleState struct {
 // caller holds Controller.mu.
 func (rs *ruleState) registrations() []*watch.Registration {
 	out := append(slices.Clone(rs.childRegs), rs.inputRegs...)
+	for _, p := range rs.pruning {
+		out = append(out, p.reg)
+	}
 	return append(out, mapsValues(rs.parentRegs)...)
 }
 
@@ -446,7 +471,10 @@ func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Uns
 // state watches.
 func (c *Controller) childrenOf(rs *ruleState, parent types.UID) []*unstructured.Unstructured {
 	c.mu.Lock()
-	regs := rs.childRegs
+	regs := slices.Clone(rs.childRegs)
+	for _, p := range rs.pruning {
+		regs = append(regs, p.reg)
+	}
 	c.mu.Unlock()
 	var out []*unstructured.Unstructured
 	seen := map[types.UID]bool{}
@@ -507,6 +535,7 @@ func (c *Controller) activateLoop(ctx context.Context) {
 		for _, rs := range retiring {
 			c.retire(ctx, rs)
 		}
+		c.prunePass(ctx)
 		if waiting {
 			// Kinds served later are found only by asking discovery again.
 			c.cfg.Mapper.Reset()
@@ -533,9 +562,19 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		return nil
 	}
 	rule := rs.rule
+	if c.cfg.Prepare != nil {
+		if err := c.cfg.Prepare(ctx, rule); err != nil {
+			return c.setWaiting(rs, err)
+		}
+	}
 	parent, err := c.cfg.Mapper.ResourceFor(rule.Parent.GroupVersionKind)
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("parent kind %s: %w", rule.Parent.GroupVersionKind, err))
+	}
+	if c.cfg.Admit != nil {
+		if err := c.cfg.Admit(ctx, rule); err != nil {
+			return c.setWaiting(rs, err)
+		}
 	}
 	// Where the rule's objects live: the one answer pkg/rbac grants
 	// access by, so kgen watches exactly where it may.
@@ -575,6 +614,16 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("input %w", err))
 	}
+	// Where the rule's children may be, and where its record says they
+	// may be from an earlier version: watched to prune them (record.go).
+	scopes, err := childScopes(place.ChildWatchNamespaces(), c.cfg.Mapper)
+	if err != nil {
+		return c.setWaiting(rs, fmt.Errorf("child %w", err))
+	}
+	pruneScopes, pruneKeys, err := c.pruneKeys(ctx, rule.Name, scopes)
+	if err != nil {
+		return c.setWaiting(rs, err)
+	}
 
 	var regs []*watch.Registration
 	release := func() {
@@ -612,11 +661,32 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		regs = append(regs, reg)
 		parentRegs[ns] = reg
 	}
+	// Prune-only informers do not hold the rule back: the children they
+	// find queue their parents, which prune them.
+	var pruning []*pruneWatch
+	for i, key := range pruneKeys {
+		reg, err := c.watches.Acquire(key, c.childHandler(rule.Name))
+		if err != nil {
+			release()
+			for _, p := range pruning {
+				p.reg.Release()
+			}
+			return c.setWaiting(rs, err)
+		}
+		pruning = append(pruning, &pruneWatch{scope: pruneScopes[i], reg: reg})
+		if !slices.Contains(gvrs, key.GVR) {
+			gvrs = append(gvrs, key.GVR)
+		}
+	}
 	syncCtx, stop := context.WithCancel(ctx)
 	c.mu.Lock()
 	rs.active, rs.synced, rs.waiting = true, false, ""
 	rs.parent, rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, inputRegs, gvrs, stop
+	rs.scopes, rs.pruning = scopes, pruning
 	c.mu.Unlock()
+	if len(pruning) > 0 {
+		klog.FromContext(ctx).Info("Watching where the rule made children it no longer makes, to prune them", "rule", rule.Name, "scopes", pruneScopesOf(rs))
+	}
 	c.metrics.setWaiting(rule.Name, false)
 	klog.FromContext(ctx).Info("Rule started; waiting for its caches", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
 	go c.awaitSync(syncCtx, rs, regs)
@@ -643,6 +713,11 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 				klog.FromContext(ctx).Info("Kind's schema unavailable; comparing its objects literally", "rule", rs.rule.Name, "kind", gvk.String(), "err", err.Error())
 			}
 		}
+	}
+	// The record must name every kind the rule may write before it
+	// writes one.
+	if !c.recordBeforeWriting(ctx, rs) {
+		return // stopped
 	}
 	c.mu.Lock()
 	if !rs.active || ctx.Err() != nil {
@@ -817,13 +892,13 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 		c.mu.Unlock()
 		return
 	}
-	regs := append(slices.Clone(rs.childRegs), rs.inputRegs...)
-	regs = append(regs, mapsValues(rs.parentRegs)...)
+	regs := rs.registrations()
 	if rs.stop != nil {
 		rs.stop()
 	}
 	rs.active, rs.synced, rs.waiting = false, false, why.Error()
 	rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = nil, nil, nil, nil, nil
+	rs.pruning, rs.recordErr = nil, ""
 	c.mu.Unlock()
 	for _, r := range regs {
 		r.Release()
@@ -899,6 +974,10 @@ type RuleState struct {
 	// Parents counts the rule's parents in its caches, and ReadyParents
 	// those whose last reconcile left them Ready.
 	Parents, ReadyParents int
+	// Pruning are the scopes ("APIVERSION KIND [NAMESPACE]") where the
+	// rule made children of a kind it no longer has, watched until those
+	// children are pruned.
+	Pruning []string
 }
 
 // State returns the state of a rule; false if the controller has no such
@@ -925,6 +1004,10 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 			break
 		}
 	}
+	if s.Failing == "" {
+		s.Failing = rs.recordErr
+	}
+	s.Pruning = pruneScopesOf(rs)
 	return s, true
 }
 
