@@ -92,13 +92,18 @@ type Options struct {
 	// Events says which Events kgen records on parents;
 	// reconcile.EventsNotable when empty.
 	Events reconcile.EventPolicy
+	// ManageCRDs creates and updates the CustomResourceDefinition of every
+	// rule with spec.parent.schema before the rule starts.
+	ManageCRDs bool
 }
 
 // LeaderElection configures the Lease a Manager must hold to run.
 type LeaderElection struct {
 	Enabled bool
 	// Namespace of the Lease; the pod's namespace in a cluster, else
-	// "default", when empty.
+	// "default", when empty. It is kgen's own namespace, where it also
+	// keeps its record of the rules' child kinds (the ConfigMap
+	// controller.DefaultRecordName), with or without leader election.
 	Namespace string
 	// Name of the Lease; DefaultLeaseName when empty.
 	Name string
@@ -177,18 +182,28 @@ func New(opts Options) (*Manager, error) {
 
 	m := &Manager{opts: opts, kube: kube, registry: reg, metrics: metricsServer, recorder: recorder, broadcast: broadcaster, restConfig: config}
 	resources := mapper.New(kube.Discovery())
+	// The parent kinds' CRDs: rules are checked against their schemas
+	// when they start, and with ManageCRDs kgen applies them.
+	crds := &ruleset.CRDs{Client: dyn, Resources: resources, Manage: opts.ManageCRDs}
+	admit := crds.Check
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
 		set, err := ruleset.New(ruleset.Config{
 			Paths: opts.RulePaths, Objects: opts.RuleObjects, Client: dyn, Resources: resources,
 			RetryInterval: opts.RetryInterval,
-			Apply:         func(rs []*rules.Rule) { m.ctrl.SetRules(append(slices.Clone(opts.Rules), rs...)) },
-			Progress:      progress{m},
+			Apply: func(rs []*rules.Rule) {
+				all := append(slices.Clone(opts.Rules), rs...)
+				crds.Forget(all)
+				m.ctrl.SetRules(all)
+			},
+			Progress: progress{m},
+			CRDs:     crds,
 		})
 		if err != nil {
 			return nil, err
 		}
 		m.rules = set
+		admit = set.Admit
 		initial = append(slices.Clone(opts.Rules), set.Rules()...)
 	}
 	if len(initial) == 0 && !opts.RuleObjects {
@@ -198,6 +213,8 @@ func New(opts Options) (*Manager, error) {
 		Rules: initial, Client: dyn, REST: restClient, Mapper: resources,
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
 		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events,
+		Record:  &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace()},
+		Prepare: crds.Prepare, Admit: admit,
 	})
 	m.state.Store("starting")
 	return m, nil
@@ -268,13 +285,7 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Context)) error {
 	logger := klog.FromContext(ctx)
 	le := m.opts.LeaderElection
-	ns := le.Namespace
-	if ns == "" {
-		ns = "default"
-		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-			ns = strings.TrimSpace(string(b))
-		}
-	}
+	ns := m.opts.namespace()
 	name := le.Name
 	if name == "" {
 		name = DefaultLeaseName
@@ -382,6 +393,18 @@ func serve(ctx context.Context, wg *sync.WaitGroup, addr string, h http.Handler)
 		_ = srv.Shutdown(shutdownCtx)
 	})
 	return nil
+}
+
+// namespace is kgen's own namespace: LeaderElection.Namespace, else the
+// pod's namespace in a cluster, else "default".
+func (o Options) namespace() string {
+	if ns := o.LeaderElection.Namespace; ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return metav1.NamespaceDefault
 }
 
 // progress lets the rule set read the controller's state of each rule.
