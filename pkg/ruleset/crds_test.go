@@ -32,9 +32,9 @@ func (s served) ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error)
 }
 
 var (
-	appGVK      = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "App"}
-	serveApps   = served{appGVK: {Group: "example.com", Version: "v1", Kind: "App", Resource: "apps", Namespaced: true}}
-	appCRDYAML  = `apiVersion: apiextensions.k8s.io/v1
+	appGVK     = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "App"}
+	serveApps  = served{appGVK: {Group: "example.com", Version: "v1", Kind: "App", Resource: "apps", Namespaced: true}}
+	appCRDYAML = `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: apps.example.com}
 spec:
