@@ -30,6 +30,7 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 		RuleObjects struct {
 			Enabled any `json:"enabled"`
 		} `json:"ruleObjects"`
+		ManageCRDs any `json:"manageCRDs"`
 	}
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		t.Fatal(err)
@@ -45,6 +46,7 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 		{"controller.kubeAPIBurst", "kube-api-burst", values.Controller.KubeAPIBurst},
 		{"leaderElection.leaseDuration", "leader-elect-lease-duration", values.LeaderElection.LeaseDuration},
 		{"ruleObjects.enabled", "rule-objects", values.RuleObjects.Enabled},
+		{"manageCRDs", "manage-crds", values.ManageCRDs},
 	} {
 		f := flags.Lookup(tt.flag)
 		if f == nil {

@@ -39,9 +39,9 @@ func (o ManifestOptions) withDefaults() ManifestOptions {
 
 // Manifests returns the RBAC objects of the policy, bound to kgen's
 // ServiceAccount: the ClusterRole and its binding (when the policy has
-// cluster rules), a Role and RoleBinding per namespace in name order, and
-// the leader-election Role and RoleBinding. Each is a map ready to be
-// written as YAML or JSON.
+// cluster rules), a Role and RoleBinding per namespace in name order, the
+// Role and RoleBinding of kgen's record (StateRules) and those of leader
+// election. Each is a map ready to be written as YAML or JSON.
 func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	o = o.withDefaults()
 	subject := []any{map[string]any{"kind": "ServiceAccount", "name": o.ServiceAccount, "namespace": o.Namespace}}
@@ -64,6 +64,7 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	for _, ns := range slices.Sorted(maps.Keys(p.Namespaces)) {
 		role("Role", o.Name, ns, p.Namespaces[ns])
 	}
+	role("Role", o.Name+"-state", o.Namespace, StateRules())
 	if !o.NoLeaderElection {
 		role("Role", o.Name+"-leader-election", o.Namespace, LeaderElectionRules())
 	}
@@ -71,16 +72,22 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 }
 
 // HelmValues returns the policy as the values of charts/kgen: rbac.rules.cluster
-// and rbac.rules.namespaces.
+// and rbac.rules.namespaces, and manageCRDs when the policy grants it. (The
+// chart makes the Roles of kgen's own namespace, StateRules and
+// LeaderElectionRules, itself.)
 func (p *Policy) HelmValues() map[string]any {
 	namespaces := map[string]any{}
 	for ns, rules := range p.Namespaces {
 		namespaces[ns] = policyRulesValue(rules)
 	}
-	return map[string]any{"rbac": map[string]any{"rules": map[string]any{
+	values := map[string]any{"rbac": map[string]any{"rules": map[string]any{
 		"cluster":    policyRulesValue(p.Cluster),
 		"namespaces": namespaces,
 	}}}
+	if p.ManageCRDs {
+		values["manageCRDs"] = true
+	}
+	return values
 }
 
 func object(kind, name, namespace string, labels map[string]string) map[string]any {
