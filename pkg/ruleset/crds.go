@@ -130,11 +130,18 @@ func (c *CRDs) Forget(set []*rules.Rule) {
 // when the kind is a custom resource the cluster serves: a *TypeError if
 // they do not fit. There is nothing to check for a built-in kind, a kind
 // not served (yet), or one served by an aggregated API rather than a CRD;
-// nor when kgen may not read the CRD (logged once). Another error reading
-// the CRD is returned as it is: the caller tries again.
+// nor when kgen may not read the CRD (logged once), nor, with Manage, for
+// a rule with spec.parent.schema, whose CRD kgen makes from it. Another
+// error reading the CRD is returned as it is: the caller tries again.
 func (c *CRDs) Check(ctx context.Context, rule *rules.Rule) error {
 	gvk := rule.Parent.GroupVersionKind
 	if _, builtin := kinds.Builtin(gvk.GroupKind()); builtin {
+		return nil
+	}
+	if c.Manage && rule.Parent.Schema != nil {
+		// Its CRD is made from spec.parent.schema, which the rule was
+		// checked against when it loaded; the CRD served now may be the
+		// previous version's, which Prepare is about to replace.
 		return nil
 	}
 	m, err := c.Resources.ResourceFor(gvk)

@@ -110,6 +110,8 @@ func TestCRDsCheck(t *testing.T) {
 		served    served
 		crd       bool
 		reactor   clienttesting.ReactionFunc
+		schema    string // the rule's spec.parent.schema
+		manage    bool
 		wantType  string // a *TypeError containing this
 		wantOther bool   // another error
 	}{
@@ -121,12 +123,19 @@ func TestCRDsCheck(t *testing.T) {
 		{name: "a built-in kind", expr: "parent.spec.imgae", kind: "ConfigMap", served: serveApps},
 		{name: "the CRD may not be read", expr: "parent.spec.imgae", served: serveApps, crd: true, reactor: forbidden},
 		{name: "the server fails", expr: "parent.spec.imgae", served: serveApps, crd: true, reactor: failing, wantOther: true},
+		// With --manage-crds, the served CRD may be the previous version's.
+		{name: "a managed CRD", expr: "parent.spec.size", schema: "{image: string, size: string}", manage: true, served: serveApps, crd: true},
+		{name: "the same, unmanaged", expr: "parent.spec.size", schema: "{image: string, size: string}", served: serveApps, crd: true,
+			wantType: `parent.spec has no field "size"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := ruleDoc("r", tt.expr)
 			if tt.kind != "" {
 				doc = strings.Replace(doc, "apiVersion: example.com/v1, kind: App", "apiVersion: v1, kind: "+tt.kind, 1)
+			}
+			if tt.schema != "" {
+				doc = strings.Replace(doc, "namespaces: [r]}", "namespaces: [r], schema: "+tt.schema+"}", 1)
 			}
 			rs, err := rules.Parse("rules.yaml", []byte(doc), rules.Options{})
 			if err != nil {
@@ -140,7 +149,7 @@ func TestCRDsCheck(t *testing.T) {
 			if tt.reactor != nil {
 				client.PrependReactor("get", "customresourcedefinitions", tt.reactor)
 			}
-			c := &CRDs{Client: client, Resources: tt.served}
+			c := &CRDs{Client: client, Resources: tt.served, Manage: tt.manage}
 			err = c.Check(context.Background(), rs[0])
 			var te *TypeError
 			switch {
