@@ -326,6 +326,7 @@ func TestLanguageOrphan(t *testing.T) {
 	patchSpec(t, gvr, ns, "p1", map[string]any{"keep": false})
 	waitFor(t, cmGVR, ns, "p1-kept", notKgens(p1.GetUID()))
 	sameObjects(t, cmGVR, kept)
+	waitEvent(t, ns, "p1", reconcile.EventOrphaned, 30*time.Second)
 
 	// The parent deleted.
 	p2 := create(t, gvr, gadget(group, ns, "p2", map[string]any{"keep": true}))
