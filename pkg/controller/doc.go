@@ -13,6 +13,16 @@
 // again. Ready reports whether every rule that can run has synced: waiting
 // and failing rules do not make the controller unready.
 //
+// Before a rule starts, the Prepare and Admit hooks of Config may make its
+// parent kind served (a CRD kgen manages) and refuse it (its expressions do
+// not fit the parent's schema); a refused rule waits and is asked again.
+//
+// Where each rule may have made children is kept in a Record (the
+// ConfigMap kgen-state, ConfigMapRecord) that survives restarts: kinds and
+// namespaces a rule no longer covers are watched as prune-only informers
+// until none of the rule's children is left there, so children of a kind
+// that left a rule are pruned too (record.go).
+//
 // Children are indexed by their parent's UID, not by rule, so a renamed rule
 // or a parent moved between rules keeps its children. A parent that leaves a
 // rule's informer while it carries kgen's finalizer is read once and released
