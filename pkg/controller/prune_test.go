@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -28,6 +30,8 @@ type memRecord struct {
 	mu     sync.Mutex
 	scopes map[string][]ChildScope
 	saves  int
+	// fail, when set, is what Save returns.
+	fail error
 }
 
 func (m *memRecord) Load(context.Context) (map[string][]ChildScope, error) {
@@ -43,6 +47,9 @@ func (m *memRecord) Load(context.Context) (map[string][]ChildScope, error) {
 func (m *memRecord) Save(_ context.Context, rule string, scopes []ChildScope) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
 	m.saves++
 	if len(scopes) == 0 {
 		delete(m.scopes, rule)
@@ -239,6 +246,67 @@ func testPruneOnlyScopeLive(t *testing.T) {
 	if got, saves := rec.get("r"); !slices.Equal(got, want[1:]) || saves != 2 {
 		t.Errorf("record = %v after %d writes, want %v after 2", got, saves, want[1:])
 	}
+}
+
+// A rule whose record cannot be written waits, its state saying why, and no
+// parent of it is reconciled: a child is never made of a kind the record
+// lacks. Once the record can be written, the rule runs.
+func TestRuleWaitsForItsRecord(t *testing.T) { synctest.Test(t, testRuleWaitsForItsRecord) }
+
+func testRuleWaitsForItsRecord(t *testing.T) {
+	client, m := fakeCluster(object("example.com/v1", "Gadget", "g", "p1", ""))
+	rec := &memRecord{scopes: map[string][]ChildScope{}, fail: errors.New("configmaps \"kgen-state\" is forbidden")}
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, "the rule to fail on its record", func(s RuleState) bool { return strings.Contains(s.Failing, "kgen-state") })
+	// Its caches have synced long since; the record holds it back.
+	time.Sleep(30 * time.Second)
+	if s, _ := c.State("r"); s.Synced || !strings.Contains(s.Failing, "forbidden") {
+		t.Errorf("state %+v with the record failing, want not synced and failing", s)
+	}
+	parent := Key{Rule: "r", Namespace: "ns", Name: "g"}
+	if _, err := c.reconcileKey(ctx, parent); err != nil || len(writes(client)) > 0 {
+		t.Errorf("reconciling the parent while the record cannot be written: %v, writes %v", err, writes(client))
+	}
+
+	rec.mu.Lock()
+	rec.fail = nil
+	rec.mu.Unlock()
+	s := waitState(t, c, "the rule to run once its record is written", func(s RuleState) bool { return s.Synced })
+	if s.Failing != "" {
+		t.Errorf("Failing = %q after the record was written", s.Failing)
+	}
+	if got, _ := rec.get("r"); !slices.Equal(got, []ChildScope{{GroupVersionKind: configMaps, Namespace: "ns"}}) {
+		t.Errorf("record = %v", got)
+	}
+	// The fake client cannot create by server-side apply, so the write
+	// fails; that kgen tries it is what counts.
+	_, _ = c.reconcileKey(ctx, parent)
+	if w := writes(client); !slices.Equal(w, []string{"patch configmaps g"}) {
+		t.Errorf("reconciling the parent once the record was written wrote %v, want its child", w)
+	}
+}
+
+// writes returns the writes a fake client saw, as "VERB RESOURCE NAME".
+func writes(client *dynamicfake.FakeDynamicClient) []string {
+	var out []string
+	for _, a := range client.Actions() {
+		switch a := a.(type) {
+		case clienttesting.CreateAction:
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetObject().(metav1.Object).GetName())
+		case clienttesting.PatchAction:
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetName())
+		case clienttesting.DeleteAction:
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetName())
+		}
+	}
+	return out
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
