@@ -331,6 +331,8 @@ func TestLanguageOrphan(t *testing.T) {
 	// The parent deleted.
 	p2 := create(t, gvr, gadget(group, ns, "p2", map[string]any{"keep": true}))
 	kept2 := waitFor(t, cmGVR, ns, "p2-kept", nil)
+	create(t, cmGVR, map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "p2-owned", "namespace": ns,
+		"ownerReferences": []any{map[string]any{"apiVersion": group + "/v1", "kind": "Gadget", "name": "p2", "uid": string(p2.GetUID())}}}})
 	waitFor(t, gvr, ns, "p2", func(p *unstructured.Unstructured) error {
 		if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
 			return fmt.Errorf("finalizers = %v", p.GetFinalizers())
@@ -342,9 +344,9 @@ func TestLanguageOrphan(t *testing.T) {
 	}
 	waitGone(t, gvr, ns, "p2")
 	waitFor(t, cmGVR, ns, "p2-kept", notKgens(p2.GetUID()))
-	// The garbage collector has had its chance at an owned object by now;
-	// this one has no owner.
-	time.Sleep(2 * time.Second)
+	// Once the garbage collector has deleted an object p2 owned, it has
+	// handled p2's deletion: the child it let go is still there.
+	waitGone(t, cmGVR, ns, "p2-owned")
 	sameObjects(t, cmGVR, kept2)
 }
 
@@ -538,20 +540,25 @@ func TestLanguageTypo(t *testing.T) {
 	applyRule(t, typo(good))
 	waitRuleStatus(t, "typo-object", accepted("False", "spec.children[0].template.data.image", "${parent.spec.imgae}", `did you mean "image"`))
 	create(t, webappGVR, webapp(nsObject, "shop", 1))
-	time.Sleep(2 * time.Second)
-	for _, child := range []struct {
-		gvr schema.GroupVersionResource
-		ns  string
-	}{{cmGVR, nsFile}, {cmGVR, nsObject}} {
-		if get(t, child.gvr, child.ns, "shop-config") != nil {
-			t.Errorf("a rule with a typo made a child in %s", child.ns)
-		}
+	if get(t, cmGVR, nsObject, "shop-config") != nil {
+		t.Errorf("a Rule object with a typo made a child")
 	}
 
 	// Fixed, it runs; a new version with the typo again is not applied.
+	fixed := time.Now().Truncate(time.Second)
 	applyRule(t, good)
 	waitRuleStatus(t, "typo-object", accepted("True"))
-	waitFor(t, cmGVR, nsObject, "shop-config", nil)
+	waitFor(t, cmGVR, nsObject, "shop-config", func(o *unstructured.Unstructured) error {
+		if o.GetCreationTimestamp().Time.Before(fixed) {
+			t.Errorf("the child was made at %s, before the rule was fixed at %s", o.GetCreationTimestamp(), fixed)
+		}
+		return nil
+	})
+	// kgen has reconciled WebApps since the file's rule was refused: that
+	// rule still made nothing.
+	if get(t, cmGVR, nsFile, "shop-config") != nil {
+		t.Errorf("the rules file's rule with a typo made a child")
+	}
 	applyRule(t, typo(good))
 	waitRuleStatus(t, "typo-object", accepted("False", "parent.spec.imgae"))
 	create(t, webappGVR, webapp(nsObject, "after", 1))
@@ -693,7 +700,8 @@ spec:
 }
 
 // The four examples of §8 end to end, applied as Rule objects with their
-// CRDs: a parent of each gets its children.
+// CRDs: a parent of each gets its children, and follows a change of what
+// its children are made from.
 func TestLanguageExamples(t *testing.T) {
 	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
 	for _, crd := range []string{"database", "regions", "shared-config"} {
@@ -712,6 +720,9 @@ func TestLanguageExamples(t *testing.T) {
 		})
 	}
 
+	// A new version of the database: the StatefulSet follows, the
+	// CreateOnly password is not written, and the Orphan claim outlives
+	// the Database.
 	t.Run("database", func(t *testing.T) {
 		ns := newNamespace(t)
 		db := create(t, databaseGVR, map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "Database",
@@ -720,64 +731,103 @@ func TestLanguageExamples(t *testing.T) {
 		if pw, _, _ := unstructured.NestedString(password.Object, "data", "password"); len(pw) == 0 {
 			t.Error("the password Secret has no password")
 		}
-		waitFor(t, pvcGVR, ns, "orders-data", func(o *unstructured.Unstructured) error {
+		claim := waitFor(t, pvcGVR, ns, "orders-data", func(o *unstructured.Unstructured) error {
 			if len(o.GetOwnerReferences()) > 0 || o.GetAnnotations()[reconcile.AnnotationDeletionPolicy] != "Orphan" {
 				return fmt.Errorf("ownerReferences %v, annotations %v: an Orphan child has no owner", o.GetOwnerReferences(), o.GetAnnotations())
 			}
 			return nil
 		})
 		waitFor(t, svcGVR, ns, "orders", nil)
-		waitFor(t, stsGVR, ns, "orders", func(o *unstructured.Unstructured) error {
-			if env := fmt.Sprint(container0(o)["env"]); !strings.Contains(env, "name:orders-password") {
-				return fmt.Errorf("env = %s, want the password Secret's", env)
+		image := func(want string) func(*unstructured.Unstructured) error {
+			return func(o *unstructured.Unstructured) error {
+				if env := fmt.Sprint(container0(o)["env"]); !strings.Contains(env, "name:orders-password") {
+					return fmt.Errorf("env = %s, want the password Secret's", env)
+				}
+				if got := container0(o)["image"]; got != want {
+					return fmt.Errorf("image = %v, want %s", got, want)
+				}
+				return nil
 			}
-			return nil
-		})
+		}
+		waitFor(t, stsGVR, ns, "orders", image("postgres:17.2"))
 		waitFor(t, databaseGVR, ns, "orders", func(p *unstructured.Unstructured) error {
 			return expect(p, "orders."+ns+".svc:5432", "status", "endpoint")
 		})
-		// The data outlives the Database.
+
+		patchSpec(t, databaseGVR, ns, "orders", map[string]any{"version": "17.3"})
+		waitFor(t, stsGVR, ns, "orders", image("postgres:17.3"))
+		waitObserved(t, databaseGVR, ns, "orders")
+		if now := get(t, secretsGVR, ns, "orders-password"); now == nil || now.GetResourceVersion() != password.GetResourceVersion() {
+			t.Error("the CreateOnly password was written when the Database changed")
+		}
+		sameObjects(t, pvcGVR, claim)
+
 		if err := env.dynamic.Resource(databaseGVR).Namespace(ns).Delete(t.Context(), "orders", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitGone(t, databaseGVR, ns, "orders")
 		waitFor(t, pvcGVR, ns, "orders-data", notKgens(db.GetUID()))
+		sameObjects(t, pvcGVR, claim)
 	})
 
+	// A built-in, cluster-scoped parent: a Namespace gets its defaults when
+	// it is labelled with a team, and they follow its labels.
 	t.Run("namespace-defaults", func(t *testing.T) {
+		other := newNamespace(t)
 		name := fmt.Sprintf("e2e-team-%d", time.Now().UnixNano()%1000000)
 		create(t, nsGVR, map[string]any{"apiVersion": "v1", "kind": "Namespace",
 			"metadata": map[string]any{"name": name, "labels": map[string]any{"team": "checkout", "tier": "large"}}})
 		t.Cleanup(func() { _ = env.kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		waitFor(t, netpolGVR, name, "default-deny", nil)
-		waitFor(t, limitsGVR, name, "defaults", nil)
-		waitFor(t, quotaGVR, name, "team-checkout", func(o *unstructured.Unstructured) error {
-			if err := expect(o, "16", "spec", "hard", "requests.cpu"); err != nil {
-				return err
+		quota := func(cpu string) func(*unstructured.Unstructured) error {
+			return func(o *unstructured.Unstructured) error {
+				if err := expect(o, cpu, "spec", "hard", "requests.cpu"); err != nil {
+					return err
+				}
+				if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "Namespace" || refs[0].Name != name {
+					return fmt.Errorf("ownerReferences = %v, want the Namespace", refs)
+				}
+				return nil
 			}
-			if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "Namespace" || refs[0].Name != name {
-				return fmt.Errorf("ownerReferences = %v, want the Namespace", refs)
-			}
-			return nil
-		})
-		// A Namespace without the label gets nothing.
-		other := newNamespace(t)
-		time.Sleep(2 * time.Second)
+		}
+		deny := waitFor(t, netpolGVR, name, "default-deny", nil)
+		limits := waitFor(t, limitsGVR, name, "defaults", nil)
+		waitFor(t, quotaGVR, name, "team-checkout", quota("16"))
+		// A Namespace without the label is not even in kgen's cache.
 		if get(t, netpolGVR, other, "default-deny") != nil {
 			t.Error("a Namespace without a team label got the defaults")
 		}
+
+		// Another tier resizes the quota; another team renames it: the new
+		// one is made, the old one pruned, the rest left alone.
+		patchLabels(t, nsGVR, "", name, map[string]any{"tier": nil})
+		waitFor(t, quotaGVR, name, "team-checkout", quota("4"))
+		patchLabels(t, nsGVR, "", name, map[string]any{"team": "payments"})
+		waitFor(t, quotaGVR, name, "team-payments", quota("4"))
+		waitGone(t, quotaGVR, name, "team-checkout")
+		sameObjects(t, netpolGVR, deny)
+		sameObjects(t, limitsGVR, limits)
+
+		// Labelled later, a Namespace gets the defaults then.
+		patchLabels(t, nsGVR, "", other, map[string]any{"team": "search"})
+		waitFor(t, netpolGVR, other, "default-deny", nil)
+		waitFor(t, quotaGVR, other, "team-search", nil)
 	})
 
+	// forEach over regions × tiers: a region removed prunes its
+	// Deployments, a tier scaled from 0 adds one per region, and the
+	// others stay as they were.
 	t.Run("regions", func(t *testing.T) {
 		ns := newNamespace(t)
 		create(t, globalGVR, map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "GlobalApp",
 			"metadata": map[string]any{"name": "shop", "namespace": ns},
 			"spec":     map[string]any{"image": "nginx:1.27", "regions": []any{"eu-west-1", "us-east-1"}, "tiers": map[string]any{"web": int64(3), "api": int64(2), "batch": int64(0)}}})
 		var names []string
+		deployments := map[string]*unstructured.Unstructured{}
 		for _, region := range []string{"eu-west-1", "us-east-1"} {
 			for _, tier := range []string{"api", "web"} {
-				names = append(names, "shop-"+region+"-"+tier)
-				waitFor(t, deployGVR, ns, "shop-"+region+"-"+tier, nil)
+				name := "shop-" + region + "-" + tier
+				names = append(names, name)
+				deployments[name] = waitFor(t, deployGVR, ns, name, nil)
 			}
 			if get(t, deployGVR, ns, "shop-"+region+"-batch") != nil {
 				t.Errorf("a tier with 0 replicas got a Deployment in %s", region)
@@ -787,8 +837,23 @@ func TestLanguageExamples(t *testing.T) {
 			return expect(o, strings.Join(names, "\n"), "data", "deployments")
 		})
 		waitFor(t, globalGVR, ns, "shop", func(p *unstructured.Unstructured) error { return expect(p, int64(4), "status", "deployments") })
+
+		patchSpec(t, globalGVR, ns, "shop", map[string]any{"regions": []any{"us-east-1"}, "tiers": map[string]any{"batch": int64(1)}})
+		waitFor(t, deployGVR, ns, "shop-us-east-1-batch", func(o *unstructured.Unstructured) error { return expect(o, int64(1), "spec", "replicas") })
+		waitGone(t, deployGVR, ns, "shop-eu-west-1-api")
+		waitGone(t, deployGVR, ns, "shop-eu-west-1-web")
+		waitFor(t, cmGVR, ns, "shop-directory", func(o *unstructured.Unstructured) error {
+			return expect(o, "shop-us-east-1-api\nshop-us-east-1-batch\nshop-us-east-1-web", "data", "deployments")
+		})
+		waitFor(t, globalGVR, ns, "shop", func(p *unstructured.Unstructured) error { return expect(p, int64(3), "status", "deployments") })
+		if get(t, deployGVR, ns, "shop-eu-west-1-batch") != nil {
+			t.Error("a region removed from the list got a Deployment")
+		}
+		sameObjects(t, deployGVR, deployments["shop-us-east-1-api"], deployments["shop-us-east-1-web"])
 	})
 
+	// Inputs: the parent waits for the platform's defaults, then follows
+	// changes of the defaults and of which registry Secrets are labelled.
 	t.Run("shared-config", func(t *testing.T) {
 		ns, other := newNamespace(t), newNamespace(t)
 		if _, err := env.kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "platform"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -814,20 +879,29 @@ func TestLanguageExamples(t *testing.T) {
 			}
 			create(t, gvr, obj.Object)
 		}
-		waitFor(t, deployGVR, ns, "checkout", func(o *unstructured.Unstructured) error {
-			if err := expect(o, int64(2), "spec", "replicas"); err != nil {
-				return err
+		deployment := func(replicas int64, pullSecrets string) func(*unstructured.Unstructured) error {
+			return func(o *unstructured.Unstructured) error {
+				if err := expect(o, replicas, "spec", "replicas"); err != nil {
+					return err
+				}
+				pull, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "imagePullSecrets")
+				if fmt.Sprint(pull) != pullSecrets {
+					return fmt.Errorf("imagePullSecrets = %v, want %s", pull, pullSecrets)
+				}
+				if image := container0(o)["image"]; image != "registry.example.com/checkout:2.3.1" {
+					return fmt.Errorf("image = %v", image)
+				}
+				return nil
 			}
-			pull, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "imagePullSecrets")
-			if fmt.Sprint(pull) != "[map[name:registry-mirror] map[name:registry-pull]]" {
-				return fmt.Errorf("imagePullSecrets = %v, want the two of its namespace", pull)
-			}
-			if image := container0(o)["image"]; image != "registry.example.com/checkout:2.3.1" {
-				return fmt.Errorf("image = %v", image)
-			}
-			return nil
-		})
+		}
+		waitFor(t, deployGVR, ns, "checkout", deployment(2, "[map[name:registry-mirror] map[name:registry-pull]]"))
 		waitFor(t, platformGVR, ns, "checkout", func(p *unstructured.Unstructured) error { return expect(p, "info", "status", "logLevel") })
+
+		patchConfigMap(t, "platform", "platform-defaults", map[string]any{"replicas": "3", "logLevel": "debug"})
+		waitFor(t, deployGVR, ns, "checkout", deployment(3, "[map[name:registry-mirror] map[name:registry-pull]]"))
+		waitFor(t, platformGVR, ns, "checkout", func(p *unstructured.Unstructured) error { return expect(p, "debug", "status", "logLevel") })
+		patchLabels(t, secretsGVR, ns, "registry-mirror", map[string]any{"kgen.example.com/registry": nil})
+		waitFor(t, deployGVR, ns, "checkout", deployment(3, "[map[name:registry-pull]]"))
 	})
 }
 

@@ -21,7 +21,13 @@
 // ConfigMap kgen-state, ConfigMapRecord) that survives restarts: kinds and
 // namespaces a rule no longer covers are watched as prune-only informers
 // until none of the rule's children is left there, so children of a kind
-// that left a rule are pruned too (record.go).
+// that left a rule are pruned too (record.go). A started rule's scopes are
+// recorded before any of its parents is reconciled; a rule whose record
+// cannot be written waits, its state saying why.
+//
+// Inputs (inputs.go) are read from shared informers; each reconcile records
+// what its parent read, and an input's event queues exactly the parents
+// that read it.
 //
 // Children are indexed by their parent's UID, not by rule, so a renamed rule
 // or a parent moved between rules keeps its children. A parent that leaves a
@@ -32,5 +38,5 @@
 // The controller reads only from its caches; every API request it makes is a
 // write by the reconciler, a list and watch of an informer, a read of a
 // parent that left a rule, or a read the reconciler makes on a rare path
-// (a conflict, a drift repair).
+// (a conflict, a drift repair), and the get and patches of the record.
 package controller
