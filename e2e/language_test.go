@@ -166,10 +166,13 @@ func TestLanguageForEach(t *testing.T) {
 }
 
 // Scenario: inputs. Two parents read two shared ConfigMaps by name, and
-// the ConfigMaps of their own namespaces by selector. A change to one
-// input reconciles only the parent that reads it: only its child changes,
-// and kgen writes nothing else (audit log). A missing named input makes
-// the child wait with Ready=False, reason InputMissing, until it exists.
+// the ConfigMaps of their own namespaces by selector; they are parents of
+// two copies of one rule, so the reconcile counter of each tells whether
+// the other was reconciled. A change to one input reconciles only the
+// parent that reads it: only its child changes, kgen writes nothing else
+// (audit log), and the other parent is not reconciled at all. A missing
+// named input makes the child wait with Ready=False, reason InputMissing,
+// until it exists.
 func TestLanguageInputs(t *testing.T) {
 	const group = "inputs.example.com"
 	ns1, ns2, shared := newNamespace(t), newNamespace(t), newNamespace(t)
@@ -203,7 +206,9 @@ func TestLanguageInputs(t *testing.T) {
         extras: ${inputs.extras.map(c, c.metadata.name).join(",")}
 `, shared)
 	const user = "kgen-lang-inputs"
-	startControllerWith(t, controllerOptions{User: user}, languageRule(t, "inputs", group, []string{ns1, ns2}, body)).waitReady(t)
+	r := startControllerWith(t, controllerOptions{User: user},
+		languageRule(t, "inputs", group, []string{ns1}, body), languageRule(t, "inputs-b", group, []string{ns2}, body))
+	r.waitReady(t)
 	create(t, gvr, gadget(group, ns1, "a", map[string]any{"config": "cm-a"}))
 	create(t, gvr, gadget(group, ns2, "b", map[string]any{"config": "cm-b"}))
 	outIs := func(value, extras string) func(*unstructured.Unstructured) error {
@@ -223,9 +228,13 @@ func TestLanguageInputs(t *testing.T) {
 
 	// A named input changes: only its reader follows.
 	start := time.Now()
+	otherReconciles := reconciles(t, r, "inputs-b")
 	patchConfigMap(t, shared, "cm-a", map[string]any{"value": "2"})
 	waitFor(t, cmGVR, ns1, "a-out", outIs("2", "x1"))
 	settle(t, user, ns1)
+	if n := reconciles(t, r, "inputs-b"); n != otherReconciles {
+		t.Errorf("a parent that does not read the changed input was reconciled %v times", n-otherReconciles)
+	}
 	if w := writesOf(t, user, ns1, start); !slices.Equal(w, []string{"patch configmaps a-out"}) {
 		t.Errorf("after its input changed, kgen wrote %v in the reader's namespace, want only its child", w)
 	}
@@ -240,11 +249,15 @@ func TestLanguageInputs(t *testing.T) {
 	// A selector input gains an object: only the parent whose selector
 	// reads that namespace follows.
 	start = time.Now()
+	otherReconciles = reconciles(t, r, "inputs")
 	configMap(ns2, "x2", "", map[string]any{"e2e.kgen.dev/extra": "true"})
 	waitFor(t, cmGVR, ns2, "b-out", outIs("1", "x2"))
 	settle(t, user, ns2)
 	if w := writesOf(t, user, ns1, start); len(w) > 0 {
 		t.Errorf("after an object another parent's selector reads appeared, kgen wrote %v", w)
+	}
+	if n := reconciles(t, r, "inputs"); n != otherReconciles {
+		t.Errorf("a parent whose selector does not match the new object was reconciled %v times", n-otherReconciles)
 	}
 
 	// A named input that does not exist: the child waits.
