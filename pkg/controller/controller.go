@@ -966,7 +966,8 @@ type RuleState struct {
 	Synced bool
 	// Waiting says why a rule does not run yet.
 	Waiting string
-	// Failing says why an informer of the rule cannot list or watch.
+	// Failing says why an informer of the rule cannot list or watch, or
+	// why its record cannot be written (see Config.Record).
 	Failing string
 	// KindNotServed is set when the rule waits for a kind the API server
 	// does not serve (yet).
