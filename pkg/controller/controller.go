@@ -138,8 +138,8 @@ type Controller struct {
 	// readsOf is the reverse.
 	readers map[readKey]map[Key]read
 	readsOf map[Key][]read
-	// recorded is what the Record holds (see record.go); nil until read.
-	recorded map[string][]ChildScope
+	// record is what kgen knows of its Record (see record.go).
+	record recordState
 }
 
 type watchError struct {
@@ -163,10 +163,12 @@ type ruleState struct {
 	inputRegs  []*watch.Registration
 	gvrs       []schema.GroupVersionResource // parent's, children's and inputs'
 	// scopes are where the rule's children may be; pruning are the
-	// informers of recorded scopes the rule no longer covers, and
-	// recordErr why the record could not be written (see record.go).
+	// informers of recorded scopes the rule no longer covers, unwatched
+	// those it could not watch yet, and recordErr why the record could
+	// not be read or written (see record.go).
 	scopes    []ChildScope
 	pruning   []*pruneWatch
+	unwatched []ChildScope
 	recordErr string
 
 	// stop ends the wait for the rule's informers to sync.
@@ -614,15 +616,10 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("input %w", err))
 	}
-	// Where the rule's children may be, and where its record says they
-	// may be from an earlier version: watched to prune them (record.go).
+	// Where the rule's children may be, for its record (record.go).
 	scopes, err := childScopes(place.ChildWatchNamespaces(), c.cfg.Mapper)
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("child %w", err))
-	}
-	pruneScopes, pruneKeys, err := c.pruneKeys(ctx, rule.Name, scopes)
-	if err != nil {
-		return c.setWaiting(rs, err)
 	}
 
 	var regs []*watch.Registration
@@ -661,32 +658,15 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		regs = append(regs, reg)
 		parentRegs[ns] = reg
 	}
-	// Prune-only informers do not hold the rule back: the children they
-	// find queue their parents, which prune them.
-	var pruning []*pruneWatch
-	for i, key := range pruneKeys {
-		reg, err := c.watches.Acquire(key, c.childHandler(rule.Name))
-		if err != nil {
-			release()
-			for _, p := range pruning {
-				p.reg.Release()
-			}
-			return c.setWaiting(rs, err)
-		}
-		pruning = append(pruning, &pruneWatch{scope: pruneScopes[i], reg: reg})
-		if !slices.Contains(gvrs, key.GVR) {
-			gvrs = append(gvrs, key.GVR)
-		}
-	}
 	syncCtx, stop := context.WithCancel(ctx)
 	c.mu.Lock()
 	rs.active, rs.synced, rs.waiting = true, false, ""
 	rs.parent, rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, inputRegs, gvrs, stop
-	rs.scopes, rs.pruning = scopes, pruning
+	rs.scopes = scopes
 	c.mu.Unlock()
-	if len(pruning) > 0 {
-		klog.FromContext(ctx).Info("Watching where the rule made children it no longer makes, to prune them", "rule", rule.Name, "scopes", pruneScopesOf(rs))
-	}
+	// Where its record says an earlier version made children: watched to
+	// prune them, without holding the rule back (record.go).
+	c.watchRecorded(ctx, rs)
 	c.metrics.setWaiting(rule.Name, false)
 	klog.FromContext(ctx).Info("Rule started; waiting for its caches", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
 	go c.awaitSync(syncCtx, rs, regs)
@@ -714,11 +694,9 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 			}
 		}
 	}
-	// The record must name every kind the rule may write before it
-	// writes one.
-	if !c.recordBeforeWriting(ctx, rs) {
-		return // stopped
-	}
+	// The record names every kind the rule may write before it writes one,
+	// unless it cannot be written (then prunePass tries again).
+	c.recordStarted(ctx, rs)
 	c.mu.Lock()
 	if !rs.active || ctx.Err() != nil {
 		c.mu.Unlock()
@@ -898,7 +876,7 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	}
 	rs.active, rs.synced, rs.waiting = false, false, why.Error()
 	rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = nil, nil, nil, nil, nil
-	rs.pruning, rs.recordErr = nil, ""
+	rs.pruning, rs.unwatched, rs.recordErr = nil, nil, ""
 	c.mu.Unlock()
 	for _, r := range regs {
 		r.Release()
@@ -966,8 +944,7 @@ type RuleState struct {
 	Synced bool
 	// Waiting says why a rule does not run yet.
 	Waiting string
-	// Failing says why an informer of the rule cannot list or watch, or
-	// why its record cannot be written (see Config.Record).
+	// Failing says why an informer of the rule cannot list or watch.
 	Failing string
 	// KindNotServed is set when the rule waits for a kind the API server
 	// does not serve (yet).
@@ -979,6 +956,10 @@ type RuleState struct {
 	// rule made children of a kind it no longer has, watched until those
 	// children are pruned.
 	Pruning []string
+	// RecordError says why kgen cannot read or write its record of the
+	// rule's child kinds (see Config.Record): the rule runs, but children
+	// of a kind that leaves it while kgen is stopped may not be pruned.
+	RecordError string
 }
 
 // State returns the state of a rule; false if the controller has no such
@@ -1005,9 +986,7 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 			break
 		}
 	}
-	if s.Failing == "" {
-		s.Failing = rs.recordErr
-	}
+	s.RecordError = rs.recordErr
 	s.Pruning = pruneScopesOf(rs)
 	return s, true
 }

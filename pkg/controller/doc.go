@@ -22,8 +22,8 @@
 // namespaces a rule no longer covers are watched as prune-only informers
 // until none of the rule's children is left there, so children of a kind
 // that left a rule are pruned too (record.go). A started rule's scopes are
-// recorded before any of its parents is reconciled; a rule whose record
-// cannot be written waits, its state saying why.
+// recorded before any of its parents is reconciled; a Record kgen cannot
+// read or write does not stop the rules, whose state says why.
 //
 // Inputs (inputs.go) are read from shared informers; each reconcile records
 // what its parent read, and an input's event queues exactly the parents

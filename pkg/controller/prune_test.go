@@ -30,13 +30,16 @@ type memRecord struct {
 	mu     sync.Mutex
 	scopes map[string][]ChildScope
 	saves  int
-	// fail, when set, is what Save returns.
-	fail error
+	// failLoad and failSave, when set, are what Load and Save return.
+	failLoad, failSave error
 }
 
 func (m *memRecord) Load(context.Context) (map[string][]ChildScope, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failLoad != nil {
+		return nil, m.failLoad
+	}
 	out := map[string][]ChildScope{}
 	for k, v := range m.scopes {
 		out[k] = slices.Clone(v)
@@ -47,8 +50,8 @@ func (m *memRecord) Load(context.Context) (map[string][]ChildScope, error) {
 func (m *memRecord) Save(_ context.Context, rule string, scopes []ChildScope) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.fail != nil {
-		return m.fail
+	if m.failSave != nil {
+		return m.failSave
 	}
 	m.saves++
 	if len(scopes) == 0 {
@@ -248,14 +251,113 @@ func testPruneOnlyScopeLive(t *testing.T) {
 	}
 }
 
-// A rule whose record cannot be written waits, its state saying why, and no
-// parent of it is reconciled: a child is never made of a kind the record
-// lacks. Once the record can be written, the rule runs.
-func TestRuleWaitsForItsRecord(t *testing.T) { synctest.Test(t, testRuleWaitsForItsRecord) }
+// A rule whose Record cannot be read (kgen's RBAC lacks the ConfigMap)
+// runs anyway, saying why in its state, and the Record is not written
+// before it was read. A kind that leaves the rule meanwhile is still
+// pruned, from memory. Once the Record can be read, what it held is pruned
+// too, and the record is written; once the Record cannot be written, the
+// rule keeps running.
+func TestRuleRunsWithoutItsRecord(t *testing.T) { synctest.Test(t, testRuleRunsWithoutItsRecord) }
 
-func testRuleWaitsForItsRecord(t *testing.T) {
+func testRuleRunsWithoutItsRecord(t *testing.T) {
+	client, m := fakeCluster(
+		object("example.com/v1", "Gadget", "g", "p1", ""),
+		object("apps/v1", "Deployment", "g", "d1", "p1"),
+	)
+	forbidden := errors.New(`configmaps "kgen-state" is forbidden`)
+	old := ChildScope{GroupVersionKind: deployments, Namespace: "old"}
+	rec := &memRecord{scopes: map[string][]ChildScope{"r": {old}}, failLoad: forbidden}
+	v1 := gadgetRule(t, configChild+deployChild)
+	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	s := waitState(t, c, "the rule to run without its record", func(s RuleState) bool { return s.Synced })
+	if !strings.Contains(s.RecordError, "forbidden") || s.Failing != "" {
+		t.Errorf("state %+v, want RecordError saying forbidden and nothing failing", s)
+	}
+	// The fake client cannot create by server-side apply, so the writes
+	// fail; that kgen tries them is what counts.
+	_, _ = c.reconcileKey(ctx, Key{Rule: "r", Namespace: "ns", Name: "g"})
+	if w := writes(client); !slices.Contains(w, "patch configmaps g") {
+		t.Errorf("reconciling a parent of a rule without its record wrote %v, want its children", w)
+	}
+
+	// The Deployment leaves the rule: watched from memory.
+	v2 := gadgetRule(t, configChild)
+	c.SetRules([]*rules.Rule{v2})
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range c.retiring {
+		c.deactivate(old, context.Canceled)
+	}
+	s = waitState(t, c, "version 2 to sync", func(s RuleState) bool { return s.Synced })
+	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
+		t.Errorf("Pruning = %v without the record, want %v", s.Pruning, want)
+	}
+	c.prunePass(ctx)
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); !slices.Equal(s.Pruning, []string{"apps/v1 Deployment ns"}) {
+		t.Errorf("Pruning = %v with the child still there", s.Pruning)
+	}
+	if got, saves := rec.get("r"); !slices.Equal(got, []ChildScope{old}) || saves != 0 {
+		t.Errorf("record = %v after %d writes, want %v untouched until it is read", got, saves, []ChildScope{old})
+	}
+
+	// Readable: what it held is watched too, and it is written.
+	rec.mu.Lock()
+	rec.failLoad = nil
+	rec.mu.Unlock()
+	c.prunePass(ctx)
+	s, _ = c.State("r")
+	if want := []string{"apps/v1 Deployment ns", "apps/v1 Deployment old"}; !slices.Equal(s.Pruning, want) || s.RecordError != "" {
+		t.Errorf("Pruning = %v, RecordError %q once the record is read, want %v and none", s.Pruning, s.RecordError, want)
+	}
+	want := []ChildScope{{GroupVersionKind: deployments, Namespace: "ns"}, old, {GroupVersionKind: configMaps, Namespace: "ns"}}
+	if got, saves := rec.get("r"); !slices.Equal(got, want) || saves != 1 {
+		t.Errorf("record = %v after %d writes, want %v after 1", got, saves, want)
+	}
+
+	// Not writable: the rule runs on, and the record catches up later.
+	rec.mu.Lock()
+	rec.failSave = forbidden
+	rec.mu.Unlock()
+	if err := client.Resource(depResource).Namespace("ns").Delete(ctx, "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		time.Sleep(time.Second) // the caches follow
+		c.prunePass(ctx)
+	}
+	s, _ = c.State("r")
+	if len(s.Pruning) != 0 || !strings.Contains(s.RecordError, "forbidden") || !s.Synced {
+		t.Errorf("state %+v after the prune-only scopes emptied with the record not writable", s)
+	}
+	rec.mu.Lock()
+	rec.failSave = nil
+	rec.mu.Unlock()
+	c.prunePass(ctx)
+	if got, saves := rec.get("r"); !slices.Equal(got, want[2:]) || saves != 2 {
+		t.Errorf("record = %v after %d writes, want %v after 2", got, saves, want[2:])
+	}
+	if s, _ := c.State("r"); s.RecordError != "" || len(s.Pruning) != 0 {
+		t.Errorf("state %+v once the record was written", s)
+	}
+}
+
+// A Record read for the first time by a write keeps the scopes it held:
+// the write keeps them until they are watched, at the next pass.
+func TestRecordReadByAWrite(t *testing.T) { synctest.Test(t, testRecordReadByAWrite) }
+
+func testRecordReadByAWrite(t *testing.T) {
 	client, m := fakeCluster(object("example.com/v1", "Gadget", "g", "p1", ""))
-	rec := &memRecord{scopes: map[string][]ChildScope{}, fail: errors.New("configmaps \"kgen-state\" is forbidden")}
+	old := ChildScope{GroupVersionKind: deployments, Namespace: "ns"}
+	rec := &memRecord{scopes: map[string][]ChildScope{"r": {old}}, failLoad: errors.New("unavailable")}
 	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -264,32 +366,20 @@ func testRuleWaitsForItsRecord(t *testing.T) {
 	if err := c.activate(ctx, c.rules["r"]); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, c, "the rule to fail on its record", func(s RuleState) bool { return strings.Contains(s.Failing, "kgen-state") })
-	// Its caches have synced long since; the record holds it back.
-	time.Sleep(30 * time.Second)
-	if s, _ := c.State("r"); s.Synced || !strings.Contains(s.Failing, "forbidden") {
-		t.Errorf("state %+v with the record failing, want not synced and failing", s)
-	}
-	parent := Key{Rule: "r", Namespace: "ns", Name: "g"}
-	if _, err := c.reconcileKey(ctx, parent); err != nil || len(writes(client)) > 0 {
-		t.Errorf("reconciling the parent while the record cannot be written: %v, writes %v", err, writes(client))
-	}
-
+	waitState(t, c, "the rule to run", func(s RuleState) bool { return s.Synced })
 	rec.mu.Lock()
-	rec.fail = nil
+	rec.failLoad = nil
 	rec.mu.Unlock()
-	s := waitState(t, c, "the rule to run once its record is written", func(s RuleState) bool { return s.Synced })
-	if s.Failing != "" {
-		t.Errorf("Failing = %q after the record was written", s.Failing)
+	if err := c.writeRecord(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
 	}
-	if got, _ := rec.get("r"); !slices.Equal(got, []ChildScope{{GroupVersionKind: configMaps, Namespace: "ns"}}) {
-		t.Errorf("record = %v", got)
+	want := []ChildScope{old, {GroupVersionKind: configMaps, Namespace: "ns"}}
+	if got, _ := rec.get("r"); !slices.Equal(got, want) {
+		t.Errorf("record = %v, want %v: what it held is kept", got, want)
 	}
-	// The fake client cannot create by server-side apply, so the write
-	// fails; that kgen tries it is what counts.
-	_, _ = c.reconcileKey(ctx, parent)
-	if w := writes(client); !slices.Equal(w, []string{"patch configmaps g"}) {
-		t.Errorf("reconciling the parent once the record was written wrote %v, want its child", w)
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); !slices.Equal(s.Pruning, []string{"apps/v1 Deployment ns"}) {
+		t.Errorf("Pruning = %v, want the scope the record held", s.Pruning)
 	}
 }
 

@@ -36,12 +36,21 @@ import (
 //
 // When a rule starts, the scopes of its record that the rule no longer
 // covers are watched too, with the usual child selector: prune-only
-// informers. Their objects are children of no child of the rule, so each
-// reconcile prunes them (reconcile.MakePlan). Once none of them belongs to
-// a parent of the rule any more (seen on two passes of the activation loop
-// in a row), the informer is released and the scope leaves the record. A
-// rule changed while kgen runs starts the same way: its new version reads
-// the record its old version wrote.
+// informers. Their objects belong to no child of the rule (an id it no
+// longer has, another kind, another namespace), so each reconcile prunes
+// them (reconcile.MakePlan). Once none of them belongs to a parent of the
+// rule any more (seen on two passes of the activation loop in a row), the
+// informer is released and the scope leaves the record. A rule changed
+// while kgen runs starts the same way: its new version starts from what
+// its old version recorded, which kgen keeps in memory too.
+//
+// A Record kgen cannot read or write (its RBAC lacks the ConfigMap, as
+// under a chart from before the record) does not stop the rules: the
+// failure is logged, at most once a minute, and in RuleState.RecordError,
+// and every pass tries again. Meanwhile kinds that leave a rule are still
+// pruned from memory, but children of a kind that left a rule while kgen
+// was stopped are not found until the Record can be read. The Record is
+// never written before it was read: that would drop what it holds.
 
 // ChildScope is where some of a rule's children may be: objects of one
 // kind, in one namespace, or in every namespace ("", also for a
@@ -238,11 +247,54 @@ type pruneWatch struct {
 	empty bool
 }
 
-// loadRecord reads the record once. Without a Record, scopes are
-// remembered only while kgen runs.
+// recordState is what the controller knows of its Record; guarded by
+// Controller.mu.
+type recordState struct {
+	// want is what the record should hold, by rule: what the Record held
+	// when it was read, and every change since, written or not. It is
+	// what a rule that starts prunes from, so kinds that leave a rule
+	// while kgen runs are pruned even when the Record cannot be used.
+	want map[string][]ChildScope
+	// loaded is set once the Record was read (and merged into want);
+	// saved is what it holds, by rule, as read or last written.
+	loaded bool
+	saved  map[string][]ChildScope
+	// fresh are the scopes the Record held, by rule, that no
+	// watchRecorded of the rule has looked at yet: a write keeps them.
+	fresh map[string][]ChildScope
+	// logged is when a failure to read or write the record was last
+	// logged, by rule.
+	logged map[string]time.Time
+}
+
+// recordLogEvery bounds how often a failing read or write of the record is
+// logged, per rule.
+const recordLogEvery = time.Minute
+
+// logRecordError logs a failure to read or write the record, at most once
+// every recordLogEvery per rule.
+func (c *Controller) logRecordError(ctx context.Context, rule string, err error) {
+	c.mu.Lock()
+	if c.record.logged == nil {
+		c.record.logged = map[string]time.Time{}
+	}
+	last, seen := c.record.logged[rule]
+	log := !seen || time.Since(last) >= recordLogEvery
+	if log {
+		c.record.logged[rule] = time.Now()
+	}
+	c.mu.Unlock()
+	if log {
+		klog.FromContext(ctx).Error(err, "Cannot use the record of the rules' child kinds; rules run, but children of kinds that leave a rule may not be pruned after a restart; trying again", "rule", rule)
+	}
+}
+
+// loadRecord reads the Record unless it was read already, and merges it
+// into what the controller wants recorded; the error says why it could not
+// be read. Without a Record, scopes are remembered only while kgen runs.
 func (c *Controller) loadRecord(ctx context.Context) error {
 	c.mu.Lock()
-	loaded := c.recorded != nil
+	loaded := c.record.loaded
 	c.mu.Unlock()
 	if loaded {
 		return nil
@@ -254,119 +306,188 @@ func (c *Controller) loadRecord(ctx context.Context) error {
 			return err
 		}
 	}
-	for rule, scopes := range recorded {
-		slices.SortFunc(scopes, compareScopes)
-		recorded[rule] = slices.Compact(scopes)
-	}
 	c.mu.Lock()
-	if c.recorded == nil {
-		c.recorded = recorded
+	defer c.mu.Unlock()
+	if c.record.loaded {
+		return nil
 	}
-	c.mu.Unlock()
+	if c.record.want == nil {
+		c.record.want = map[string][]ChildScope{}
+	}
+	c.record.saved = map[string][]ChildScope{}
+	c.record.fresh = map[string][]ChildScope{}
+	for rule, scopes := range recorded {
+		c.record.saved[rule] = sortScopes(scopes)
+		c.record.fresh[rule] = slices.Clone(c.record.saved[rule])
+		// What the Record holds and kgen learned since it started:
+		// a scope pruned meanwhile is watched again, found empty and
+		// dropped.
+		c.record.want[rule] = sortScopes(append(slices.Clone(c.record.want[rule]), scopes...))
+	}
+	c.record.loaded = true
 	return nil
 }
 
-// pruneKeys returns the informers to start, besides the rule's own, for the
-// scopes of its record that current does not cover. A recorded kind that
-// is not served any more has no objects to prune, and is left out (and so
-// leaves the record at its next write).
-func (c *Controller) pruneKeys(ctx context.Context, rule string, current []ChildScope) ([]ChildScope, []watch.Key, error) {
+// sortScopes sorts scopes and drops duplicates.
+func sortScopes(scopes []ChildScope) []ChildScope {
+	slices.SortFunc(scopes, compareScopes)
+	return slices.Compact(scopes)
+}
+
+// watchRecorded starts prune-only informers, for an active rule, of the
+// scopes recorded for it that the rule does not cover and that it does not
+// watch yet: at its start, and again at every pass, for scopes learned
+// from a Record read late or that could not be watched before. A recorded
+// kind that is not served any more has no objects to prune, and is left
+// out (and so leaves the record at its next write); one that cannot be
+// watched for another reason is kept (RuleState.Pruning does not show it)
+// and tried again at the next pass.
+func (c *Controller) watchRecorded(ctx context.Context, rs *ruleState) {
+	name := rs.rule.Name
 	if err := c.loadRecord(ctx); err != nil {
-		return nil, nil, err
+		// What is known so far is watched.
+		c.logRecordError(ctx, name, err)
 	}
 	c.mu.Lock()
-	recorded := slices.Clone(c.recorded[rule])
+	recorded := slices.Clone(c.record.want[name])
+	delete(c.record.fresh, name)
+	current := slices.Clone(rs.scopes)
+	watched := map[ChildScope]bool{}
+	for _, p := range rs.pruning {
+		watched[p.scope] = true
+	}
 	c.mu.Unlock()
-	var scopes []ChildScope
-	var keys []watch.Key
+	var added []string
+	var unwatched []ChildScope
 	for _, s := range uncovered(recorded, current) {
+		if watched[s] {
+			continue
+		}
 		m, err := c.cfg.Mapper.ResourceFor(s.GroupVersionKind)
 		if errors.Is(err, mapper.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("kind %s, which the rule made children of: %w", s.GroupVersionKind, err)
+			klog.FromContext(ctx).Error(err, "Cannot watch a kind the rule made children of; trying again", "rule", name, "scope", s.String())
+			unwatched = append(unwatched, s)
+			continue
 		}
 		ns := s.Namespace
 		if !m.Namespaced {
 			ns = metav1.NamespaceAll
 		}
-		scopes = append(scopes, s)
-		keys = append(keys, watch.Key{GVR: m.GroupVersionResource(), Namespace: ns, Selector: childSelector})
+		key := watch.Key{GVR: m.GroupVersionResource(), Namespace: ns, Selector: childSelector}
+		reg, err := c.watches.Acquire(key, c.childHandler(name))
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot watch a kind the rule made children of; trying again", "rule", name, "scope", s.String())
+			unwatched = append(unwatched, s)
+			continue
+		}
+		c.mu.Lock()
+		if !rs.active {
+			c.mu.Unlock()
+			reg.Release()
+			return
+		}
+		rs.pruning = append(rs.pruning, &pruneWatch{scope: s, reg: reg})
+		if !slices.Contains(rs.gvrs, key.GVR) {
+			rs.gvrs = append(rs.gvrs, key.GVR)
+		}
+		c.mu.Unlock()
+		added = append(added, s.String())
 	}
-	return scopes, keys, nil
+	c.mu.Lock()
+	if rs.active {
+		rs.unwatched = unwatched
+	}
+	c.mu.Unlock()
+	if len(added) > 0 {
+		klog.FromContext(ctx).Info("Watching where the rule made children it no longer makes, to prune them", "rule", name, "scopes", added)
+	}
 }
 
 // recordScopesOf returns what the record should hold for a rule state: its
-// scopes and those it still prunes.
+// scopes, those it still prunes and those it could not watch yet. The
+// caller holds Controller.mu.
 func recordScopesOf(rs *ruleState) []ChildScope {
 	out := slices.Clone(rs.scopes)
 	for _, p := range rs.pruning {
 		out = append(out, p.scope)
 	}
-	slices.SortFunc(out, compareScopes)
-	return slices.Compact(out)
+	out = append(out, rs.unwatched...)
+	return sortScopes(out)
 }
 
-// writeRecord records a rule state's scopes, unless the record holds them
-// already.
+// writeRecord makes a rule state's scopes what the controller wants
+// recorded for the rule, writes them to the Record unless it holds them
+// already, and keeps in the state whether it could.
 func (c *Controller) writeRecord(ctx context.Context, rs *ruleState) error {
+	err := c.saveScopes(ctx, rs)
 	c.mu.Lock()
-	want := recordScopesOf(rs)
-	same := slices.Equal(c.recorded[rs.rule.Name], want)
+	rs.recordErr = ""
+	if err != nil {
+		rs.recordErr = err.Error()
+	}
+	c.mu.Unlock()
+	return err
+}
+
+func (c *Controller) saveScopes(ctx context.Context, rs *ruleState) error {
+	name := rs.rule.Name
+	c.mu.Lock()
+	want := sortScopes(append(recordScopesOf(rs), c.record.fresh[name]...))
+	if c.record.want == nil {
+		c.record.want = map[string][]ChildScope{}
+	}
+	c.record.want[name] = want
+	c.mu.Unlock()
+	// The Record is not written before it was read: the write would
+	// drop what it holds from before kgen started.
+	if err := c.loadRecord(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	// A Record read just now (here or by another rule) adds the scopes it
+	// holds; they are kept until watchRecorded, at the next pass, watches
+	// them.
+	want = sortScopes(append(want, c.record.fresh[name]...))
+	c.record.want[name] = want
+	same := slices.Equal(c.record.saved[name], want)
 	c.mu.Unlock()
 	if same {
 		return nil
 	}
 	if c.cfg.Record != nil {
-		if err := c.cfg.Record.Save(ctx, rs.rule.Name, want); err != nil {
+		if err := c.cfg.Record.Save(ctx, name, want); err != nil {
 			return err
 		}
 	}
 	c.mu.Lock()
-	c.recorded[rs.rule.Name] = want
+	c.record.saved[name] = want
 	c.mu.Unlock()
-	klog.FromContext(ctx).Info("Recorded where the rule's children may be", "rule", rs.rule.Name, "scopes", encodeScopes(want))
+	klog.FromContext(ctx).Info("Recorded where the rule's children may be", "rule", name, "scopes", encodeScopes(want))
 	return nil
 }
 
-// recordBeforeWriting writes a started rule's scopes before any of its
-// parents is reconciled, so that a child is never made of a kind the record
-// lacks. It tries until it succeeds or ctx is done (the rule is stopped),
-// reporting the failure in the rule's state and, at most once a minute, in
-// the log. It reports whether it succeeded.
-func (c *Controller) recordBeforeWriting(ctx context.Context, rs *ruleState) bool {
-	delay := time.Second
-	var logged time.Time
-	for {
-		err := c.writeRecord(ctx, rs)
-		c.mu.Lock()
-		rs.recordErr = ""
-		if err != nil {
-			rs.recordErr = err.Error()
-		}
-		c.mu.Unlock()
-		if err == nil {
-			return true
-		}
-		if time.Since(logged) >= watchErrorLogEvery {
-			logged = time.Now()
-			klog.FromContext(ctx).Error(err, "Cannot record the rule's child kinds; its parents wait", "rule", rs.rule.Name)
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, time.Minute)
+// recordStarted records a started rule's scopes before any of its parents
+// is reconciled, so that a child is not made of a kind the record lacks.
+// When the Record cannot be read or written (kgen's RBAC lacks the
+// ConfigMap, as under a chart older than the record), the rule runs anyway
+// and prunePass tries again: the rule's state and the log say why, kinds
+// that leave the rule while kgen runs are still pruned, but children of a
+// kind that leaves it while kgen is stopped may not be.
+func (c *Controller) recordStarted(ctx context.Context, rs *ruleState) {
+	if err := c.writeRecord(ctx, rs); err != nil {
+		c.logRecordError(ctx, rs.rule.Name, err)
 	}
 }
 
-// prunePass drops the prune-only informers of running rules that hold no
-// child of the rule's parents any more (on two passes in a row, so that a
-// reconcile in flight cannot make one behind its back), and writes the
-// record of every running rule whose scopes changed, or whose last write
-// failed.
+// prunePass, for every running rule: watches the scopes recorded for it
+// that it does not watch yet (from a Record read late, or that could not
+// be watched before); drops the prune-only informers that hold no child of
+// the rule's parents any more (on two passes in a row, so that a reconcile
+// in flight cannot make one behind its back); and writes its record if its
+// scopes changed, or the last write failed.
 func (c *Controller) prunePass(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	c.mu.Lock()
@@ -378,6 +499,7 @@ func (c *Controller) prunePass(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	for _, rs := range states {
+		c.watchRecorded(ctx, rs)
 		var dropped []*watch.Registration
 		c.mu.Lock()
 		if len(rs.pruning) > 0 {
@@ -403,7 +525,7 @@ func (c *Controller) prunePass(ctx context.Context) {
 			reg.Release()
 		}
 		if err := c.writeRecord(ctx, rs); err != nil {
-			logger.Error(err, "Cannot record the rule's child kinds; trying again later", "rule", rs.rule.Name)
+			c.logRecordError(ctx, rs.rule.Name, err)
 		}
 	}
 }

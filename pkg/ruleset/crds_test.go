@@ -17,6 +17,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
+	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/rules"
 )
@@ -330,5 +331,38 @@ func TestSetTypeChecks(t *testing.T) {
 	}
 	if s.objects["obj"].err == nil {
 		t.Error("the object's error is not reported")
+	}
+}
+
+// progress is a Progress that knows one state for every rule.
+type progress controller.RuleState
+
+func (p progress) State(string) (controller.RuleState, bool) { return controller.RuleState(p), true }
+
+// A rule that runs without its record of child kinds is Ready, and its
+// message says what kgen cannot do meanwhile, and why.
+func TestStatusRecordError(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		Progress: progress{Running: true, Synced: true, RecordError: `configmaps "kgen-state" is forbidden`}, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.image")), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetUID("u1")
+	obj.SetGeneration(1)
+	if !s.observe(ctx, obj, false) {
+		t.Fatal("a valid Rule object was not taken")
+	}
+	s.recompute(ctx)
+	s.mu.Lock()
+	status := s.statusLocked("obj", s.objects["obj"])
+	s.mu.Unlock()
+	ready := status["conditions"].([]any)[1].(map[string]any)
+	if msg, _ := ready["message"].(string); ready["status"] != "True" || !strings.Contains(msg, "while kgen is stopped may not be pruned") || !strings.Contains(msg, "forbidden") {
+		t.Errorf("Ready = %v, want True, saying what may not be pruned and why", ready)
 	}
 }

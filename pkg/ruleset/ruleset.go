@@ -704,6 +704,9 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		if o.err != nil || running != o.rule {
 			msg += " (its previous valid version: the latest is not accepted)"
 		}
+		if st.RecordError != "" {
+			msg += "; kgen cannot use its record of child kinds, so children of a kind that leaves the rule while kgen is stopped may not be pruned: " + st.RecordError
+		}
 		switch {
 		case st.Failing != "":
 			reason := ReasonWaiting
