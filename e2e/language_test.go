@@ -358,8 +358,11 @@ func TestLanguageOrphan(t *testing.T) {
 	waitGone(t, gvr, ns, "p2")
 	waitFor(t, cmGVR, ns, "p2-kept", notKgens(p2.GetUID()))
 	// Once the garbage collector has deleted an object p2 owned, it has
-	// handled p2's deletion: the child it let go is still there.
-	waitGone(t, cmGVR, ns, "p2-owned")
+	// handled p2's deletion: the child it let go is still there. (It
+	// learns a new CRD's kind from discovery, which may take a while.)
+	eventually(t, 2*time.Minute, func() (bool, error) {
+		return get(t, cmGVR, ns, "p2-owned") == nil, nil
+	}, "the garbage collector to delete an object the deleted parent owned")
 	sameObjects(t, cmGVR, kept2)
 }
 
