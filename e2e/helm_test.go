@@ -63,6 +63,7 @@ func TestHelmInstall(t *testing.T) {
 		"Deployment/" + release + "/kgen", "Service/" + release + "/kgen-metrics", "PodDisruptionBudget/" + release + "/kgen",
 		"Role/" + ns + "/kgen", "RoleBinding/" + ns + "/kgen",
 		"Role/" + release + "/kgen-leader-election", "RoleBinding/" + release + "/kgen-leader-election",
+		"Role/" + release + "/kgen-state", "RoleBinding/" + release + "/kgen-state",
 		"ClusterRole/kgen-metrics-auth", "ClusterRoleBinding/kgen-metrics-auth", "RoleBinding/kube-system/kgen-metrics-auth-reader",
 		"ClusterRole/kgen-metrics-reader", "ClusterRoleBinding/kgen-metrics-reader",
 		"ClusterRole/kgen-discovery", "ClusterRoleBinding/kgen-discovery"} {
@@ -70,14 +71,22 @@ func TestHelmInstall(t *testing.T) {
 			t.Errorf("the release has no %s; it has %v", want, objs)
 		}
 	}
-	// Cluster-wide, kgen may only follow Rule objects, the metadata of CRDs
-	// and APIServices, and review who reads its metrics; the rules, limited
-	// to a namespace, need nothing there.
+	// Cluster-wide, kgen may only follow Rule objects and the metadata of
+	// CRDs and APIServices, review who reads its metrics and read its parent
+	// kind's CRD (to check the rule against it); the rules, limited to a
+	// namespace, need nothing else there.
 	if slices.ContainsFunc(objs, func(s string) bool {
 		return strings.HasPrefix(s, "ClusterRole") && !strings.HasSuffix(s, "/kgen-rule-objects") &&
-			!strings.HasSuffix(s, "/kgen-discovery") && !strings.Contains(s, "/kgen-metrics-")
+			!strings.HasSuffix(s, "/kgen-discovery") && !strings.Contains(s, "/kgen-metrics-") && !strings.HasSuffix(s, "/kgen")
 	}) {
 		t.Errorf("rules limited to one namespace got cluster-wide RBAC: %v", objs)
+	}
+	if cr, err := env.kube.RbacV1().ClusterRoles().Get(ctx, "kgen", metav1.GetOptions{}); err == nil {
+		for _, r := range cr.Rules {
+			if !slices.Equal(r.Resources, []string{"customresourcedefinitions"}) || !slices.Equal(r.ResourceNames, []string{"webapps.example.com"}) || !slices.Equal(r.Verbs, []string{"get"}) {
+				t.Errorf("rules limited to one namespace got cluster-wide RBAC: %v", r)
+			}
+		}
 	}
 
 	// helm --wait saw the pods ready; one of them leads.

@@ -240,6 +240,7 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 		l.budget = maxDocumentNodes
 		r := l.rule(&doc)
 		if r != nil && len(l.errs) == before {
+			r.source = &source{file: file, data: data, opts: c.opts}
 			rules = append(rules, r)
 		}
 	}

@@ -94,6 +94,15 @@ type Rule struct {
 
 	order []*Child
 	byID  map[string]*Child
+	// source is what the rule was compiled from, for CheckSchema.
+	source *source
+}
+
+// source is the file a rule was read from, and how it was compiled.
+type source struct {
+	file string
+	data []byte
+	opts Options
 }
 
 // Child returns the child with the given id, or nil.

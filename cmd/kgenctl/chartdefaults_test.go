@@ -34,6 +34,7 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 		RuleObjects struct {
 			Enabled any `json:"enabled"`
 		} `json:"ruleObjects"`
+		ManageCRDs any `json:"manageCRDs"`
 	}
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		t.Fatal(err)
@@ -51,6 +52,7 @@ func TestChartDefaultsAreRunDefaults(t *testing.T) {
 		{"sharding.enabled", "shards", values.Sharding.Enabled},
 		{"sharding.leaseDuration", "leader-elect-lease-duration", values.Sharding.LeaseDuration},
 		{"ruleObjects.enabled", "rule-objects", values.RuleObjects.Enabled},
+		{"manageCRDs", "manage-crds", values.ManageCRDs},
 	} {
 		f := flags.Lookup(tt.flag)
 		if f == nil {

@@ -30,6 +30,7 @@ type rbacOptions struct {
 	leaseName      string
 	ruleObjects    bool
 	shards         bool
+	manageCRDs     bool
 }
 
 func newRBACCmd(out io.Writer) *cobra.Command {
@@ -39,10 +40,19 @@ func newRBACCmd(out io.Writer) *cobra.Command {
 		Short: "Print the least-privileged RBAC that kgen needs to run the rules",
 		Long: `Print the RBAC that "kgenctl run" needs for the rules, and nothing more:
 get/list/watch on the parents, patch on their status subresource, the child
-kinds' get/list/watch/create/patch/delete, events, and the leader-election
-Lease (with --shards, patch on the parents and the shards' Leases). A rule limited to namespaces gets Roles in those namespaces rather
-than ClusterRole rules. Notes on what cannot be derived from the rules go
-to stderr.
+kinds' get/list/watch/create/patch/delete, list/watch on the inputs, events,
+get on the CustomResourceDefinition of each custom parent kind (kgen checks
+the rules against its schema), the ConfigMap kgen-state in kgen's namespace
+(its record of the rules' child kinds), list/watch on CRDs and APIServices
+(to follow the cluster's kinds), and the leader-election Lease (with
+--shards, patch on the parents and the shards' Leases). A rule limited to
+namespaces gets Roles in those namespaces rather than ClusterRole rules.
+Notes on what cannot be derived from the rules go to stderr.
+
+With --manage-crds, also create and patch on the CRD of every rule with
+spec.parent.schema, for "kgenctl run --manage-crds": whoever may change a
+CRD may change what every object of it is, so it is never granted unasked.
+A rule's spec.parent.schema is enough to resolve its parent kind offline.
 
 Kinds are resolved offline by default: built-in kinds from a table compiled
 into kgenctl, custom resources from their CustomResourceDefinitions (--crd)
@@ -86,6 +96,7 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 	f.StringVar(&o.leaseName, "leader-elect-id", "kgen", "name of the leader-election Lease, which the Role names (manifests)")
 	f.BoolVar(&o.ruleObjects, "rule-objects", true, "include the ClusterRole for serving Rule objects, as kgenctl run does by default (manifests)")
 	f.BoolVar(&o.shards, "shards", false, "for 'kgenctl run --shards': patch on the parents, for their kgen.dev/shard label, and the Role for the shards' Leases instead of the leader-election one (manifests)")
+	f.BoolVar(&o.manageCRDs, "manage-crds", false, "also grant create and patch on the CRDs of the rules with spec.parent.schema, for kgenctl run --manage-crds (with -o helm-values: manageCRDs: true)")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
 }
@@ -99,11 +110,11 @@ func (o *rbacOptions) run(out, notes io.Writer, kube *kubeFlags) error {
 	if err != nil {
 		return err
 	}
-	resolver, err := o.resolver(kube)
+	resolver, err := o.resolver(kube, loaded)
 	if err != nil {
 		return err
 	}
-	policy, err := rbac.For(loaded, resolver, rbac.Options{Sharding: o.shards})
+	policy, err := rbac.For(loaded, resolver, rbac.Options{Sharding: o.shards, ManageCRDs: o.manageCRDs})
 	err = kube.withServerMessage(err)
 	if errors.Is(err, kinds.ErrUnknownKind) {
 		return fmt.Errorf("%w\n(give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)", err)
@@ -165,8 +176,9 @@ func (o *rbacOptions) printManifests(out io.Writer, printer printers.ResourcePri
 }
 
 // resolver returns the cluster's discovery, or the offline resolver with the
-// CRDs and resources given.
-func (o *rbacOptions) resolver(kube *kubeFlags) (rbac.Resolver, error) {
+// CRDs and resources given, and those the rules describe with
+// spec.parent.schema.
+func (o *rbacOptions) resolver(kube *kubeFlags, loaded []*rules.Rule) (rbac.Resolver, error) {
 	if !o.offline {
 		if len(o.crds) > 0 || len(o.resources) > 0 {
 			return nil, errors.New("--crd and --resource are for --offline; with --offline=false the cluster's discovery resolves every kind")
@@ -196,6 +208,18 @@ func (o *rbacOptions) resolver(kube *kubeFlags) (rbac.Resolver, error) {
 	for _, spec := range o.resources {
 		if err := s.AddResource(spec); err != nil {
 			return nil, err
+		}
+	}
+	for _, r := range loaded {
+		if r.Parent.Schema == nil || s.HasCRD(r.Parent.GroupVersionKind.GroupKind()) {
+			continue
+		}
+		crd, err := r.CRD()
+		if err != nil {
+			return nil, err
+		}
+		if err := s.AddCRD(crd); err != nil {
+			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
 		}
 	}
 	return s, nil

@@ -179,6 +179,23 @@ rules:
 	}
 }
 
+// --manage-crds grants create and patch on the CRD of a rule with
+// spec.parent.schema, which is enough to resolve its kind offline, and
+// turns the chart's manageCRDs on.
+func TestRBACManageCRDs(t *testing.T) {
+	noCluster(t)
+	out, _, err := runKgenctl(t, "rbac", "--rules", "../../examples/regions/rules.yaml", "--manage-crds", "-o", "helm-values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, filepath.Join("testdata", "rbac", "output", "regions-manage-crds.yaml"), out)
+	for _, want := range []string{"manageCRDs: true", "- globalapps.example.com", "      - create\n      - patch"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output does not contain %q:\n%s", want, out)
+		}
+	}
+}
+
 // With --offline=false the cluster is asked, so a missing kubeconfig is an
 // error rather than a silent fallback to the offline table.
 func TestRBACOnlineNeedsACluster(t *testing.T) {

@@ -43,6 +43,7 @@ type runOptions struct {
 	verbosity     int
 	profiling     bool
 	events        string
+	manageCRDs    bool
 }
 
 func newRunCmd(errOut io.Writer) *cobra.Command {
@@ -64,7 +65,15 @@ rule has is shadowed by the file.
 The rules files are loaded and checked first; invalid rules exit non-zero
 before kgen contacts the cluster. Rules whose kinds are not served yet wait
 (see the kgen_rule_waiting metric and the Rule's status) and start once
-their CRDs appear.`,
+their CRDs appear. A rule whose parent kind is a CRD starts only once its
+expressions fit the CRD's schema (as "kgenctl validate --crd" checks);
+with --manage-crds, kgen creates and updates the CRD of every rule that
+describes its parent kind with spec.parent.schema.
+
+kgen records, in the ConfigMap kgen-state of its namespace
+(--leader-elect-namespace), where each rule may have made children, so
+that children of kinds a rule no longer has are pruned, also after a
+restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), errOut, kube)
@@ -83,7 +92,7 @@ their CRDs appear.`,
 	f.StringVar(&o.metricsCerts, "metrics-cert-dir", "", "folder with tls.crt and tls.key for --metrics-secure, reloaded when they change (default: a self-signed certificate made at start)")
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 turns it off")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run only while holding a coordination.k8s.io Lease, so several replicas can run")
-	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "namespace of the Lease (default: -n/--namespace, else the kubeconfig context's namespace, else the pod's in a cluster, else default)")
+	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "kgen's namespace: of the Lease and of the ConfigMap kgen-state (default: -n/--namespace, else the kubeconfig context's namespace, else the pod's in a cluster, else default)")
 	f.StringVar(&o.leaderElectID, "leader-elect-id", manager.DefaultLeaseName, "name of the Lease")
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", manager.DefaultLeaseDuration, "how long a Lease lasts without renewal")
 	f.BoolVar(&o.shards, "shards", false, "spread the parents over every replica run with --shards, each holding the Lease kgen-shard-<id> in --leader-elect-namespace (excludes --leader-elect)")
@@ -92,6 +101,7 @@ their CRDs appear.`,
 	f.IntVarP(&o.verbosity, "v", "v", 0, "log verbosity (2 logs every child write)")
 	f.StringVar(&o.events, "events", string(reconcile.EventsNotable), "which Events to record on parents: notable (Warnings, and Normal events for drift repairs, deletions and adoptions), all (also Created and Updated), warnings, or none")
 	f.BoolVar(&o.profiling, "profiling", false, "serve Go's /debug/pprof endpoints on the metrics address; needs --metrics-secure")
+	f.BoolVar(&o.manageCRDs, "manage-crds", false, "create and update, with server-side apply, the CustomResourceDefinition of every rule with spec.parent.schema before the rule starts (needs create and patch on those CRDs: kgenctl rbac --manage-crds)")
 	return cmd
 }
 
@@ -164,7 +174,7 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 		Metrics: metricsserver.Options{
 			BindAddress: o.metricsAddr, Secure: o.metricsSecure, CertDir: o.metricsCerts, Profiling: o.profiling,
 		},
-		HealthAddr: o.healthAddr, Events: events,
+		HealthAddr: o.healthAddr, Events: events, ManageCRDs: o.manageCRDs,
 		LeaderElection: manager.LeaderElection{
 			Enabled: o.leaderElect, Namespace: o.leaderElectNS, Name: o.leaderElectID, LeaseDuration: o.leaseDuration, Identity: identity,
 		},

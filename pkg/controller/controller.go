@@ -72,6 +72,20 @@ type Config struct {
 	// Sharding, when set, limits the controller to the parents assigned
 	// to this replica, and their children (see shard.go).
 	Sharding Sharding
+	// Record keeps where each rule may have made children across
+	// restarts, so that children of kinds that left a rule are pruned
+	// (see record.go); without it, only while kgen runs.
+	Record Record
+	// Prepare, when set, is called each time kgen tries to start a rule,
+	// before it looks up the rule's kinds: it may make the parent kind
+	// served (kgenctl run --manage-crds applies its CRD). An error keeps
+	// the rule waiting, and it is tried again.
+	Prepare func(ctx context.Context, rule *rules.Rule) error
+	// Admit, when set, is asked once a rule's parent kind is served,
+	// before its informers start: an error (its expressions do not fit
+	// the parent's schema) keeps the rule waiting with the error, and it
+	// is asked again at the next try.
+	Admit func(ctx context.Context, rule *rules.Rule) error
 }
 
 // Defaults for Config.
@@ -132,6 +146,8 @@ type Controller struct {
 	// readsOf is the reverse.
 	readers map[readKey]map[Key]read
 	readsOf map[Key][]read
+	// record is what kgen knows of its Record (see record.go).
+	record recordState
 }
 
 type watchError struct {
@@ -156,6 +172,14 @@ type ruleState struct {
 	gvrs       []schema.GroupVersionResource // parent's, children's and inputs'
 	// unassign ends the sharding's assignment of the rule's parents.
 	unassign []func()
+	// scopes are where the rule's children may be; pruning are the
+	// informers of recorded scopes the rule no longer covers, unwatched
+	// those it could not watch yet, and recordErr why the record could
+	// not be read or written (see record.go).
+	scopes    []ChildScope
+	pruning   []*pruneWatch
+	unwatched []ChildScope
+	recordErr string
 
 	// stop ends the wait for the rule's informers to sync.
 	stop context.CancelFunc
@@ -170,6 +194,9 @@ type ruleState struct {
 // caller holds Controller.mu.
 func (rs *ruleState) registrations() []*watch.Registration {
 	out := append(slices.Clone(rs.childRegs), rs.inputRegs...)
+	for _, p := range rs.pruning {
+		out = append(out, p.reg)
+	}
 	return append(out, mapsValues(rs.parentRegs)...)
 }
 
@@ -465,7 +492,10 @@ func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Uns
 // state watches.
 func (c *Controller) childrenOf(rs *ruleState, parent types.UID) []*unstructured.Unstructured {
 	c.mu.Lock()
-	regs := rs.childRegs
+	regs := slices.Clone(rs.childRegs)
+	for _, p := range rs.pruning {
+		regs = append(regs, p.reg)
+	}
 	c.mu.Unlock()
 	var out []*unstructured.Unstructured
 	seen := map[types.UID]bool{}
@@ -527,6 +557,7 @@ func (c *Controller) activateLoop(ctx context.Context) {
 		for _, rs := range retiring {
 			c.retire(ctx, rs)
 		}
+		c.prunePass(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -549,9 +580,19 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		return nil
 	}
 	rule := rs.rule
+	if c.cfg.Prepare != nil {
+		if err := c.cfg.Prepare(ctx, rule); err != nil {
+			return c.setWaiting(rs, err)
+		}
+	}
 	parent, err := c.cfg.Mapper.ResourceFor(rule.Parent.GroupVersionKind)
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("parent kind %s: %w", rule.Parent.GroupVersionKind, err))
+	}
+	if c.cfg.Admit != nil {
+		if err := c.cfg.Admit(ctx, rule); err != nil {
+			return c.setWaiting(rs, err)
+		}
 	}
 	// Where the rule's objects live: the one answer pkg/rbac grants
 	// access by, so kgen watches exactly where it may.
@@ -590,6 +631,11 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	inputKeys, err := keys(place.InputWatchNamespaces(), "", true)
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("input %w", err))
+	}
+	// Where the rule's children may be, for its record (record.go).
+	scopes, err := childScopes(place.ChildWatchNamespaces(), c.cfg.Mapper)
+	if err != nil {
+		return c.setWaiting(rs, fmt.Errorf("child %w", err))
 	}
 
 	var regs []*watch.Registration
@@ -634,7 +680,11 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	rs.active, rs.synced, rs.waiting = true, false, ""
 	rs.parent, rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, inputRegs, gvrs, stop
 	rs.unassign = unassign
+	rs.scopes = scopes
 	c.mu.Unlock()
+	// Where its record says an earlier version made children: watched to
+	// prune them, without holding the rule back (record.go).
+	c.watchRecorded(ctx, rs)
 	c.metrics.setWaiting(rule.Name, false)
 	klog.FromContext(ctx).Info("Rule started; waiting for its caches", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
 	go c.awaitSync(syncCtx, rs, regs)
@@ -661,6 +711,9 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 			klog.FromContext(ctx).Info("Schema unavailable; comparing objects of its kinds literally", "rule", rs.rule.Name, "err", err.Error())
 		}
 	}
+	// The record names every kind the rule may write before it writes one,
+	// unless it cannot be written (then prunePass tries again).
+	c.recordStarted(ctx, rs)
 	c.mu.Lock()
 	if !rs.active || ctx.Err() != nil {
 		c.mu.Unlock()
@@ -846,8 +899,7 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 		c.mu.Unlock()
 		return
 	}
-	regs := append(slices.Clone(rs.childRegs), rs.inputRegs...)
-	regs = append(regs, mapsValues(rs.parentRegs)...)
+	regs := rs.registrations()
 	if rs.stop != nil {
 		rs.stop()
 	}
@@ -855,6 +907,7 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = nil, nil, nil, nil, nil
 	unassign := rs.unassign
 	rs.unassign = nil
+	rs.pruning, rs.unwatched, rs.recordErr = nil, nil, ""
 	c.mu.Unlock()
 	for _, stop := range unassign {
 		stop()
@@ -933,6 +986,14 @@ type RuleState struct {
 	// Parents counts the rule's parents in its caches, and ReadyParents
 	// those whose last reconcile left them Ready.
 	Parents, ReadyParents int
+	// Pruning are the scopes ("APIVERSION KIND [NAMESPACE]") where the
+	// rule made children of a kind it no longer has, watched until those
+	// children are pruned.
+	Pruning []string
+	// RecordError says why kgen cannot read or write its record of the
+	// rule's child kinds (see Config.Record): the rule runs, but children
+	// of a kind that leaves it while kgen is stopped may not be pruned.
+	RecordError string
 }
 
 // State returns the state of a rule; false if the controller has no such
@@ -959,6 +1020,8 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 			break
 		}
 	}
+	s.RecordError = rs.recordErr
+	s.Pruning = pruneScopesOf(rs)
 	return s, true
 }
 

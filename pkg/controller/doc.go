@@ -13,6 +13,22 @@
 // again. Ready reports whether every rule that can run has synced: waiting
 // and failing rules do not make the controller unready.
 //
+// Before a rule starts, the Prepare and Admit hooks of Config may make its
+// parent kind served (a CRD kgen manages) and refuse it (its expressions do
+// not fit the parent's schema); a refused rule waits and is asked again.
+//
+// Where each rule may have made children is kept in a Record (the
+// ConfigMap kgen-state, ConfigMapRecord) that survives restarts: kinds and
+// namespaces a rule no longer covers are watched as prune-only informers
+// until none of the rule's children is left there, so children of a kind
+// that left a rule are pruned too (record.go). A started rule's scopes are
+// recorded before any of its parents is reconciled; a Record kgen cannot
+// read or write does not stop the rules, whose state says why.
+//
+// Inputs (inputs.go) are read from shared informers; each reconcile records
+// what its parent read, and an input's event queues exactly the parents
+// that read it.
+//
 // Children are indexed by their parent's UID, not by rule, so a renamed rule
 // or a parent moved between rules keeps its children. A parent that leaves a
 // rule's informer while it carries kgen's finalizer is read once and released
@@ -29,6 +45,7 @@
 // The controller reads only from its caches; every API request it makes is a
 // write by the reconciler, a list and watch of an informer, a read of a
 // parent that left a rule, a read the reconciler makes on a rare path
-// (a conflict, a drift repair), or, with sharding, the list and relabelling
-// of the children of a parent that came to this replica.
+// (a conflict, a drift repair), the get and patches of the record, or, with
+// sharding, the list and relabelling of the children of a parent that came
+// to this replica.
 package controller

@@ -98,13 +98,18 @@ type Options struct {
 	// Events says which Events kgen records on parents;
 	// reconcile.EventsNotable when empty.
 	Events reconcile.EventPolicy
+	// ManageCRDs creates and updates the CustomResourceDefinition of every
+	// rule with spec.parent.schema before the rule starts.
+	ManageCRDs bool
 }
 
 // LeaderElection configures the Lease a Manager must hold to run.
 type LeaderElection struct {
 	Enabled bool
 	// Namespace of the Lease; the pod's namespace in a cluster, else
-	// "default", when empty.
+	// "default", when empty. It is kgen's own namespace, where it also
+	// keeps its record of the rules' child kinds (the ConfigMap
+	// controller.DefaultRecordName), with or without leader election.
 	Namespace string
 	// Name of the Lease; DefaultLeaseName when empty.
 	Name string
@@ -216,7 +221,7 @@ func New(opts Options) (*Manager, error) {
 			duration = DefaultLeaseDuration
 		}
 		m.shard, err = shard.New(shard.Config{
-			ID: opts.Sharding.ID, Namespace: leaseNamespace(opts.Sharding.Namespace), LeaseDuration: duration,
+			ID: opts.Sharding.ID, Namespace: opts.namespace(), LeaseDuration: duration,
 			Kube: kube, Metadata: meta, Registerer: reg, Publish: m.publishCounts,
 		})
 		if err != nil {
@@ -225,6 +230,10 @@ func New(opts Options) (*Manager, error) {
 		sharding = m.shard
 	}
 	resources := mapper.New(kube.Discovery())
+	// The parent kinds' CRDs: rules are checked against their schemas
+	// when they start, and with ManageCRDs kgen applies them.
+	crds := &ruleset.CRDs{Client: dyn, Resources: resources, Manage: opts.ManageCRDs}
+	admit := crds.Check
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
 		var writesStatus func(string) bool
@@ -234,14 +243,20 @@ func New(opts Options) (*Manager, error) {
 		set, err := ruleset.New(ruleset.Config{
 			Paths: opts.RulePaths, Objects: opts.RuleObjects, Client: dyn, Resources: resources,
 			RetryInterval: opts.RetryInterval,
-			Apply:         func(rs []*rules.Rule) { m.ctrl.SetRules(append(slices.Clone(opts.Rules), rs...)) },
-			Progress:      progress{m},
-			WritesStatus:  writesStatus,
+			Apply: func(rs []*rules.Rule) {
+				all := append(slices.Clone(opts.Rules), rs...)
+				crds.Forget(all)
+				m.ctrl.SetRules(all)
+			},
+			Progress:     progress{m},
+			WritesStatus: writesStatus,
+			CRDs:         crds,
 		})
 		if err != nil {
 			return nil, err
 		}
 		m.rules = set
+		admit = set.Admit
 		initial = append(slices.Clone(opts.Rules), set.Rules()...)
 	}
 	if len(initial) == 0 && !opts.RuleObjects {
@@ -252,6 +267,8 @@ func New(opts Options) (*Manager, error) {
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
 		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events, Sharding: sharding,
 		Impersonate: impersonator(config),
+		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace()},
+		Prepare:     crds.Prepare, Admit: admit,
 	})
 	meta, err := metadata.NewForConfig(config)
 	if err != nil {
@@ -339,7 +356,7 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Context)) error {
 	logger := klog.FromContext(ctx)
 	le := m.opts.LeaderElection
-	ns := leaseNamespace(le.Namespace)
+	ns := m.opts.namespace()
 	name := le.Name
 	if name == "" {
 		name = DefaultLeaseName
@@ -413,18 +430,6 @@ func (m *Manager) runWithLeaderElection(ctx context.Context, run func(context.Co
 	return nil
 }
 
-// leaseNamespace returns the namespace of kgen's Leases: ns, else the
-// pod's in a cluster, else "default".
-func leaseNamespace(ns string) string {
-	if ns != "" {
-		return ns
-	}
-	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-		return strings.TrimSpace(string(b))
-	}
-	return "default"
-}
-
 func healthMux(ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -459,6 +464,21 @@ func serve(ctx context.Context, wg *sync.WaitGroup, addr string, h http.Handler)
 		_ = srv.Shutdown(shutdownCtx)
 	})
 	return nil
+}
+
+// namespace is kgen's own namespace, of its Leases and its record:
+// LeaderElection.Namespace or Sharding.Namespace (the same flag), else the
+// pod's namespace in a cluster, else "default".
+func (o Options) namespace() string {
+	for _, ns := range []string{o.LeaderElection.Namespace, o.Sharding.Namespace} {
+		if ns != "" {
+			return ns
+		}
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return metav1.NamespaceDefault
 }
 
 // progress lets the rule set read the controller's state of each rule.

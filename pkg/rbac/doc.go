@@ -15,6 +15,10 @@
 //   - inputs (spec.inputs): list and watch, where they can be.
 //   - events: create and patch, where the parents are (Events of a
 //     cluster-scoped parent go to the default namespace).
+//   - the CustomResourceDefinition of a parent kind that is not built in:
+//     get, by name (kgen checks the rule's expressions against its schema
+//     when the rule starts); with Options.ManageCRDs, also create and
+//     patch on the CRD of every rule with spec.parent.schema.
 //
 // Where is the rule's Placement (rules.Rule.Placement), as the controller
 // watches and the renderer writes: a rule whose namespaced parent is limited
@@ -22,8 +26,9 @@
 // instead of ClusterRole rules, for its parent, its events and its
 // namespaced children, which live there or in the namespaces its templates
 // name or spec.allowCrossNamespace lists. Everything else is in one
-// ClusterRole. The leader-election Lease is not a rule's business:
-// Manifests adds a Role for it in kgen's own namespace.
+// ClusterRole. kgen's own objects are not a rule's business: Manifests adds
+// Roles in kgen's own namespace for its record of the rules' child kinds
+// (the ConfigMap kgen-state, StateRules) and the leader-election Lease.
 //
 // Kinds are resolved to resources by a Resolver: discovery (a live cluster),
 // or offline by kinds.Static (built-in kinds, CustomResourceDefinition files

@@ -52,10 +52,9 @@ func (o ManifestOptions) withDefaults() ManifestOptions {
 // ServiceAccount: the ClusterRole and its binding (when the policy has
 // cluster rules), a Role and RoleBinding per namespace in name order, the
 // ClusterRoles of DiscoveryRules and (unless NoRuleObjects) RuleObjectRules,
-// and the leader-election Role and RoleBinding. Each is a map ready to be
-// cluster rules), a Role and RoleBinding per namespace in name order, and
-// the leader-election (or the shards') Role and RoleBinding. Each is a map ready to be
-// written as YAML or JSON.
+// the Role and RoleBinding of kgen's record (StateRules), and the
+// leader-election (or the shards') Role and RoleBinding. Each is a map ready
+// to be written as YAML or JSON.
 func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	o = o.withDefaults()
 	subject := []any{map[string]any{"kind": "ServiceAccount", "name": o.ServiceAccount, "namespace": o.Namespace}}
@@ -82,6 +81,7 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	if !o.NoRuleObjects {
 		role("ClusterRole", o.Name+"-rule-objects", "", RuleObjectRules())
 	}
+	role("Role", o.Name+"-state", o.Namespace, StateRules())
 	switch {
 	case o.Sharding:
 		role("Role", o.Name+"-shards", o.Namespace, ShardingRules())
@@ -92,16 +92,22 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 }
 
 // HelmValues returns the policy as the values of charts/kgen: rbac.rules.cluster
-// and rbac.rules.namespaces.
+// and rbac.rules.namespaces, and manageCRDs when the policy grants it. (The
+// chart makes the Roles of kgen's own namespace, StateRules and
+// LeaderElectionRules, itself.)
 func (p *Policy) HelmValues() map[string]any {
 	namespaces := map[string]any{}
 	for ns, rules := range p.Namespaces {
 		namespaces[ns] = policyRulesValue(rules)
 	}
-	return map[string]any{"rbac": map[string]any{"rules": map[string]any{
+	values := map[string]any{"rbac": map[string]any{"rules": map[string]any{
 		"cluster":    policyRulesValue(p.Cluster),
 		"namespaces": namespaces,
 	}}}
+	if p.ManageCRDs {
+		values["manageCRDs"] = true
+	}
+	return values
 }
 
 func object(kind, name, namespace string, labels map[string]string) map[string]any {

@@ -28,6 +28,23 @@ type Policy struct {
 	// Notes say what the rules cannot grant by themselves, or what was
 	// assumed, one sentence each.
 	Notes []string
+	// ManageCRDs tells that the policy lets kgen manage the CRDs of the
+	// rules' parent kinds (Options.ManageCRDs).
+	ManageCRDs bool
+}
+
+// Options are what For grants beyond what every set of rules needs. The
+// zero value grants nothing more.
+type Options struct {
+	// ManageCRDs grants what kgenctl run --manage-crds needs: create and
+	// patch on the CustomResourceDefinition of every rule with
+	// spec.parent.schema, by name. That is close to cluster-admin (a CRD
+	// can be changed to anything), so it is asked for, never assumed.
+	ManageCRDs bool
+	// Sharding grants what 'kgenctl run --shards' needs beyond one kgen:
+	// patch on the parents, as the shards write their kgen.dev/shard label
+	// (children have patch already).
+	Sharding bool
 }
 
 // Verbs, in the order they are printed.
@@ -39,6 +56,29 @@ var (
 	eventVerbs  = []string{"create", "patch"}
 	inputVerbs  = []string{"list", "watch"}
 )
+
+// crdGroup and crdResource name CustomResourceDefinitions.
+const (
+	crdGroup    = "apiextensions.k8s.io"
+	crdResource = "customresourcedefinitions"
+)
+
+// StateRules are what 'kgenctl run' needs in its own namespace for its
+// record of the rules' child kinds: the ConfigMap kgen-state, which it
+// reads (get), creates by server-side apply and writes (patch), a key per
+// rule. Every request names it, so resourceNames can limit the grant to it.
+func StateRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups:     []string{""},
+		Resources:     []string{"configmaps"},
+		ResourceNames: []string{StateConfigMap},
+		Verbs:         []string{"get", "create", "patch"},
+	}}
+}
+
+// StateConfigMap is the name of kgen's record of the rules' child kinds
+// (controller.DefaultRecordName).
+const StateConfigMap = "kgen-state"
 
 // LeaderElectionRules are what 'kgenctl run --leader-elect' needs in the
 // namespace of its Lease: get and update of that one Lease, by name, and
@@ -101,15 +141,6 @@ func ShardingRules() []rbacv1.PolicyRule {
 	}}
 }
 
-// Options change what For grants. The zero value is for one kgen, or
-// several under leader election.
-type Options struct {
-	// Sharding grants what 'kgenctl run --shards' needs beyond one kgen:
-	// patch on the parents, as the shards write their kgen.dev/shard label
-	// (children have patch already).
-	Sharding bool
-}
-
 // grantKey is one resource, or one named object of a resource.
 type grantKey struct {
 	group, resource, name string
@@ -134,9 +165,9 @@ func (g grants) add(namespaces []string, k grantKey, verbs ...string) {
 
 var clusterWide = []string{""}
 
-// For returns the least-privileged policy that lets kgen run the rules.
-// Every kind the rules use is resolved first; all that fail are reported
-// together.
+// For returns the least-privileged policy that lets kgen run the rules,
+// and what opts asks for besides. Every kind the rules use is resolved
+// first; all that fail are reported together.
 func For(loaded []*rules.Rule, r Resolver, opts Options) (*Policy, error) {
 	res := &resolver{r: r, done: map[schema.GroupVersionKind]kinds.Mapping{}, failed: map[schema.GroupVersionKind]bool{}}
 	var notes []string
@@ -157,6 +188,19 @@ func For(loaded []*rules.Rule, r Resolver, opts Options) (*Policy, error) {
 			continue
 		}
 		notes = append(notes, g.addRule(rule, parent, children, inputs, opts)...)
+		if _, builtin := kinds.Builtin(rule.Parent.GroupVersionKind.GroupKind()); !builtin {
+			// kgen reads the parent kind's CRD to check the rule's
+			// expressions against its schema when the rule starts.
+			g.add(clusterWide, grantKey{group: crdGroup, resource: crdResource, name: parent.Resource + "." + parent.Group}, "get")
+		}
+		if opts.ManageCRDs && rule.Parent.Schema != nil {
+			crd, err := rule.CRD()
+			if err != nil {
+				res.errs = append(res.errs, err)
+				continue
+			}
+			g.add(clusterWide, grantKey{group: crdGroup, resource: crdResource, name: crd.GetName()}, "get", "create", "patch")
+		}
 	}
 	if err := errors.Join(res.errs...); err != nil {
 		return nil, err
@@ -165,7 +209,7 @@ func For(loaded []*rules.Rule, r Resolver, opts Options) (*Policy, error) {
 		notes = append(notes, fmt.Sprintf("the scope of %s is not known: granted cluster-wide; give the CustomResourceDefinition, or the scope, to narrow it",
 			strings.Join(res.unknownScope, ", ")))
 	}
-	p := &Policy{Cluster: policyRules(g[""]), Namespaces: map[string][]rbacv1.PolicyRule{}, Notes: dedupe(notes)}
+	p := &Policy{Cluster: policyRules(g[""]), Namespaces: map[string][]rbacv1.PolicyRule{}, Notes: dedupe(notes), ManageCRDs: opts.ManageCRDs}
 	for ns, perms := range g {
 		if ns == "" {
 			continue

@@ -92,11 +92,62 @@ const all = "get,list,watch,create,patch,delete"
 
 func TestFor(t *testing.T) {
 	tests := []struct {
-		name      string
-		rules     string
+		name  string
+		rules string
+		opts  Options
+		// crds keeps the rules on customresourcedefinitions in want;
+		// other rows leave them out.
+		crds      bool
 		want      []string
 		wantNotes []string
 	}{
+		{
+			name:  "the parent kind's CRD may be read, by name, to check the rule against it",
+			rules: rule("r1", "App", "    namespaces: [a]\n", "", "ConfigMap") + "---\n" + rule("r2", "Tenant", "    scope: Cluster\n", "", "ConfigMap@x"),
+			crds:  true,
+			want: []string{
+				"* apiextensions.k8s.io customresourcedefinitions[apps.example.com,tenants.example.com] get",
+				"* example.com tenants get,list,watch",
+				"* example.com tenants/finalizers update",
+				"* example.com tenants/status patch",
+				"a core configmaps " + all,
+				"a core events create,patch",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+				"default core events create,patch",
+				"x core configmaps " + all,
+			},
+		},
+		{
+			name:  "a built-in parent kind has no CRD",
+			rules: strings.Replace(rule("r", "Namespace", "", "", "ConfigMap@${parent.metadata.name}"), "apiVersion: example.com/v1\n    kind: Namespace", "apiVersion: v1\n    kind: Namespace", 1),
+			crds:  true,
+			want: []string{
+				"* core configmaps " + all,
+				"* core namespaces get,list,watch",
+				"* core namespaces/finalizers update",
+				"* core namespaces/status patch",
+				"default core events create,patch",
+			},
+		},
+		{
+			name:  "--manage-crds: create and patch the CRD of a rule with spec.parent.schema, by name",
+			rules: rule("r1", "App", "    namespaces: [a]\n    schema: {image: string}\n", "", "ConfigMap") + "---\n" + rule("r2", "Plain", "", "", "ConfigMap"),
+			opts:  Options{ManageCRDs: true},
+			crds:  true,
+			want: []string{
+				"* core configmaps " + all,
+				"* core events create,patch",
+				"* apiextensions.k8s.io customresourcedefinitions[apps.example.com] get,create,patch",
+				"* apiextensions.k8s.io customresourcedefinitions[plains.example.com] get",
+				"* example.com plains get,list,watch",
+				"* example.com plains/finalizers update",
+				"a example.com apps get,list,watch",
+				"a example.com apps/finalizers update",
+				"a example.com apps/status patch",
+			},
+		},
 		{
 			name:  "namespaced parent in every namespace",
 			rules: rule("r", "App", "", "", "ConfigMap"),
@@ -314,11 +365,18 @@ func TestFor(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v\n%s", err, tt.rules)
 			}
-			p, err := For(loaded, cluster, Options{})
+			p, err := For(loaded, cluster, tt.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := lines(p); !slices.Equal(got, tt.want) {
+			got := lines(p)
+			if !tt.crds {
+				got = slices.DeleteFunc(got, func(l string) bool { return strings.Contains(l, "customresourcedefinitions") })
+			}
+			if p.ManageCRDs != tt.opts.ManageCRDs {
+				t.Errorf("ManageCRDs = %v, want %v", p.ManageCRDs, tt.opts.ManageCRDs)
+			}
+			if !slices.Equal(got, tt.want) {
 				t.Errorf("For() =\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 			}
 			if !slices.Equal(p.Notes, tt.wantNotes) {
@@ -340,6 +398,7 @@ func TestForSharding(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"* apiextensions.k8s.io customresourcedefinitions[apps.example.com] get",
 		"a core configmaps " + all,
 		"a core events create,patch",
 		"a example.com apps get,list,watch,patch",

@@ -58,8 +58,9 @@ func (p EventPolicy) allows(eventType, reason string) bool {
 	case EventsWarnings:
 		return eventType == corev1.EventTypeWarning
 	}
-	// Notable, and the zero value.
-	return eventType == corev1.EventTypeWarning || reason == EventRepaired || reason == EventDeleted || reason == EventAdopted
+	// Notable, and the zero value. Letting go of an Orphan child is its
+	// prune.
+	return eventType == corev1.EventTypeWarning || reason == EventRepaired || reason == EventDeleted || reason == EventOrphaned || reason == EventAdopted
 }
 
 // filteredRecorder records only what its policy allows.

@@ -16,4 +16,12 @@
 // observedGeneration, the Accepted and Ready conditions, and the counts of
 // parents and ready parents, which it reads from a Progress (the controller)
 // at most every StatusInterval.
+//
+// CRDs reads the CustomResourceDefinitions of the rules' parent kinds. A
+// rule's expressions are checked against its parent's CRD when the rule
+// starts (Set.Admit, the controller's Admit hook): one that does not fit
+// waits, and a Rule object says why in its Accepted condition; a new
+// version that does not fit the CRD served is not applied. With Manage,
+// CRDs.Prepare applies the CRD of a rule with spec.parent.schema before it
+// starts (kgenctl run --manage-crds).
 package ruleset

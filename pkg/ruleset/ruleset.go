@@ -96,6 +96,10 @@ type Config struct {
 	// writes: with several replicas working at once (sharding), each Rule
 	// has one writer. Every Rule's when nil.
 	WritesStatus func(rule string) bool
+	// CRDs, when set, checks rules against the schema of their parent
+	// kind's CRD: a new version that does not fit is not applied, and
+	// Admit keeps a rule that does not fit from starting.
+	CRDs *CRDs
 }
 
 // Set is the set of rules a kgen serves. Create it with New, which reads the
@@ -113,7 +117,10 @@ type Set struct {
 	applied map[string]*rules.Rule
 	// origin says, per applied rule, whether it came from a file.
 	fromFile map[string]bool
-	kick     chan struct{}
+	// fileTypeErrs are, per version of a rule that is not a Rule object's,
+	// why it does not start (see Admit).
+	fileTypeErrs map[*rules.Rule]error
+	kick         chan struct{}
 	// kindsChanged wakes watchObjects while it waits for the Rule kind.
 	kindsChanged chan struct{}
 }
@@ -130,6 +137,9 @@ type object struct {
 	rule *rules.Rule
 	// err is why its latest version is not the one running, or nil.
 	err error
+	// typeErr is why its running version does not start: it does not
+	// fit its parent kind's schema (see Set.Admit); nil otherwise.
+	typeErr error
 	// written and counts are the status last written (see statusKey),
 	// at writtenT: only changes are written.
 	written, counts string
@@ -146,7 +156,8 @@ func New(cfg Config) (*Set, error) {
 		cfg.RetryInterval = 5 * time.Second
 	}
 	s := &Set{cfg: cfg, files: map[string]fileVersion{}, objects: map[string]*object{}, applied: map[string]*rules.Rule{},
-		fromFile: map[string]bool{}, kick: make(chan struct{}, 1), kindsChanged: make(chan struct{}, 1)}
+		fromFile: map[string]bool{}, fileTypeErrs: map[*rules.Rule]error{}, kick: make(chan struct{}, 1),
+		kindsChanged: make(chan struct{}, 1)}
 	if len(cfg.Paths) == 0 {
 		return s, nil
 	}
@@ -230,13 +241,21 @@ func (s *Set) pollFiles(ctx context.Context) {
 func (s *Set) readFiles(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	files, err := rules.Files(s.cfg.Paths)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
+		s.mu.Lock()
 		s.reportFilesLocked(logger, err)
+		s.mu.Unlock()
 		return false
 	}
-	changed := false
+	// Read, compiled and checked without the lock: the check may read the
+	// parent kinds' CRDs.
+	s.mu.Lock()
+	sums := map[string][32]byte{}
+	for f, fv := range s.files {
+		sums[f] = fv.sum
+	}
+	s.mu.Unlock()
+	changes := map[string]fileVersion{}
 	seen := map[string]bool{}
 	var problems []error
 	for _, f := range files {
@@ -247,18 +266,31 @@ func (s *Set) readFiles(ctx context.Context) bool {
 			continue
 		}
 		sum := sha256.Sum256(data)
-		if old, ok := s.files[f]; ok && old.sum == sum {
+		if old, ok := sums[f]; ok && old == sum {
 			continue
 		}
 		parsed, err := rules.Parse(f, data, s.cfg.Options)
+		if err == nil {
+			var typeErrs []error
+			for _, r := range parsed {
+				typeErrs = append(typeErrs, s.checkTypes(ctx, r))
+			}
+			err = errors.Join(typeErrs...)
+		}
 		if err != nil {
 			// The previous version of the file keeps running.
 			problems = append(problems, err)
 			continue
 		}
-		s.files[f] = fileVersion{sum: sum, rules: parsed}
+		changes[f] = fileVersion{sum: sum, rules: parsed}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	for f, fv := range changes {
+		s.files[f] = fv
 		changed = true
-		logger.Info("Rules file changed", "file", f, "rules", len(parsed))
+		logger.Info("Rules file changed", "file", f, "rules", len(fv.rules))
 	}
 	for f := range s.files {
 		if !seen[f] {
@@ -366,8 +398,21 @@ func (s *Set) runInformer(ctx context.Context) {
 func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted bool) bool {
 	name := u.GetName()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	o := s.objects[name]
+	same := o != nil && o.obj.GetGeneration() == u.GetGeneration() && o.obj.GetUID() == u.GetUID()
+	s.mu.Unlock()
+	var rule *rules.Rule
+	var err error
+	if !deleted && !same {
+		// Compiled and checked without the lock: the check may read the
+		// parent kind's CRD.
+		if rule, err = rules.FromObject(u.Object, s.cfg.Options); err == nil {
+			err = s.checkTypes(ctx, rule)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o = s.objects[name]
 	if deleted {
 		if o == nil {
 			return false
@@ -376,7 +421,7 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 		klog.FromContext(ctx).Info("Rule object deleted", "rule", name)
 		return true
 	}
-	if o != nil && o.obj.GetGeneration() == u.GetGeneration() && o.obj.GetUID() == u.GetUID() {
+	if same {
 		o.obj = u // a status write or a metadata change: the rule is the same
 		return false
 	}
@@ -385,7 +430,7 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 		s.objects[name] = o
 	}
 	o.obj = u
-	rule, err := rules.FromObject(u.Object, s.cfg.Options)
+	o.typeErr = nil
 	if err != nil {
 		o.err = describe(err, u)
 		klog.FromContext(ctx).Error(o.err, "Rule object is invalid; its previous version, if any, keeps running", "rule", name)
@@ -395,6 +440,72 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 	o.rule, o.err = rule, nil
 	klog.FromContext(ctx).Info("Rule object changed", "rule", name, "generation", u.GetGeneration())
 	return true
+}
+
+// checkTypes checks a new version of a rule against its parent kind's CRD
+// when it is served: only a rule that does not fit is an error. Any other
+// problem is left to the check when the rule starts (Admit).
+func (s *Set) checkTypes(ctx context.Context, rule *rules.Rule) error {
+	if s.cfg.CRDs == nil {
+		return nil
+	}
+	err := s.cfg.CRDs.Check(ctx, rule)
+	var te *TypeError
+	if errors.As(err, &te) {
+		return err
+	}
+	return nil
+}
+
+// Admit checks a rule against the schema of its parent kind's CRD before
+// it starts; it fits controller.Config.Admit. A rule that does not fit does
+// not start: the error is logged, once, and a Rule object's status says
+// Accepted False, reason Invalid, with the field path in the Rule and the
+// expression. It is asked again at every try to start the rule, so a fixed
+// CRD or rule lets it start.
+func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
+	if s.cfg.CRDs == nil {
+		return nil
+	}
+	err := s.cfg.CRDs.Check(ctx, rule)
+	var te *TypeError
+	isTypeErr := errors.As(err, &te)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var prev error
+	var o *object
+	if c := s.objects[rule.Name]; c != nil && c.rule == rule {
+		o, prev = c, c.typeErr
+	} else {
+		prev = s.fileTypeErrs[rule]
+	}
+	var now error
+	if isTypeErr {
+		now = err
+		if o != nil {
+			// The field path in the Rule, rather than a line of the YAML
+			// kgen made of it.
+			now = &TypeError{CRD: te.CRD, Err: describe(te.Err, o.obj)}
+		}
+	}
+	if o != nil {
+		o.typeErr = now
+	} else if now != nil {
+		s.fileTypeErrs[rule] = now
+	} else {
+		delete(s.fileTypeErrs, rule)
+	}
+	if now != nil && (prev == nil || prev.Error() != now.Error()) {
+		klog.FromContext(ctx).Error(now, "Rule does not start: its expressions do not fit the schema of its parent kind", "rule", rule.Name)
+		s.kickLocked()
+	}
+	if now == nil && prev != nil {
+		s.kickLocked()
+	}
+	if isTypeErr {
+		return now
+	}
+	return err
 }
 
 // describe rewrites a rule's errors with the field path in the object
@@ -470,6 +581,11 @@ func (s *Set) recompute(ctx context.Context) {
 		}
 	}
 	s.applied, s.fromFile = next, fromFile
+	for r := range s.fileTypeErrs {
+		if next[r.Name] != r {
+			delete(s.fileTypeErrs, r)
+		}
+	}
 	set := s.sortedLocked()
 	s.kickLocked()
 	s.mu.Unlock()
@@ -594,6 +710,9 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 	var ready map[string]any
 	var parents, readyParents int
 	running := s.applied[name]
+	if o.err == nil && o.typeErr != nil && running == o.rule && !s.fromFile[name] {
+		accepted = condition(ConditionAccepted, false, ReasonInvalid, o.typeErr.Error(), gen)
+	}
 	switch {
 	case s.fromFile[name]:
 		ready = condition(ConditionReady, false, ReasonShadowed, "a rule of kgen's --rules files has the name "+name+"; the file's rule runs", gen)
@@ -608,6 +727,9 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		msg := "the rule runs"
 		if o.err != nil || running != o.rule {
 			msg += " (its previous valid version: the latest is not accepted)"
+		}
+		if st.RecordError != "" {
+			msg += "; kgen cannot use its record of child kinds, so children of a kind that leaves the rule while kgen is stopped may not be pruned: " + st.RecordError
 		}
 		switch {
 		case st.Failing != "":

@@ -196,8 +196,16 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 	if err := informer.SetTransform(transform); err != nil {
 		return nil, fmt.Errorf("watch %s: %w", key, err)
 	}
-	if len(m.cfg.Indexers) > 0 {
-		if err := informer.AddIndexers(m.cfg.Indexers); err != nil {
+	// A dynamic informer comes with the namespace index; add only the
+	// others.
+	indexers := cache.Indexers{}
+	for name, f := range m.cfg.Indexers {
+		if _, ok := informer.GetIndexer().GetIndexers()[name]; !ok {
+			indexers[name] = f
+		}
+	}
+	if len(indexers) > 0 {
+		if err := informer.AddIndexers(indexers); err != nil {
 			return nil, fmt.Errorf("watch %s: %w", key, err)
 		}
 	}

@@ -1,0 +1,932 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	manifestpkg "kgen.dev/kgen/internal/manifest"
+	"kgen.dev/kgen/pkg/controller"
+	"kgen.dev/kgen/pkg/reconcile"
+)
+
+// Contract §8: more of the rule language, on a real control plane. Each
+// test names its scenario.
+
+var (
+	secretsGVR  = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	saGVR       = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+	pvcGVR      = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	stsGVR      = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
+	netpolGVR   = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
+	limitsGVR   = schema.GroupVersionResource{Version: "v1", Resource: "limitranges"}
+	quotaGVR    = schema.GroupVersionResource{Version: "v1", Resource: "resourcequotas"}
+	nsGVR       = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	databaseGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "databases"}
+	globalGVR   = schema.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "globalapps"}
+	platformGVR = schema.GroupVersionResource{Group: "platform.example.com", Version: "v1", Resource: "services"}
+)
+
+// languageRule writes a rule for the test CRD Gadget of a group, limited
+// to the given namespaces; body is its inputs, children and status,
+// indented as under spec.
+func languageRule(t *testing.T, name, group string, namespaces []string, body string) string {
+	t.Helper()
+	return writeRules(t, languageRuleText(name, group, namespaces, body))
+}
+
+func languageRuleText(name, group string, namespaces []string, body string) string {
+	return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: %s
+spec:
+  parent:
+    apiVersion: %s/v1
+    kind: Gadget
+    namespaces: [%s]
+%s`, name, group, strings.Join(namespaces, ", "), body)
+}
+
+// waitObserved waits until kgen has acted on the parent's generation.
+func waitObserved(t *testing.T, gvr schema.GroupVersionResource, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	return waitFor(t, gvr, ns, name, func(p *unstructured.Unstructured) error {
+		return expect(p, p.GetGeneration(), "status", "observedGeneration")
+	})
+}
+
+// waitReason waits until the parent's Ready condition has the reason and
+// its message holds every one of msgs.
+func waitReason(t *testing.T, gvr schema.GroupVersionResource, ns, name, reason string, msgs ...string) *unstructured.Unstructured {
+	t.Helper()
+	return waitFor(t, gvr, ns, name, func(p *unstructured.Unstructured) error {
+		c := readyCondition(p)
+		if c == nil || c["reason"] != reason {
+			return fmt.Errorf("Ready = %v, want reason %s", c, reason)
+		}
+		for _, m := range msgs {
+			if !strings.Contains(fmt.Sprint(c["message"]), m) {
+				return fmt.Errorf("Ready message %q does not say %q", c["message"], m)
+			}
+		}
+		return nil
+	})
+}
+
+// sameObjects checks that the objects still exist with the same UIDs:
+// nothing deleted or recreated them.
+func sameObjects(t *testing.T, gvr schema.GroupVersionResource, objs ...*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if now := get(t, gvr, o.GetNamespace(), o.GetName()); now == nil || now.GetUID() != o.GetUID() {
+			t.Errorf("%s %s/%s was deleted or recreated", gvr.Resource, o.GetNamespace(), o.GetName())
+		}
+	}
+}
+
+const forEachBody = `  children:
+  - id: item
+    forEach:
+    - x: ${parent.spec.items}
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-${x.lowerAscii()}
+      data: {item: "${x}"}
+`
+
+// Scenario: a forEach list grows, is reordered and shrinks. Growing
+// creates only the new element's object; reordering writes no child (only
+// the parent's observedGeneration); shrinking deletes only the object of
+// the element that is gone. Two elements that render one name are an
+// error on the parent, naming the name, and nothing is deleted.
+func TestLanguageForEach(t *testing.T) {
+	const group = "foreach.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-lang-foreach"
+	startControllerWith(t, controllerOptions{User: user}, languageRule(t, "foreach", group, []string{ns}, forEachBody)).waitReady(t)
+	items := func(xs ...any) map[string]any { return map[string]any{"items": xs} }
+	create(t, gvr, gadget(group, ns, "g", items("a", "b")))
+	a, b := waitFor(t, cmGVR, ns, "g-a", nil), waitFor(t, cmGVR, ns, "g-b", nil)
+
+	patchSpec(t, gvr, ns, "g", items("a", "b", "c"))
+	c := waitFor(t, cmGVR, ns, "g-c", func(o *unstructured.Unstructured) error { return expect(o, "c", "data", "item") })
+	sameObjects(t, cmGVR, a, b)
+	waitObserved(t, gvr, ns, "g")
+
+	settle(t, user, ns)
+	start := time.Now()
+	patchSpec(t, gvr, ns, "g", items("c", "a", "b"))
+	waitObserved(t, gvr, ns, "g")
+	settle(t, user, ns)
+	for _, w := range writesOf(t, user, ns, start) {
+		if w != "patch gadgets/status g" {
+			t.Errorf("reordering the list wrote %s", w)
+		}
+	}
+	sameObjects(t, cmGVR, a, b, c)
+
+	start = time.Now()
+	patchSpec(t, gvr, ns, "g", items("c", "b"))
+	waitGone(t, cmGVR, ns, "g-a")
+	waitObserved(t, gvr, ns, "g")
+	settle(t, user, ns)
+	sameObjects(t, cmGVR, b, c)
+	for _, w := range writesOf(t, user, ns, start) {
+		if strings.Contains(w, "configmaps") && w != "delete configmaps g-a" {
+			t.Errorf("shrinking the list wrote %s", w)
+		}
+	}
+
+	patchSpec(t, gvr, ns, "g", items("c", "b", "B"))
+	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, "ConfigMap "+ns+"/g-b", "elements 1 and 2")
+	sameObjects(t, cmGVR, b, c)
+}
+
+// Scenario: inputs. Two parents read two shared ConfigMaps by name, and
+// the ConfigMaps of their own namespaces by selector; they are parents of
+// two copies of one rule, so the reconcile counter of each tells whether
+// the other was reconciled. A change to one input reconciles only the
+// parent that reads it: only its child changes, kgen writes nothing else
+// (audit log), and the other parent is not reconciled at all. A missing
+// named input makes the child wait with Ready=False, reason InputMissing,
+// until it exists.
+func TestLanguageInputs(t *testing.T) {
+	const group = "inputs.example.com"
+	ns1, ns2, shared := newNamespace(t), newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	configMap := func(ns, name, value string, labels map[string]any) {
+		t.Helper()
+		create(t, cmGVR, map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": ns, "labels": labels}, "data": map[string]any{"value": value}})
+	}
+	configMap(shared, "cm-a", "1", nil)
+	configMap(shared, "cm-b", "1", nil)
+	configMap(ns1, "x1", "", map[string]any{"e2e.kgen.dev/extra": "true"})
+	body := fmt.Sprintf(`  inputs:
+  - id: config
+    apiVersion: v1
+    kind: ConfigMap
+    namespace: %s
+    name: ${parent.spec.config}
+  - id: extras
+    apiVersion: v1
+    kind: ConfigMap
+    selector: {matchLabels: {e2e.kgen.dev/extra: "true"}}
+  children:
+  - id: out
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-out"}
+      data:
+        value: ${inputs.config.data.value}
+        extras: ${inputs.extras.map(c, c.metadata.name).join(",")}
+`, shared)
+	const user = "kgen-lang-inputs"
+	r := startControllerWith(t, controllerOptions{User: user},
+		languageRule(t, "inputs", group, []string{ns1}, body), languageRule(t, "inputs-b", group, []string{ns2}, body))
+	r.waitReady(t)
+	create(t, gvr, gadget(group, ns1, "a", map[string]any{"config": "cm-a"}))
+	create(t, gvr, gadget(group, ns2, "b", map[string]any{"config": "cm-b"}))
+	outIs := func(value, extras string) func(*unstructured.Unstructured) error {
+		return func(o *unstructured.Unstructured) error {
+			if err := expect(o, value, "data", "value"); err != nil {
+				return err
+			}
+			return expect(o, extras, "data", "extras")
+		}
+	}
+	waitFor(t, cmGVR, ns1, "a-out", outIs("1", "x1"))
+	outB := waitFor(t, cmGVR, ns2, "b-out", outIs("1", ""))
+	waitReason(t, gvr, ns1, "a", reconcile.ReasonReady)
+	waitReason(t, gvr, ns2, "b", reconcile.ReasonReady)
+	settle(t, user, ns1)
+	settle(t, user, ns2)
+
+	// A named input changes: only its reader follows.
+	start := time.Now()
+	otherReconciles := reconciles(t, r, "inputs-b")
+	patchConfigMap(t, shared, "cm-a", map[string]any{"value": "2"})
+	waitFor(t, cmGVR, ns1, "a-out", outIs("2", "x1"))
+	settle(t, user, ns1)
+	if n := reconciles(t, r, "inputs-b"); n != otherReconciles {
+		t.Errorf("a parent that does not read the changed input was reconciled %v times", n-otherReconciles)
+	}
+	if w := writesOf(t, user, ns1, start); !slices.Equal(w, []string{"patch configmaps a-out"}) {
+		t.Errorf("after its input changed, kgen wrote %v in the reader's namespace, want only its child", w)
+	}
+	if w := writesOf(t, user, ns2, start); len(w) > 0 {
+		t.Errorf("after another parent's input changed, kgen wrote %v", w)
+	}
+	sameObjects(t, cmGVR, outB)
+	if o := get(t, cmGVR, ns2, "b-out"); o.GetResourceVersion() != outB.GetResourceVersion() {
+		t.Error("the child of a parent that does not read the changed input changed")
+	}
+
+	// A selector input gains an object: only the parent whose selector
+	// reads that namespace follows.
+	start = time.Now()
+	otherReconciles = reconciles(t, r, "inputs")
+	configMap(ns2, "x2", "", map[string]any{"e2e.kgen.dev/extra": "true"})
+	waitFor(t, cmGVR, ns2, "b-out", outIs("1", "x2"))
+	settle(t, user, ns2)
+	if w := writesOf(t, user, ns1, start); len(w) > 0 {
+		t.Errorf("after an object another parent's selector reads appeared, kgen wrote %v", w)
+	}
+	if n := reconciles(t, r, "inputs"); n != otherReconciles {
+		t.Errorf("a parent whose selector does not match the new object was reconciled %v times", n-otherReconciles)
+	}
+
+	// A named input that does not exist: the child waits.
+	create(t, gvr, gadget(group, ns1, "c", map[string]any{"config": "cm-c"}))
+	waitReason(t, gvr, ns1, "c", reconcile.ReasonInputMissing, "input config")
+	if get(t, cmGVR, ns1, "c-out") != nil {
+		t.Error("a child that reads a missing input was made")
+	}
+	configMap(shared, "cm-c", "3", nil)
+	waitFor(t, cmGVR, ns1, "c-out", outIs("3", "x1"))
+	waitReason(t, gvr, ns1, "c", reconcile.ReasonReady)
+}
+
+func patchConfigMap(t *testing.T, ns, name string, data map[string]any) {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "data": data}}
+	if _, err := env.dynamic.Resource(cmGVR).Namespace(ns).Apply(t.Context(), name, obj, metav1.ApplyOptions{FieldManager: "e2e", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// notKgens checks that an object no longer carries kgen's marks: its
+// labels, annotations and an ownerReference to the parent.
+func notKgens(parent types.UID) func(*unstructured.Unstructured) error {
+	return func(o *unstructured.Unstructured) error {
+		for k := range o.GetLabels() {
+			if strings.HasPrefix(k, "kgen.dev/") || k == reconcile.LabelManagedBy {
+				return fmt.Errorf("labels = %v, want kgen's gone", o.GetLabels())
+			}
+		}
+		for k := range o.GetAnnotations() {
+			if strings.HasPrefix(k, "kgen.dev/") {
+				return fmt.Errorf("annotations = %v, want kgen's gone", o.GetAnnotations())
+			}
+		}
+		for _, ref := range o.GetOwnerReferences() {
+			if ref.UID == parent {
+				return fmt.Errorf("ownerReferences = %v", o.GetOwnerReferences())
+			}
+		}
+		return nil
+	}
+}
+
+// Scenario: deletionPolicy Orphan. The child never has an ownerReference;
+// when its includeWhen turns false, and when its parent is deleted, it
+// stays, without kgen's labels and annotations, and the garbage collector
+// leaves it alone.
+func TestLanguageOrphan(t *testing.T) {
+	const group = "orphan.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, languageRule(t, "orphan", group, []string{ns}, `  children:
+  - id: kept
+    deletionPolicy: Orphan
+    includeWhen: ["${parent.spec.keep}"]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-kept"}
+      data: {a: "1"}
+`)).waitReady(t)
+
+	// Pruned: includeWhen turns false.
+	p1 := create(t, gvr, gadget(group, ns, "p1", map[string]any{"keep": true}))
+	kept := waitFor(t, cmGVR, ns, "p1-kept", func(o *unstructured.Unstructured) error {
+		if o.GetLabels()[reconcile.LabelManagedBy] != reconcile.ManagedBy || len(o.GetOwnerReferences()) > 0 {
+			return fmt.Errorf("labels %v, ownerReferences %v: want kgen's labels and no ownerReference", o.GetLabels(), o.GetOwnerReferences())
+		}
+		return nil
+	})
+	waitFor(t, gvr, ns, "p1", func(p *unstructured.Unstructured) error {
+		if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+			return fmt.Errorf("finalizers = %v, want kgen's: it lets the child go when the parent goes", p.GetFinalizers())
+		}
+		return nil
+	})
+	patchSpec(t, gvr, ns, "p1", map[string]any{"keep": false})
+	waitFor(t, cmGVR, ns, "p1-kept", notKgens(p1.GetUID()))
+	sameObjects(t, cmGVR, kept)
+	waitEvent(t, ns, "p1", reconcile.EventOrphaned, 30*time.Second)
+
+	// The parent deleted.
+	p2 := create(t, gvr, gadget(group, ns, "p2", map[string]any{"keep": true}))
+	kept2 := waitFor(t, cmGVR, ns, "p2-kept", nil)
+	create(t, cmGVR, map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "p2-owned", "namespace": ns,
+		"ownerReferences": []any{map[string]any{"apiVersion": group + "/v1", "kind": "Gadget", "name": "p2", "uid": string(p2.GetUID())}}}})
+	waitFor(t, gvr, ns, "p2", func(p *unstructured.Unstructured) error {
+		if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+			return fmt.Errorf("finalizers = %v", p.GetFinalizers())
+		}
+		return nil
+	})
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "p2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, "p2")
+	waitFor(t, cmGVR, ns, "p2-kept", notKgens(p2.GetUID()))
+	// Once the garbage collector has deleted an object p2 owned, it has
+	// handled p2's deletion: the child it let go is still there. (It
+	// learns a new CRD's kind from discovery, which may take a while.)
+	eventually(t, 2*time.Minute, func() (bool, error) {
+		return get(t, cmGVR, ns, "p2-owned") == nil, nil
+	}, "the garbage collector to delete an object the deleted parent owned")
+	sameObjects(t, cmGVR, kept2)
+}
+
+// Scenario: updatePolicy CreateOnly. A Secret with randomString(16) is
+// created once; changes to its parent do not write it; deleted, it is
+// created again with a new value.
+func TestLanguageCreateOnly(t *testing.T) {
+	const group = "createonly.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-lang-createonly"
+	startControllerWith(t, controllerOptions{User: user}, languageRule(t, "createonly", group, []string{ns}, `  children:
+  - id: password
+    updatePolicy: CreateOnly
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata: {name: "${parent.metadata.name}-password"}
+      stringData:
+        password: ${randomString(16)}
+        owner: ${parent.spec.owner}
+`)).waitReady(t)
+	field := func(s *unstructured.Unstructured, key string) string {
+		enc, _, _ := unstructured.NestedString(s.Object, "data", key)
+		dec, err := base64.StdEncoding.DecodeString(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(dec)
+	}
+	create(t, gvr, gadget(group, ns, "c", map[string]any{"owner": "a"}))
+	first := waitFor(t, secretsGVR, ns, "c-password", nil)
+	pw := field(first, "password")
+	if len(pw) != 16 || field(first, "owner") != "a" {
+		t.Fatalf("password %q (%d characters), owner %q", pw, len(pw), field(first, "owner"))
+	}
+	waitObserved(t, gvr, ns, "c")
+	settle(t, user, ns)
+
+	start := time.Now()
+	patchSpec(t, gvr, ns, "c", map[string]any{"owner": "b"})
+	waitObserved(t, gvr, ns, "c")
+	settle(t, user, ns)
+	if now := get(t, secretsGVR, ns, "c-password"); now.GetResourceVersion() != first.GetResourceVersion() {
+		t.Errorf("the CreateOnly child was written after its parent changed: owner %q", field(now, "owner"))
+	}
+	for _, w := range writesOf(t, user, ns, start) {
+		if strings.Contains(w, "secrets") {
+			t.Errorf("kgen wrote the CreateOnly child: %s", w)
+		}
+	}
+
+	if err := env.kube.CoreV1().Secrets(ns).Delete(t.Context(), "c-password", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := waitFor(t, secretsGVR, ns, "c-password", func(s *unstructured.Unstructured) error {
+		if s.GetUID() == first.GetUID() {
+			return fmt.Errorf("not deleted yet")
+		}
+		return nil
+	})
+	if pw2 := field(again, "password"); len(pw2) != 16 || pw2 == pw || field(again, "owner") != "b" {
+		t.Errorf("recreated with password %q (was %q), owner %q: want a new 16-character password and owner b", pw2, pw, field(again, "owner"))
+	}
+}
+
+// recordOf returns what kgen's record (the ConfigMap kgen-state in its
+// namespace) holds for a rule.
+func recordOf(t *testing.T, ns, rule string) string {
+	t.Helper()
+	cm, err := env.kube.CoreV1().ConfigMaps(ns).Get(t.Context(), controller.DefaultRecordName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.Data[rule]
+}
+
+func waitRecord(t *testing.T, ns, rule, want string) {
+	t.Helper()
+	eventually(t, 60*time.Second, func() (bool, error) {
+		got := recordOf(t, ns, rule)
+		return got == want, fmt.Errorf("record of rule %s = %q, want %q", rule, got, want)
+	}, "kgen's record of rule %s", rule)
+}
+
+const removedKindV1 = `  children:
+  - id: config
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}"}}
+  - id: account
+    template: {apiVersion: v1, kind: ServiceAccount, metadata: {name: "${parent.metadata.name}"}}
+`
+
+const removedKindV2 = `  children:
+  - id: config
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}"}}
+`
+
+// Scenario: a kind removed from a rule while kgen was stopped (the last
+// child of its kind). The restarted kgen finds its children through its
+// record and prunes them, from every parent; the kind then leaves the
+// record. The other child is left alone.
+func TestLanguageRemovedKindAfterRestart(t *testing.T) {
+	const group = "removed.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	file := languageRule(t, "removed-kind", group, []string{ns}, removedKindV1)
+	first := startController(t, nil, file)
+	first.waitReady(t)
+	create(t, gvr, gadget(group, ns, "r1", nil))
+	create(t, gvr, gadget(group, ns, "r2", nil))
+	var configs []*unstructured.Unstructured
+	for _, name := range []string{"r1", "r2"} {
+		configs = append(configs, waitFor(t, cmGVR, ns, name, nil))
+		waitFor(t, saGVR, ns, name, nil)
+	}
+	// The harness's kgen keeps its record in "default".
+	waitRecord(t, metav1.NamespaceDefault, "removed-kind", "v1 ConfigMap "+ns+"\nv1 ServiceAccount "+ns+"\n")
+	first.stop()
+
+	if err := os.WriteFile(file, []byte(languageRuleText("removed-kind", group, []string{ns}, removedKindV2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second := startController(t, nil, file)
+	second.waitReady(t)
+	waitGone(t, saGVR, ns, "r1")
+	waitGone(t, saGVR, ns, "r2")
+	waitRecord(t, metav1.NamespaceDefault, "removed-kind", "v1 ConfigMap "+ns+"\n")
+	second.waitRule(t, 30*time.Second, "removed-kind", func(s controller.RuleState) error {
+		if len(s.Pruning) > 0 {
+			return fmt.Errorf("still pruning %v", s.Pruning)
+		}
+		return nil
+	})
+	sameObjects(t, cmGVR, configs...)
+}
+
+// Scenario: a kind removed from a rule while kgen runs (the rules file is
+// edited): its children are pruned, the other child stays.
+func TestLanguageRemovedKindLive(t *testing.T) {
+	const group = "removedlive.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	file := languageRule(t, "removed-kind-live", group, []string{ns}, removedKindV1)
+	startController(t, nil, file).waitReady(t)
+	create(t, gvr, gadget(group, ns, "l", nil))
+	config := waitFor(t, cmGVR, ns, "l", nil)
+	waitFor(t, saGVR, ns, "l", nil)
+	if err := os.WriteFile(file, []byte(languageRuleText("removed-kind-live", group, []string{ns}, removedKindV2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, saGVR, ns, "l")
+	waitRecord(t, metav1.NamespaceDefault, "removed-kind-live", "v1 ConfigMap "+ns+"\n")
+	sameObjects(t, cmGVR, config)
+}
+
+// Scenario: a typo in a parent field, ${parent.spec.imgae}. kgenctl
+// validate --crd rejects it naming the field. kgenctl run, which learns
+// the CRD from the cluster, does not start the rule: its log names the
+// field, the parent gets no children, and a Rule object with the typo
+// says Accepted=False with the field path. A Rule object's new version
+// with the typo is not applied: its previous version keeps running.
+func TestLanguageTypo(t *testing.T) {
+	installCRD(t, "examples/webapp/crd.yaml")
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	nsFile, nsObject := newNamespace(t), newNamespace(t)
+	typo := func(doc string) string {
+		out := strings.Replace(doc, "image: ${parent.spec.image}", "image: ${parent.spec.imgae}", 1)
+		if out == doc {
+			t.Fatal("the example no longer reads parent.spec.image")
+		}
+		return out
+	}
+	file := writeRules(t, typo(exampleRuleIn(t, "typo", nsFile)))
+
+	out, err := exec.Command(env.kgenctl, "validate", "--rules", file, "--crd", filepath.Join(env.root, "examples/webapp/crd.yaml")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `template.data.image: ${parent.spec.imgae}: parent.spec has no field "imgae"`) || !strings.Contains(string(out), `did you mean "image"?`) {
+		t.Errorf("kgenctl validate --crd: %v\n%s", err, out)
+	}
+
+	p := startKgen(t, "kgen-typo", "--rules", file)
+	create(t, webappGVR, webapp(nsFile, "shop", 1))
+	eventually(t, 30*time.Second, func() (bool, error) {
+		log := p.output.String()
+		return strings.Contains(log, "Rule does not start") && strings.Contains(log, `template.data.image: ${parent.spec.imgae}: parent.spec has no field \"imgae\"`), fmt.Errorf("not logged yet")
+	}, "kgenctl run to log that the rule does not fit its CRD")
+
+	good := exampleRuleIn(t, "typo-object", nsObject)
+	applyRule(t, typo(good))
+	waitRuleStatus(t, "typo-object", accepted("False", "spec.children[0].template.data.image", "${parent.spec.imgae}", `did you mean "image"`))
+	create(t, webappGVR, webapp(nsObject, "shop", 1))
+	if get(t, cmGVR, nsObject, "shop-config") != nil {
+		t.Errorf("a Rule object with a typo made a child")
+	}
+
+	// Fixed, it runs; a new version with the typo again is not applied.
+	fixed := time.Now().Truncate(time.Second)
+	applyRule(t, good)
+	waitRuleStatus(t, "typo-object", accepted("True"))
+	waitFor(t, cmGVR, nsObject, "shop-config", func(o *unstructured.Unstructured) error {
+		if o.GetCreationTimestamp().Time.Before(fixed) {
+			t.Errorf("the child was made at %s, before the rule was fixed at %s", o.GetCreationTimestamp(), fixed)
+		}
+		return nil
+	})
+	// kgen has reconciled WebApps since the file's rule was refused: that
+	// rule still made nothing.
+	if get(t, cmGVR, nsFile, "shop-config") != nil {
+		t.Errorf("the rules file's rule with a typo made a child")
+	}
+	applyRule(t, typo(good))
+	waitRuleStatus(t, "typo-object", accepted("False", "parent.spec.imgae"))
+	create(t, webappGVR, webapp(nsObject, "after", 1))
+	waitFor(t, cmGVR, nsObject, "after-config", func(o *unstructured.Unstructured) error { return expect(o, "nginx:1.27", "data", "image") })
+}
+
+// applyManifest creates the objects of a YAML stream, deleting them when
+// the test ends.
+func applyManifest(t *testing.T, text string) {
+	t.Helper()
+	objs, err := manifestpkg.Decode(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMapper(t)
+	for _, obj := range objs {
+		mapping, err := m.ResourceFor(obj.GroupVersionKind())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ri := env.dynamic.Resource(mapping.GroupVersionResource())
+		if !mapping.Namespaced {
+			if _, err := ri.Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create %s %s: %v", obj.GetKind(), obj.GetName(), err)
+			}
+			t.Cleanup(func() { _ = ri.Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{}) })
+			continue
+		}
+		if _, err := ri.Namespace(obj.GetNamespace()).Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s %s/%s: %v", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+}
+
+// Scenario: kgenctl run --manage-crds, as a ServiceAccount with exactly
+// the RBAC kgenctl rbac --manage-crds prints. kgen creates the CRD of a
+// rule with spec.parent.schema (its defaults apply to parents), updates it
+// when the rule's schema changes, and keeps its record of child kinds in
+// its namespace, all without a refused request.
+func TestLanguageManageCRDs(t *testing.T) {
+	const group = "managed.example.com"
+	const crdName = "widgets." + group
+	ns := newNamespace(t)
+	t.Cleanup(func() {
+		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crdName, metav1.DeleteOptions{})
+	})
+	rule := func(schemaFields, data string) string {
+		return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: managed
+spec:
+  parent:
+    apiVersion: %s/v1
+    kind: Widget
+    namespaces: [%s]
+    schema:
+      image: string | required=true
+      replicas: integer | default=1 minimum=0
+%s  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}"}
+      data:
+        image: ${parent.spec.image}
+        replicas: ${string(parent.spec.replicas)}
+%s  status:
+    image: ${parent.spec.image}
+`, group, ns, schemaFields, data)
+	}
+	file := writeRules(t, rule("", ""))
+
+	// kgen's ServiceAccount and exactly the RBAC kgenctl rbac prints.
+	if _, err := env.kube.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kgen"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	manifests, err := kgenctl(t, "rbac", "--rules", file, "--manage-crds", "-n", ns, "--name", "kgen-"+ns, "--leader-elect=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyManifest(t, manifests)
+	user := "system:serviceaccount:" + ns + ":kgen"
+	waitCan(t, user, true, authorizationv1.ResourceAttributes{Verb: "patch", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: crdName})
+
+	start := time.Now()
+	startKgenWith(t, "managed", serviceAccountKubeconfig(t, ns, "kgen"), "--rules", file, "--manage-crds", "--rule-objects=false", "-n", ns)
+	var crd *apiextensionsv1.CustomResourceDefinition
+	eventually(t, 60*time.Second, func() (bool, error) {
+		crd, err = env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crdName, metav1.GetOptions{})
+		return err == nil, err
+	}, "kgen to create the CRD")
+	widgets := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "widgets"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(widgets).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+		return err == nil, err
+	}, "widgets to be served")
+	create(t, widgets, map[string]any{"apiVersion": group + "/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w", "namespace": ns}, "spec": map[string]any{"image": "nginx"}})
+	waitFor(t, cmGVR, ns, "w", func(o *unstructured.Unstructured) error { return expect(o, "1", "data", "replicas") })
+	waitFor(t, widgets, ns, "w", func(p *unstructured.Unstructured) error { return expect(p, "nginx", "status", "image") })
+	if got := recordOf(t, ns, "managed"); got != "v1 ConfigMap "+ns+"\n" {
+		t.Errorf("record = %q", got)
+	}
+
+	// A new field in the rule's schema: kgen updates the CRD.
+	if err := os.WriteFile(file, []byte(rule("      size: string | default=\"m\"\n", "        size: ${parent.spec.size}\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		crd, err = env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crdName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, ok := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["size"]
+		return ok, fmt.Errorf("the CRD has no spec.size yet")
+	}, "kgen to update the CRD")
+	// The server defaults the new field once it serves the new schema, but
+	// a watch opened before sends objects decoded (and pruned) by the old
+	// one until it is reopened, and informers keep what they got: a parent
+	// shows the field to kgen from its first change after that.
+	i := 0
+	eventually(t, 60*time.Second, func() (bool, error) {
+		i++
+		patchSpec(t, widgets, ns, "w", map[string]any{"image": fmt.Sprintf("nginx:%d", i)})
+		var o *unstructured.Unstructured
+		err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 3*time.Second, true, func(context.Context) (bool, error) {
+			o = get(t, cmGVR, ns, "w")
+			return o != nil && expect(o, "m", "data", "size") == nil, nil
+		})
+		return err == nil, fmt.Errorf("the child = %v", o)
+	}, "the child to read the new field")
+	for _, e := range auditOf(t, user, start) {
+		if e.ResponseStatus.Code == 403 {
+			t.Errorf("kgen's request was refused: %s %s %s/%s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name)
+		}
+	}
+}
+
+// The four examples of §8 end to end, applied as Rule objects with their
+// CRDs: a parent of each gets its children, and follows a change of what
+// its children are made from.
+func TestLanguageExamples(t *testing.T) {
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	for _, crd := range []string{"database", "regions", "shared-config"} {
+		installCRD(t, "examples/"+crd+"/crd.yaml")
+	}
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	for _, name := range []string{"database", "namespace-defaults", "regions", "shared-config"} {
+		applyRule(t, mustRead(t, filepath.Join(env.root, "examples", name, "rules.yaml")))
+	}
+	for _, name := range []string{"database", "namespace-defaults", "regions", "shared-config"} {
+		waitRuleStatus(t, name, func(o *unstructured.Unstructured) error {
+			if c := ruleCondition(o, "Ready"); c == nil || c["status"] != "True" {
+				return fmt.Errorf("Ready = %v", c)
+			}
+			return nil
+		})
+	}
+
+	// A new version of the database: the StatefulSet follows, the
+	// CreateOnly password is not written, and the Orphan claim outlives
+	// the Database.
+	t.Run("database", func(t *testing.T) {
+		ns := newNamespace(t)
+		db := create(t, databaseGVR, map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "Database",
+			"metadata": map[string]any{"name": "orders", "namespace": ns}, "spec": map[string]any{"version": "17.2", "storage": "1Gi"}})
+		password := waitFor(t, secretsGVR, ns, "orders-password", nil)
+		if pw, _, _ := unstructured.NestedString(password.Object, "data", "password"); len(pw) == 0 {
+			t.Error("the password Secret has no password")
+		}
+		claim := waitFor(t, pvcGVR, ns, "orders-data", func(o *unstructured.Unstructured) error {
+			if len(o.GetOwnerReferences()) > 0 || o.GetAnnotations()[reconcile.AnnotationDeletionPolicy] != "Orphan" {
+				return fmt.Errorf("ownerReferences %v, annotations %v: an Orphan child has no owner", o.GetOwnerReferences(), o.GetAnnotations())
+			}
+			return nil
+		})
+		waitFor(t, svcGVR, ns, "orders", nil)
+		image := func(want string) func(*unstructured.Unstructured) error {
+			return func(o *unstructured.Unstructured) error {
+				if env := fmt.Sprint(container0(o)["env"]); !strings.Contains(env, "name:orders-password") {
+					return fmt.Errorf("env = %s, want the password Secret's", env)
+				}
+				if got := container0(o)["image"]; got != want {
+					return fmt.Errorf("image = %v, want %s", got, want)
+				}
+				return nil
+			}
+		}
+		waitFor(t, stsGVR, ns, "orders", image("postgres:17.2"))
+		waitFor(t, databaseGVR, ns, "orders", func(p *unstructured.Unstructured) error {
+			return expect(p, "orders."+ns+".svc:5432", "status", "endpoint")
+		})
+
+		patchSpec(t, databaseGVR, ns, "orders", map[string]any{"version": "17.3"})
+		waitFor(t, stsGVR, ns, "orders", image("postgres:17.3"))
+		waitObserved(t, databaseGVR, ns, "orders")
+		if now := get(t, secretsGVR, ns, "orders-password"); now == nil || now.GetResourceVersion() != password.GetResourceVersion() {
+			t.Error("the CreateOnly password was written when the Database changed")
+		}
+		sameObjects(t, pvcGVR, claim)
+
+		if err := env.dynamic.Resource(databaseGVR).Namespace(ns).Delete(t.Context(), "orders", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, databaseGVR, ns, "orders")
+		waitFor(t, pvcGVR, ns, "orders-data", notKgens(db.GetUID()))
+		sameObjects(t, pvcGVR, claim)
+	})
+
+	// A built-in, cluster-scoped parent: a Namespace gets its defaults when
+	// it is labelled with a team, and they follow its labels.
+	t.Run("namespace-defaults", func(t *testing.T) {
+		other := newNamespace(t)
+		name := fmt.Sprintf("e2e-team-%d", time.Now().UnixNano()%1000000)
+		create(t, nsGVR, map[string]any{"apiVersion": "v1", "kind": "Namespace",
+			"metadata": map[string]any{"name": name, "labels": map[string]any{"team": "checkout", "tier": "large"}}})
+		t.Cleanup(func() { _ = env.kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		quota := func(cpu string) func(*unstructured.Unstructured) error {
+			return func(o *unstructured.Unstructured) error {
+				if err := expect(o, cpu, "spec", "hard", "requests.cpu"); err != nil {
+					return err
+				}
+				if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "Namespace" || refs[0].Name != name {
+					return fmt.Errorf("ownerReferences = %v, want the Namespace", refs)
+				}
+				return nil
+			}
+		}
+		deny := waitFor(t, netpolGVR, name, "default-deny", nil)
+		limits := waitFor(t, limitsGVR, name, "defaults", nil)
+		waitFor(t, quotaGVR, name, "team-checkout", quota("16"))
+		// A Namespace without the label is not even in kgen's cache.
+		if get(t, netpolGVR, other, "default-deny") != nil {
+			t.Error("a Namespace without a team label got the defaults")
+		}
+
+		// Another tier resizes the quota; another team renames it: the new
+		// one is made, the old one pruned, the rest left alone.
+		patchLabels(t, nsGVR, "", name, map[string]any{"tier": nil})
+		waitFor(t, quotaGVR, name, "team-checkout", quota("4"))
+		patchLabels(t, nsGVR, "", name, map[string]any{"team": "payments"})
+		waitFor(t, quotaGVR, name, "team-payments", quota("4"))
+		waitGone(t, quotaGVR, name, "team-checkout")
+		sameObjects(t, netpolGVR, deny)
+		sameObjects(t, limitsGVR, limits)
+
+		// Labelled later, a Namespace gets the defaults then.
+		patchLabels(t, nsGVR, "", other, map[string]any{"team": "search"})
+		waitFor(t, netpolGVR, other, "default-deny", nil)
+		waitFor(t, quotaGVR, other, "team-search", nil)
+	})
+
+	// forEach over regions × tiers: a region removed prunes its
+	// Deployments, a tier scaled from 0 adds one per region, and the
+	// others stay as they were.
+	t.Run("regions", func(t *testing.T) {
+		ns := newNamespace(t)
+		create(t, globalGVR, map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "GlobalApp",
+			"metadata": map[string]any{"name": "shop", "namespace": ns},
+			"spec":     map[string]any{"image": "nginx:1.27", "regions": []any{"eu-west-1", "us-east-1"}, "tiers": map[string]any{"web": int64(3), "api": int64(2), "batch": int64(0)}}})
+		var names []string
+		deployments := map[string]*unstructured.Unstructured{}
+		for _, region := range []string{"eu-west-1", "us-east-1"} {
+			for _, tier := range []string{"api", "web"} {
+				name := "shop-" + region + "-" + tier
+				names = append(names, name)
+				deployments[name] = waitFor(t, deployGVR, ns, name, nil)
+			}
+			if get(t, deployGVR, ns, "shop-"+region+"-batch") != nil {
+				t.Errorf("a tier with 0 replicas got a Deployment in %s", region)
+			}
+		}
+		waitFor(t, cmGVR, ns, "shop-directory", func(o *unstructured.Unstructured) error {
+			return expect(o, strings.Join(names, "\n"), "data", "deployments")
+		})
+		waitFor(t, globalGVR, ns, "shop", func(p *unstructured.Unstructured) error { return expect(p, int64(4), "status", "deployments") })
+
+		patchSpec(t, globalGVR, ns, "shop", map[string]any{"regions": []any{"us-east-1"}, "tiers": map[string]any{"batch": int64(1)}})
+		waitFor(t, deployGVR, ns, "shop-us-east-1-batch", func(o *unstructured.Unstructured) error { return expect(o, int64(1), "spec", "replicas") })
+		waitGone(t, deployGVR, ns, "shop-eu-west-1-api")
+		waitGone(t, deployGVR, ns, "shop-eu-west-1-web")
+		waitFor(t, cmGVR, ns, "shop-directory", func(o *unstructured.Unstructured) error {
+			return expect(o, "shop-us-east-1-api\nshop-us-east-1-batch\nshop-us-east-1-web", "data", "deployments")
+		})
+		waitFor(t, globalGVR, ns, "shop", func(p *unstructured.Unstructured) error { return expect(p, int64(3), "status", "deployments") })
+		if get(t, deployGVR, ns, "shop-eu-west-1-batch") != nil {
+			t.Error("a region removed from the list got a Deployment")
+		}
+		sameObjects(t, deployGVR, deployments["shop-us-east-1-api"], deployments["shop-us-east-1-web"])
+	})
+
+	// Inputs: the parent waits for the platform's defaults, then follows
+	// changes of the defaults and of which registry Secrets are labelled.
+	t.Run("shared-config", func(t *testing.T) {
+		ns, other := newNamespace(t), newNamespace(t)
+		if _, err := env.kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "platform"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.kube.CoreV1().Namespaces().Delete(context.Background(), "platform", metav1.DeleteOptions{})
+		})
+		input := strings.NewReplacer("namespace: shop", "namespace: "+ns, "namespace: other", "namespace: "+other).
+			Replace(mustRead(t, filepath.Join(env.root, "examples/shared-config/input.yaml")))
+		objs, err := manifestpkg.Decode(strings.NewReader(input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The parent first: it waits for the platform's defaults.
+		create(t, platformGVR, map[string]any{"apiVersion": "platform.example.com/v1", "kind": "Service",
+			"metadata": map[string]any{"name": "checkout", "namespace": ns}, "spec": map[string]any{"image": "checkout:2.3.1"}})
+		waitReason(t, platformGVR, ns, "checkout", reconcile.ReasonInputMissing, "input defaults")
+		for _, obj := range objs {
+			gvr := cmGVR
+			if obj.GetKind() == "Secret" {
+				gvr = secretsGVR
+			}
+			create(t, gvr, obj.Object)
+		}
+		deployment := func(replicas int64, pullSecrets string) func(*unstructured.Unstructured) error {
+			return func(o *unstructured.Unstructured) error {
+				if err := expect(o, replicas, "spec", "replicas"); err != nil {
+					return err
+				}
+				pull, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "imagePullSecrets")
+				if fmt.Sprint(pull) != pullSecrets {
+					return fmt.Errorf("imagePullSecrets = %v, want %s", pull, pullSecrets)
+				}
+				if image := container0(o)["image"]; image != "registry.example.com/checkout:2.3.1" {
+					return fmt.Errorf("image = %v", image)
+				}
+				return nil
+			}
+		}
+		waitFor(t, deployGVR, ns, "checkout", deployment(2, "[map[name:registry-mirror] map[name:registry-pull]]"))
+		waitFor(t, platformGVR, ns, "checkout", func(p *unstructured.Unstructured) error { return expect(p, "info", "status", "logLevel") })
+
+		patchConfigMap(t, "platform", "platform-defaults", map[string]any{"replicas": "3", "logLevel": "debug"})
+		waitFor(t, deployGVR, ns, "checkout", deployment(3, "[map[name:registry-mirror] map[name:registry-pull]]"))
+		waitFor(t, platformGVR, ns, "checkout", func(p *unstructured.Unstructured) error { return expect(p, "debug", "status", "logLevel") })
+		patchLabels(t, secretsGVR, ns, "registry-mirror", map[string]any{"kgen.example.com/registry": nil})
+		waitFor(t, deployGVR, ns, "checkout", deployment(3, "[map[name:registry-pull]]"))
+	})
+}
+
+// container0 returns the first container of a workload's pod template.
+func container0(o *unstructured.Unstructured) map[string]any {
+	containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	if len(containers) == 0 {
+		return nil
+	}
+	c, _ := containers[0].(map[string]any)
+	return c
+}

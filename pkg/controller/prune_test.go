@@ -1,0 +1,411 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/rules"
+)
+
+// memRecord is a Record in memory that counts its writes.
+type memRecord struct {
+	mu     sync.Mutex
+	scopes map[string][]ChildScope
+	saves  int
+	// failLoad and failSave, when set, are what Load and Save return.
+	failLoad, failSave error
+}
+
+func (m *memRecord) Load(context.Context) (map[string][]ChildScope, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failLoad != nil {
+		return nil, m.failLoad
+	}
+	out := map[string][]ChildScope{}
+	for k, v := range m.scopes {
+		out[k] = slices.Clone(v)
+	}
+	return out, nil
+}
+
+func (m *memRecord) Save(_ context.Context, rule string, scopes []ChildScope) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failSave != nil {
+		return m.failSave
+	}
+	m.saves++
+	if len(scopes) == 0 {
+		delete(m.scopes, rule)
+	} else {
+		m.scopes[rule] = slices.Clone(scopes)
+	}
+	return nil
+}
+
+func (m *memRecord) get(rule string) ([]ChildScope, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.scopes[rule]), m.saves
+}
+
+var (
+	gadgets     = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
+	cmResource  = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	depResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+)
+
+// fakeCluster serves Gadgets, ConfigMaps and Deployments: a fake dynamic
+// client with the objects, and discovery of the three.
+func fakeCluster(objs ...runtime.Object) (*dynamicfake.FakeDynamicClient, *mapper.Mapper) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		gadgets: "GadgetList", cmResource: "ConfigMapList", depResource: "DeploymentList",
+	}, objs...)
+	res := func(name, kind string) metav1.APIResource {
+		return metav1.APIResource{Name: name, Kind: kind, Namespaced: true, Verbs: []string{"get", "list", "watch"}}
+	}
+	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{
+		{GroupVersion: "v1", APIResources: []metav1.APIResource{res("configmaps", "ConfigMap")}},
+		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{res("deployments", "Deployment")}},
+		{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{res("gadgets", "Gadget")}},
+	}}}
+	return client, mapper.New(disc)
+}
+
+func gadgetRule(t *testing.T, children string) *rules.Rule {
+	t.Helper()
+	rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
+  children:
+`+children), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs[0]
+}
+
+const (
+	configChild = `  - id: config
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}"}}
+`
+	deployChild = `  - id: app
+    template: {apiVersion: apps/v1, kind: Deployment, metadata: {name: "${parent.metadata.name}"}}
+`
+)
+
+func object(apiVersion, kind, name string, uid, parentUID string) *unstructured.Unstructured {
+	o := &unstructured.Unstructured{}
+	o.SetAPIVersion(apiVersion)
+	o.SetKind(kind)
+	o.SetNamespace("ns")
+	o.SetName(name)
+	o.SetUID(types.UID(uid))
+	if parentUID != "" {
+		o.SetLabels(map[string]string{reconcile.LabelManagedBy: reconcile.ManagedBy, reconcile.LabelParentUID: parentUID, reconcile.LabelChild: "app"})
+		o.SetAnnotations(map[string]string{reconcile.AnnotationParent: "ns/g"})
+	}
+	return o
+}
+
+// waitState polls the controller's state of rule r until ok accepts it.
+func waitState(t *testing.T, c *Controller, what string, ok func(RuleState) bool) RuleState {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, _ := c.State("r")
+		if ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s; state %+v", what, s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func childNames(c *Controller, uid string) []string {
+	var out []string
+	for _, o := range c.Children("r", types.UID(uid)) {
+		out = append(out, o.GetKind()+"/"+o.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A kind that left the rule before kgen started (the record holds it) is
+// watched, its children are the parents' children again (to be pruned),
+// and once none is left it leaves the record, with one write.
+func TestPruneOnlyScopeAfterRestart(t *testing.T) { synctest.Test(t, testPruneOnlyScopeAfterRestart) }
+
+func testPruneOnlyScopeAfterRestart(t *testing.T) {
+	client, m := fakeCluster(
+		object("example.com/v1", "Gadget", "g", "p1", ""),
+		object("apps/v1", "Deployment", "g", "d1", "p1"),
+	)
+	rec := &memRecord{scopes: map[string][]ChildScope{"r": {
+		{GroupVersionKind: configMaps, Namespace: "ns"}, {GroupVersionKind: deployments, Namespace: "ns"},
+	}}}
+	rule := gadgetRule(t, configChild)
+	c := New(Config{Rules: []*rules.Rule{rule}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	s := waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
+		t.Errorf("Pruning = %v, want %v", s.Pruning, want)
+	}
+	waitFor(t, "the Deployment to be a child again", func() bool { return slices.Equal(childNames(c, "p1"), []string{"Deployment/g"}) })
+	if _, saves := rec.get("r"); saves != 0 {
+		t.Errorf("the record was written %d times; it held the rule's scopes already", saves)
+	}
+	// While the child is there, passes keep the scope.
+	c.prunePass(ctx)
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); len(s.Pruning) != 1 {
+		t.Fatalf("Pruning = %v with the child still there", s.Pruning)
+	}
+	// Pruned (as a reconcile would): two passes drop the scope.
+	if err := client.Resource(depResource).Namespace("ns").Delete(ctx, "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the cache to lose the Deployment", func() bool { return len(childNames(c, "p1")) == 0 })
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); len(s.Pruning) != 1 {
+		t.Fatalf("Pruning = %v after one empty pass, want the scope kept until a second", s.Pruning)
+	}
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); len(s.Pruning) != 0 {
+		t.Errorf("Pruning = %v after two empty passes", s.Pruning)
+	}
+	got, saves := rec.get("r")
+	if want := []ChildScope{{GroupVersionKind: configMaps, Namespace: "ns"}}; !slices.Equal(got, want) || saves != 1 {
+		t.Errorf("record = %v after %d writes, want %v after 1", got, saves, want)
+	}
+}
+
+// A rule changed while kgen runs: its first version records its kinds
+// before any parent is reconciled; the version without the Deployment
+// watches Deployments to prune them.
+func TestPruneOnlyScopeLive(t *testing.T) { synctest.Test(t, testPruneOnlyScopeLive) }
+
+func testPruneOnlyScopeLive(t *testing.T) {
+	client, m := fakeCluster(object("example.com/v1", "Gadget", "g", "p1", ""))
+	rec := &memRecord{scopes: map[string][]ChildScope{}}
+	v1 := gadgetRule(t, configChild+deployChild)
+	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, "version 1 to sync", func(s RuleState) bool { return s.Synced })
+	want := []ChildScope{{GroupVersionKind: deployments, Namespace: "ns"}, {GroupVersionKind: configMaps, Namespace: "ns"}}
+	if got, saves := rec.get("r"); !slices.Equal(got, want) || saves != 1 {
+		t.Fatalf("record = %v after %d writes, want %v after 1", got, saves, want)
+	}
+
+	v2 := gadgetRule(t, configChild)
+	c.SetRules([]*rules.Rule{v2})
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range c.retiring {
+		c.deactivate(old, context.Canceled)
+	}
+	s := waitState(t, c, "version 2 to sync", func(s RuleState) bool { return s.Synced })
+	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
+		t.Errorf("Pruning = %v, want %v", s.Pruning, want)
+	}
+	c.prunePass(ctx)
+	c.prunePass(ctx)
+	if got, saves := rec.get("r"); !slices.Equal(got, want[1:]) || saves != 2 {
+		t.Errorf("record = %v after %d writes, want %v after 2", got, saves, want[1:])
+	}
+}
+
+// A rule whose Record cannot be read (kgen's RBAC lacks the ConfigMap)
+// runs anyway, saying why in its state, and the Record is not written
+// before it was read. A kind that leaves the rule meanwhile is still
+// pruned, from memory. Once the Record can be read, what it held is pruned
+// too, and the record is written; once the Record cannot be written, the
+// rule keeps running.
+func TestRuleRunsWithoutItsRecord(t *testing.T) { synctest.Test(t, testRuleRunsWithoutItsRecord) }
+
+func testRuleRunsWithoutItsRecord(t *testing.T) {
+	client, m := fakeCluster(
+		object("example.com/v1", "Gadget", "g", "p1", ""),
+		object("apps/v1", "Deployment", "g", "d1", "p1"),
+	)
+	forbidden := errors.New(`configmaps "kgen-state" is forbidden`)
+	old := ChildScope{GroupVersionKind: deployments, Namespace: "old"}
+	rec := &memRecord{scopes: map[string][]ChildScope{"r": {old}}, failLoad: forbidden}
+	v1 := gadgetRule(t, configChild+deployChild)
+	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	s := waitState(t, c, "the rule to run without its record", func(s RuleState) bool { return s.Synced })
+	if !strings.Contains(s.RecordError, "forbidden") || s.Failing != "" {
+		t.Errorf("state %+v, want RecordError saying forbidden and nothing failing", s)
+	}
+	// The fake client cannot create by server-side apply, so the writes
+	// fail; that kgen tries them is what counts.
+	_, _ = c.reconcileKey(ctx, Key{Rule: "r", Namespace: "ns", Name: "g"})
+	if w := writes(client); !slices.Contains(w, "patch configmaps g") {
+		t.Errorf("reconciling a parent of a rule without its record wrote %v, want its children", w)
+	}
+
+	// The Deployment leaves the rule: watched from memory.
+	v2 := gadgetRule(t, configChild)
+	c.SetRules([]*rules.Rule{v2})
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range c.retiring {
+		c.deactivate(old, context.Canceled)
+	}
+	s = waitState(t, c, "version 2 to sync", func(s RuleState) bool { return s.Synced })
+	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
+		t.Errorf("Pruning = %v without the record, want %v", s.Pruning, want)
+	}
+	c.prunePass(ctx)
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); !slices.Equal(s.Pruning, []string{"apps/v1 Deployment ns"}) {
+		t.Errorf("Pruning = %v with the child still there", s.Pruning)
+	}
+	if got, saves := rec.get("r"); !slices.Equal(got, []ChildScope{old}) || saves != 0 {
+		t.Errorf("record = %v after %d writes, want %v untouched until it is read", got, saves, []ChildScope{old})
+	}
+
+	// Readable: what it held is watched too, and it is written.
+	rec.mu.Lock()
+	rec.failLoad = nil
+	rec.mu.Unlock()
+	c.prunePass(ctx)
+	s, _ = c.State("r")
+	if want := []string{"apps/v1 Deployment ns", "apps/v1 Deployment old"}; !slices.Equal(s.Pruning, want) || s.RecordError != "" {
+		t.Errorf("Pruning = %v, RecordError %q once the record is read, want %v and none", s.Pruning, s.RecordError, want)
+	}
+	want := []ChildScope{{GroupVersionKind: deployments, Namespace: "ns"}, old, {GroupVersionKind: configMaps, Namespace: "ns"}}
+	if got, saves := rec.get("r"); !slices.Equal(got, want) || saves != 1 {
+		t.Errorf("record = %v after %d writes, want %v after 1", got, saves, want)
+	}
+
+	// Not writable: the rule runs on, and the record catches up later.
+	rec.mu.Lock()
+	rec.failSave = forbidden
+	rec.mu.Unlock()
+	if err := client.Resource(depResource).Namespace("ns").Delete(ctx, "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		time.Sleep(time.Second) // the caches follow
+		c.prunePass(ctx)
+	}
+	s, _ = c.State("r")
+	if len(s.Pruning) != 0 || !strings.Contains(s.RecordError, "forbidden") || !s.Synced {
+		t.Errorf("state %+v after the prune-only scopes emptied with the record not writable", s)
+	}
+	rec.mu.Lock()
+	rec.failSave = nil
+	rec.mu.Unlock()
+	c.prunePass(ctx)
+	if got, saves := rec.get("r"); !slices.Equal(got, want[2:]) || saves != 2 {
+		t.Errorf("record = %v after %d writes, want %v after 2", got, saves, want[2:])
+	}
+	if s, _ := c.State("r"); s.RecordError != "" || len(s.Pruning) != 0 {
+		t.Errorf("state %+v once the record was written", s)
+	}
+}
+
+// A Record read for the first time by a write keeps the scopes it held:
+// the write keeps them until they are watched, at the next pass.
+func TestRecordReadByAWrite(t *testing.T) { synctest.Test(t, testRecordReadByAWrite) }
+
+func testRecordReadByAWrite(t *testing.T) {
+	client, m := fakeCluster(object("example.com/v1", "Gadget", "g", "p1", ""))
+	old := ChildScope{GroupVersionKind: deployments, Namespace: "ns"}
+	rec := &memRecord{scopes: map[string][]ChildScope{"r": {old}}, failLoad: errors.New("unavailable")}
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, "the rule to run", func(s RuleState) bool { return s.Synced })
+	rec.mu.Lock()
+	rec.failLoad = nil
+	rec.mu.Unlock()
+	if err := c.writeRecord(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	want := []ChildScope{old, {GroupVersionKind: configMaps, Namespace: "ns"}}
+	if got, _ := rec.get("r"); !slices.Equal(got, want) {
+		t.Errorf("record = %v, want %v: what it held is kept", got, want)
+	}
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); !slices.Equal(s.Pruning, []string{"apps/v1 Deployment ns"}) {
+		t.Errorf("Pruning = %v, want the scope the record held", s.Pruning)
+	}
+}
+
+// writes returns the writes a fake client saw, as "VERB RESOURCE NAME".
+func writes(client *dynamicfake.FakeDynamicClient) []string {
+	var out []string
+	for _, a := range client.Actions() {
+		switch a := a.(type) {
+		case clienttesting.CreateAction:
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetObject().(metav1.Object).GetName())
+		case clienttesting.PatchAction:
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetName())
+		case clienttesting.DeleteAction:
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetName())
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

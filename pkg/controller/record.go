@@ -1,0 +1,565 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/watch"
+)
+
+// Children of kinds that left a rule.
+//
+// A rule's children are found through the informers of its child kinds.
+// When a kind leaves the rule (its last child of that kind is removed, or a
+// child's kind or namespace changes) nothing would watch those children any
+// more, and they would never be pruned. So kgen records, per rule, where it
+// may have made children: its child scopes, a kind and a namespace ("" for
+// every namespace) each, as its child informers watch them. The record is
+// kept where it survives restarts (a Record: the ConfigMap kgen-state in
+// kgen's namespace), and written only when a rule's scopes change, never
+// per parent.
+//
+// When a rule starts, the scopes of its record that the rule no longer
+// covers are watched too, with the usual child selector: prune-only
+// informers. Their objects belong to no child of the rule (an id it no
+// longer has, another kind, another namespace), so each reconcile prunes
+// them (reconcile.MakePlan). Once none of them belongs to a parent of the
+// rule any more (seen on two passes of the activation loop in a row), the
+// informer is released and the scope leaves the record. A rule changed
+// while kgen runs starts the same way: its new version starts from what
+// its old version recorded, which kgen keeps in memory too.
+//
+// A Record kgen cannot read or write (its RBAC lacks the ConfigMap, as
+// under a chart from before the record) does not stop the rules: the
+// failure is logged, at most once a minute, and in RuleState.RecordError,
+// and every pass tries again. Meanwhile kinds that leave a rule are still
+// pruned from memory, but children of a kind that left a rule while kgen
+// was stopped are not found until the Record can be read. The Record is
+// never written before it was read: that would drop what it holds.
+
+// ChildScope is where some of a rule's children may be: objects of one
+// kind, in one namespace, or in every namespace ("", also for a
+// cluster-scoped kind). It is what one child informer watches.
+type ChildScope struct {
+	GroupVersionKind schema.GroupVersionKind
+	Namespace        string
+}
+
+func (s ChildScope) String() string {
+	out := s.GroupVersionKind.GroupVersion().String() + " " + s.GroupVersionKind.Kind
+	if s.Namespace != "" {
+		out += " " + s.Namespace
+	}
+	return out
+}
+
+// covers tells whether scope a covers scope b: same group and kind (the
+// version may differ), and every namespace or b's.
+func (a ChildScope) covers(b ChildScope) bool {
+	return a.GroupVersionKind.GroupKind() == b.GroupVersionKind.GroupKind() && (a.Namespace == "" || a.Namespace == b.Namespace)
+}
+
+// compareScopes orders scopes by their text.
+func compareScopes(a, b ChildScope) int { return strings.Compare(a.String(), b.String()) }
+
+// Record keeps the child scopes of every rule where they survive a restart
+// of kgen. Only the leader writes it.
+type Record interface {
+	// Load returns the scopes recorded for each rule.
+	Load(ctx context.Context) (map[string][]ChildScope, error)
+	// Save records a rule's scopes; none removes the rule's entry.
+	Save(ctx context.Context, rule string, scopes []ChildScope) error
+}
+
+// DefaultRecordName is the name of the ConfigMap of a ConfigMapRecord.
+const DefaultRecordName = "kgen-state"
+
+// ConfigMapRecord keeps the record in a ConfigMap: one key per rule (a rule
+// name is a valid key), whose value has a line per scope,
+// "APIVERSION KIND [NAMESPACE]":
+//
+//	data:
+//	  webapp: |
+//	    apps/v1 Deployment
+//	    v1 ConfigMap team-a
+//
+// It reads the ConfigMap with get and writes one key at a time with a JSON
+// merge patch, so writers of different rules never undo each other's keys;
+// it creates the ConfigMap, when it is missing, by a server-side apply of
+// its metadata only. Every request names the ConfigMap, so RBAC can grant
+// exactly it (resourceNames).
+type ConfigMapRecord struct {
+	Client corev1client.ConfigMapsGetter
+	// Namespace is kgen's own namespace; Name is DefaultRecordName when
+	// empty.
+	Namespace, Name string
+}
+
+var _ Record = (*ConfigMapRecord)(nil)
+
+func (r *ConfigMapRecord) name() string {
+	if r.Name == "" {
+		return DefaultRecordName
+	}
+	return r.Name
+}
+
+// Load reads the ConfigMap; a missing one records nothing. A line that is
+// not a scope is logged and left out.
+func (r *ConfigMapRecord) Load(ctx context.Context) (map[string][]ChildScope, error) {
+	cm, err := r.Client.ConfigMaps(r.Namespace).Get(ctx, r.name(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return map[string][]ChildScope{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the record of child kinds, ConfigMap %s/%s: %w", r.Namespace, r.name(), err)
+	}
+	out := map[string][]ChildScope{}
+	for rule, value := range cm.Data {
+		scopes, bad := decodeScopes(value)
+		for _, line := range bad {
+			klog.FromContext(ctx).Info("Ignoring a line of the record of child kinds that is not a scope", "configMap", klog.KObj(cm), "rule", rule, "line", line)
+		}
+		out[rule] = scopes
+	}
+	return out, nil
+}
+
+// Save writes the rule's key, creating the ConfigMap if it is missing.
+func (r *ConfigMapRecord) Save(ctx context.Context, rule string, scopes []ChildScope) error {
+	var value any // null removes the key
+	if len(scopes) > 0 {
+		value = encodeScopes(scopes)
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]any{rule: value}})
+	if err != nil {
+		return err
+	}
+	client := r.Client.ConfigMaps(r.Namespace)
+	_, err = client.Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
+	if apierrors.IsNotFound(err) && value != nil {
+		// An apply of the metadata alone creates it; two kgens that
+		// race to create it apply the same, and neither loses a key.
+		empty := []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":%q,"labels":{%q:%q}}}`,
+			r.name(), r.Namespace, reconcile.LabelManagedBy, reconcile.ManagedBy))
+		force := true
+		if _, err = client.Patch(ctx, r.name(), types.ApplyPatchType, empty, metav1.PatchOptions{FieldManager: reconcile.FieldManager, Force: &force}); err == nil {
+			_, err = client.Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
+		}
+	}
+	if err != nil && !(apierrors.IsNotFound(err) && value == nil) {
+		return fmt.Errorf("record the child kinds of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
+	}
+	return nil
+}
+
+// encodeScopes writes scopes a line each, sorted.
+func encodeScopes(scopes []ChildScope) string {
+	lines := make([]string, 0, len(scopes))
+	for _, s := range scopes {
+		lines = append(lines, s.String())
+	}
+	slices.Sort(lines)
+	return strings.Join(slices.Compact(lines), "\n") + "\n"
+}
+
+// decodeScopes reads what encodeScopes wrote, and returns the lines that
+// are not scopes.
+func decodeScopes(value string) (scopes []ChildScope, bad []string) {
+	for _, line := range strings.Split(value, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) < 2 || len(fields) > 3 {
+			bad = append(bad, line)
+			continue
+		}
+		gv, err := schema.ParseGroupVersion(fields[0])
+		if err != nil || gv.Version == "" {
+			bad = append(bad, line)
+			continue
+		}
+		s := ChildScope{GroupVersionKind: gv.WithKind(fields[1])}
+		if len(fields) == 3 {
+			s.Namespace = fields[2]
+		}
+		scopes = append(scopes, s)
+	}
+	return scopes, bad
+}
+
+// childScopes returns the scopes a rule's child informers watch, from the
+// namespaces its placement gives each child kind.
+func childScopes(kinds map[schema.GroupVersionKind][]string, m *mapper.Mapper) ([]ChildScope, error) {
+	var out []ChildScope
+	for _, gvk := range sortedKinds(kinds) {
+		mapping, err := m.ResourceFor(gvk)
+		if err != nil {
+			return nil, fmt.Errorf("kind %s: %w", gvk, err)
+		}
+		namespaces := kinds[gvk]
+		if !mapping.Namespaced {
+			namespaces = []string{metav1.NamespaceAll}
+		}
+		for _, ns := range namespaces {
+			out = append(out, ChildScope{GroupVersionKind: gvk, Namespace: ns})
+		}
+	}
+	slices.SortFunc(out, compareScopes)
+	return slices.Compact(out), nil
+}
+
+// uncovered returns the recorded scopes that none of current covers.
+func uncovered(recorded, current []ChildScope) []ChildScope {
+	var out []ChildScope
+	for _, r := range recorded {
+		if !slices.ContainsFunc(current, func(c ChildScope) bool { return c.covers(r) }) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// pruneWatch is an informer of a scope the rule's record holds and the
+// rule no longer covers: it is watched only so that its children are
+// pruned.
+type pruneWatch struct {
+	scope ChildScope
+	reg   *watch.Registration
+	// empty is set when a pass found no child of the rule's parents in
+	// it; a second such pass drops it.
+	empty bool
+}
+
+// recordState is what the controller knows of its Record; guarded by
+// Controller.mu.
+type recordState struct {
+	// want is what the record should hold, by rule: what the Record held
+	// when it was read, and every change since, written or not. It is
+	// what a rule that starts prunes from, so kinds that leave a rule
+	// while kgen runs are pruned even when the Record cannot be used.
+	want map[string][]ChildScope
+	// loaded is set once the Record was read (and merged into want);
+	// saved is what it holds, by rule, as read or last written.
+	loaded bool
+	saved  map[string][]ChildScope
+	// fresh are the scopes the Record held, by rule, that no
+	// watchRecorded of the rule has looked at yet: a write keeps them.
+	fresh map[string][]ChildScope
+	// logged is when a failure to read or write the record was last
+	// logged, by rule.
+	logged map[string]time.Time
+}
+
+// recordLogEvery bounds how often a failing read or write of the record is
+// logged, per rule.
+const recordLogEvery = time.Minute
+
+// logRecordError logs a failure to read or write the record, at most once
+// every recordLogEvery per rule.
+func (c *Controller) logRecordError(ctx context.Context, rule string, err error) {
+	c.mu.Lock()
+	if c.record.logged == nil {
+		c.record.logged = map[string]time.Time{}
+	}
+	last, seen := c.record.logged[rule]
+	log := !seen || time.Since(last) >= recordLogEvery
+	if log {
+		c.record.logged[rule] = time.Now()
+	}
+	c.mu.Unlock()
+	if log {
+		klog.FromContext(ctx).Error(err, "Cannot use the record of the rules' child kinds; rules run, but children of kinds that leave a rule may not be pruned after a restart; trying again", "rule", rule)
+	}
+}
+
+// loadRecord reads the Record unless it was read already, and merges it
+// into what the controller wants recorded; the error says why it could not
+// be read. Without a Record, scopes are remembered only while kgen runs.
+func (c *Controller) loadRecord(ctx context.Context) error {
+	c.mu.Lock()
+	loaded := c.record.loaded
+	c.mu.Unlock()
+	if loaded {
+		return nil
+	}
+	recorded := map[string][]ChildScope{}
+	if c.cfg.Record != nil {
+		var err error
+		if recorded, err = c.cfg.Record.Load(ctx); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.record.loaded {
+		return nil
+	}
+	if c.record.want == nil {
+		c.record.want = map[string][]ChildScope{}
+	}
+	c.record.saved = map[string][]ChildScope{}
+	c.record.fresh = map[string][]ChildScope{}
+	for rule, scopes := range recorded {
+		c.record.saved[rule] = sortScopes(scopes)
+		c.record.fresh[rule] = slices.Clone(c.record.saved[rule])
+		// What the Record holds and kgen learned since it started:
+		// a scope pruned meanwhile is watched again, found empty and
+		// dropped.
+		c.record.want[rule] = sortScopes(append(slices.Clone(c.record.want[rule]), scopes...))
+	}
+	c.record.loaded = true
+	return nil
+}
+
+// sortScopes sorts scopes and drops duplicates.
+func sortScopes(scopes []ChildScope) []ChildScope {
+	slices.SortFunc(scopes, compareScopes)
+	return slices.Compact(scopes)
+}
+
+// watchRecorded starts prune-only informers, for an active rule, of the
+// scopes recorded for it that the rule does not cover and that it does not
+// watch yet: at its start, and again at every pass, for scopes learned
+// from a Record read late or that could not be watched before. A recorded
+// kind that is not served any more has no objects to prune, and is left
+// out (and so leaves the record at its next write); one that cannot be
+// watched for another reason is kept (RuleState.Pruning does not show it)
+// and tried again at the next pass.
+func (c *Controller) watchRecorded(ctx context.Context, rs *ruleState) {
+	name := rs.rule.Name
+	if err := c.loadRecord(ctx); err != nil {
+		// What is known so far is watched.
+		c.logRecordError(ctx, name, err)
+	}
+	c.mu.Lock()
+	recorded := slices.Clone(c.record.want[name])
+	delete(c.record.fresh, name)
+	current := slices.Clone(rs.scopes)
+	watched := map[ChildScope]bool{}
+	for _, p := range rs.pruning {
+		watched[p.scope] = true
+	}
+	c.mu.Unlock()
+	var added []string
+	var unwatched []ChildScope
+	for _, s := range uncovered(recorded, current) {
+		if watched[s] {
+			continue
+		}
+		m, err := c.cfg.Mapper.ResourceFor(s.GroupVersionKind)
+		if errors.Is(err, mapper.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot watch a kind the rule made children of; trying again", "rule", name, "scope", s.String())
+			unwatched = append(unwatched, s)
+			continue
+		}
+		ns := s.Namespace
+		if !m.Namespaced {
+			ns = metav1.NamespaceAll
+		}
+		key := watch.Key{GVR: m.GroupVersionResource(), Namespace: ns, Selector: childSelector}
+		reg, err := c.watches.Acquire(key, c.childHandler(name))
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot watch a kind the rule made children of; trying again", "rule", name, "scope", s.String())
+			unwatched = append(unwatched, s)
+			continue
+		}
+		c.mu.Lock()
+		if !rs.active {
+			c.mu.Unlock()
+			reg.Release()
+			return
+		}
+		rs.pruning = append(rs.pruning, &pruneWatch{scope: s, reg: reg})
+		if !slices.Contains(rs.gvrs, key.GVR) {
+			rs.gvrs = append(rs.gvrs, key.GVR)
+		}
+		c.mu.Unlock()
+		added = append(added, s.String())
+	}
+	c.mu.Lock()
+	if rs.active {
+		rs.unwatched = unwatched
+	}
+	c.mu.Unlock()
+	if len(added) > 0 {
+		klog.FromContext(ctx).Info("Watching where the rule made children it no longer makes, to prune them", "rule", name, "scopes", added)
+	}
+}
+
+// recordScopesOf returns what the record should hold for a rule state: its
+// scopes, those it still prunes and those it could not watch yet. The
+// caller holds Controller.mu.
+func recordScopesOf(rs *ruleState) []ChildScope {
+	out := slices.Clone(rs.scopes)
+	for _, p := range rs.pruning {
+		out = append(out, p.scope)
+	}
+	out = append(out, rs.unwatched...)
+	return sortScopes(out)
+}
+
+// writeRecord makes a rule state's scopes what the controller wants
+// recorded for the rule, writes them to the Record unless it holds them
+// already, and keeps in the state whether it could.
+func (c *Controller) writeRecord(ctx context.Context, rs *ruleState) error {
+	err := c.saveScopes(ctx, rs)
+	c.mu.Lock()
+	rs.recordErr = ""
+	if err != nil {
+		rs.recordErr = err.Error()
+	}
+	c.mu.Unlock()
+	return err
+}
+
+func (c *Controller) saveScopes(ctx context.Context, rs *ruleState) error {
+	name := rs.rule.Name
+	c.mu.Lock()
+	want := sortScopes(append(recordScopesOf(rs), c.record.fresh[name]...))
+	if c.record.want == nil {
+		c.record.want = map[string][]ChildScope{}
+	}
+	c.record.want[name] = want
+	c.mu.Unlock()
+	// The Record is not written before it was read: the write would
+	// drop what it holds from before kgen started.
+	if err := c.loadRecord(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	// A Record read just now (here or by another rule) adds the scopes it
+	// holds; they are kept until watchRecorded, at the next pass, watches
+	// them.
+	want = sortScopes(append(want, c.record.fresh[name]...))
+	c.record.want[name] = want
+	same := slices.Equal(c.record.saved[name], want)
+	c.mu.Unlock()
+	if same {
+		return nil
+	}
+	if c.cfg.Record != nil {
+		if err := c.cfg.Record.Save(ctx, name, want); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	c.record.saved[name] = want
+	c.mu.Unlock()
+	klog.FromContext(ctx).Info("Recorded where the rule's children may be", "rule", name, "scopes", encodeScopes(want))
+	return nil
+}
+
+// recordStarted records a started rule's scopes before any of its parents
+// is reconciled, so that a child is not made of a kind the record lacks.
+// When the Record cannot be read or written (kgen's RBAC lacks the
+// ConfigMap, as under a chart older than the record), the rule runs anyway
+// and prunePass tries again: the rule's state and the log say why, kinds
+// that leave the rule while kgen runs are still pruned, but children of a
+// kind that leaves it while kgen is stopped may not be.
+func (c *Controller) recordStarted(ctx context.Context, rs *ruleState) {
+	if err := c.writeRecord(ctx, rs); err != nil {
+		c.logRecordError(ctx, rs.rule.Name, err)
+	}
+}
+
+// prunePass, for every running rule: watches the scopes recorded for it
+// that it does not watch yet (from a Record read late, or that could not
+// be watched before); drops the prune-only informers that hold no child of
+// the rule's parents any more (on two passes in a row, so that a reconcile
+// in flight cannot make one behind its back); and writes its record if its
+// scopes changed, or the last write failed.
+func (c *Controller) prunePass(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	c.mu.Lock()
+	var states []*ruleState
+	for _, rs := range c.rules {
+		if rs.active && rs.synced {
+			states = append(states, rs)
+		}
+	}
+	c.mu.Unlock()
+	for _, rs := range states {
+		c.watchRecorded(ctx, rs)
+		var dropped []*watch.Registration
+		c.mu.Lock()
+		if len(rs.pruning) > 0 {
+			uids := parentUIDs(rs)
+			kept := rs.pruning[:0]
+			for _, p := range rs.pruning {
+				switch {
+				case !p.reg.HasSynced() || holdsChildOf(p.reg.Informer().Indexer(), uids):
+					p.empty = false
+				case p.empty:
+					dropped = append(dropped, p.reg)
+					logger.Info("No child of the rule is left where it no longer makes children; stopped watching there", "rule", rs.rule.Name, "scope", p.scope.String())
+					continue
+				default:
+					p.empty = true
+				}
+				kept = append(kept, p)
+			}
+			rs.pruning = kept
+		}
+		c.mu.Unlock()
+		for _, reg := range dropped {
+			reg.Release()
+		}
+		if err := c.writeRecord(ctx, rs); err != nil {
+			c.logRecordError(ctx, rs.rule.Name, err)
+		}
+	}
+}
+
+// parentUIDs returns the UIDs of a rule state's cached parents; the caller
+// holds c.mu.
+func parentUIDs(rs *ruleState) []string {
+	var out []string
+	for _, reg := range rs.parentRegs {
+		for _, obj := range reg.Informer().Indexer().List() {
+			if m, ok := obj.(metav1.Object); ok {
+				out = append(out, string(m.GetUID()))
+			}
+		}
+	}
+	return out
+}
+
+// holdsChildOf tells whether a child informer's cache holds a child of one
+// of the parents.
+func holdsChildOf(indexer cache.Indexer, parents []string) bool {
+	for _, uid := range parents {
+		if objs, err := indexer.ByIndex(indexParent, uid); err == nil && len(objs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// pruneScopesOf returns the scopes a rule state prunes, for its State.
+func pruneScopesOf(rs *ruleState) []string {
+	out := make([]string, 0, len(rs.pruning))
+	for _, p := range rs.pruning {
+		out = append(out, p.scope.String())
+	}
+	return out
+}

@@ -1,0 +1,194 @@
+package ruleset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+
+	"kgen.dev/kgen/pkg/kinds"
+	"kgen.dev/kgen/rules"
+)
+
+// CRDGVR is the resource of CustomResourceDefinitions.
+var CRDGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// FieldManager is the server-side apply field manager of the CRDs kgen
+// manages, as of everything else it writes.
+const FieldManager = "kgen"
+
+// CRDs reads the CustomResourceDefinitions of rules' parent kinds, to check
+// the rules' expressions against their schemas when the rules start, and
+// with Manage creates and updates the CRDs of rules that describe their
+// parent kind with spec.parent.schema (kgenctl run --manage-crds).
+//
+// The schema comes from the CRD object itself, read with one get of the CRD
+// by name (RBAC: get on that one customresourcedefinition, which kgenctl
+// rbac grants), rather than from the OpenAPI v3 document pkg/schema reads:
+// the CRD's openAPIV3Schema is exactly what rules.Options.Schemas takes and
+// what kgenctl validate --crd reads offline, so run and validate check a
+// rule against the same schema, while the published document is a
+// transformation of it (metadata replaced by a reference to ObjectMeta,
+// extensions and defaults in another form) that would have to be turned
+// back, and could differ. A rule is checked when it starts, and a rule
+// that waits because it does not fit is checked again at every try, so a
+// CRD fixed later lets it start.
+type CRDs struct {
+	// Client reads, and with Manage applies, CRDs.
+	Client dynamic.Interface
+	// Resources maps a parent kind to its resource, whose name and group
+	// name its CRD.
+	Resources Resources
+	// Manage applies the CRD of every rule with spec.parent.schema before
+	// the rule starts.
+	Manage bool
+
+	mu sync.Mutex
+	// applied are the rule versions whose CRD was applied.
+	applied map[*rules.Rule]bool
+	// unreadable are the CRDs kgen may not read, logged once each.
+	unreadable map[string]bool
+}
+
+// TypeError says that a rule's expressions do not fit the schema of its
+// parent kind's CRD.
+type TypeError struct {
+	// CRD is the name of the CustomResourceDefinition.
+	CRD string
+	// Err is rules.Rule.CheckSchema's error: a rules.ErrorList naming each
+	// field and expression.
+	Err error
+}
+
+func (e *TypeError) Error() string {
+	return fmt.Sprintf("the rule does not fit the schema of its parent kind (CustomResourceDefinition %s): %v", e.CRD, e.Err)
+}
+
+// Unwrap returns the rule's errors.
+func (e *TypeError) Unwrap() error { return e.Err }
+
+// Prepare applies the CRD of a rule with spec.parent.schema, with
+// server-side apply (field manager kgen), when Manage is set: once per
+// version of the rule, and again while its kind is not served (an apply
+// that changes nothing costs the server no write). It fits
+// controller.Config.Prepare.
+func (c *CRDs) Prepare(ctx context.Context, rule *rules.Rule) error {
+	if !c.Manage || rule.Parent.Schema == nil {
+		return nil
+	}
+	c.mu.Lock()
+	applied := c.applied[rule]
+	c.mu.Unlock()
+	if applied {
+		if _, err := c.Resources.ResourceFor(rule.Parent.GroupVersionKind); err == nil {
+			return nil
+		}
+	}
+	crd, err := rule.CRD()
+	if err != nil {
+		return err
+	}
+	if _, err := c.Client.Resource(CRDGVR).Apply(ctx, crd.GetName(), crd, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return fmt.Errorf("apply CustomResourceDefinition %s of the rule's parent kind (--manage-crds): %w", crd.GetName(), err)
+	}
+	c.mu.Lock()
+	if c.applied == nil {
+		c.applied = map[*rules.Rule]bool{}
+	}
+	c.applied[rule] = true
+	c.mu.Unlock()
+	if !applied {
+		klog.FromContext(ctx).Info("Applied the CustomResourceDefinition of the rule's parent kind", "rule", rule.Name, "crd", crd.GetName())
+	}
+	return nil
+}
+
+// Forget drops what c remembers of rule versions that are not in set.
+func (c *CRDs) Forget(set []*rules.Rule) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := map[*rules.Rule]bool{}
+	for _, r := range set {
+		keep[r] = true
+	}
+	for r := range c.applied {
+		if !keep[r] {
+			delete(c.applied, r)
+		}
+	}
+}
+
+// Check checks a rule's expressions against the schema of its parent kind,
+// when the kind is a custom resource the cluster serves: a *TypeError if
+// they do not fit. There is nothing to check for a built-in kind, a kind
+// not served (yet), or one served by an aggregated API rather than a CRD;
+// nor when kgen may not read the CRD (logged once), nor, with Manage, for
+// a rule with spec.parent.schema, whose CRD kgen makes from it. Another
+// error reading the CRD is returned as it is: the caller tries again.
+func (c *CRDs) Check(ctx context.Context, rule *rules.Rule) error {
+	gvk := rule.Parent.GroupVersionKind
+	if _, builtin := kinds.Builtin(gvk.GroupKind()); builtin {
+		return nil
+	}
+	if c.Manage && rule.Parent.Schema != nil {
+		// Its CRD is made from spec.parent.schema, which the rule was
+		// checked against when it loaded; the CRD served now may be the
+		// previous version's, which Prepare is about to replace.
+		return nil
+	}
+	m, err := c.Resources.ResourceFor(gvk)
+	if err != nil {
+		return nil // not served: the rule waits for it anyway
+	}
+	name := m.Resource + "." + m.Group
+	obj, err := c.Client.Resource(CRDGVR).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsForbidden(err):
+		c.mu.Lock()
+		logged := c.unreadable[name]
+		if c.unreadable == nil {
+			c.unreadable = map[string]bool{}
+		}
+		c.unreadable[name] = true
+		c.mu.Unlock()
+		if !logged {
+			klog.FromContext(ctx).Info("Cannot read the CustomResourceDefinition of a rule's parent kind; its expressions are checked when they run", "rule", rule.Name, "crd", name, "err", err.Error())
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("read CustomResourceDefinition %s to check the rule against it: %w", name, err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, crd); err != nil {
+		return fmt.Errorf("read CustomResourceDefinition %s: %w", name, err)
+	}
+	if err := rule.CheckSchema(versionSchema(crd, gvk.Version)); err != nil {
+		var list rules.ErrorList
+		if !errors.As(err, &list) {
+			return err
+		}
+		return &TypeError{CRD: name, Err: err}
+	}
+	return nil
+}
+
+// versionSchema returns the schema a CRD declares for a version; nil when
+// it declares none.
+func versionSchema(crd *apiextensionsv1.CustomResourceDefinition, version string) *apiextensionsv1.JSONSchemaProps {
+	for _, v := range crd.Spec.Versions {
+		if v.Name == version && v.Schema != nil {
+			return v.Schema.OpenAPIV3Schema
+		}
+	}
+	return nil
+}

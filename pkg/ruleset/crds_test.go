@@ -1,0 +1,368 @@
+package ruleset
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
+
+	"kgen.dev/kgen/pkg/controller"
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/rules"
+)
+
+// served maps the kinds a fake cluster serves to their resources.
+type served map[schema.GroupVersionKind]mapper.Mapping
+
+func (s served) ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error) {
+	if m, ok := s[gvk]; ok {
+		return m, nil
+	}
+	return mapper.Mapping{}, &mapper.NotFoundError{Ref: gvk.String()}
+}
+
+var (
+	appGVK     = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "App"}
+	serveApps  = served{appGVK: {Group: "example.com", Version: "v1", Kind: "App", Resource: "apps", Namespaced: true}}
+	appCRDYAML = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: apps.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: App, listKind: AppList, plural: apps, singular: app}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              image: {type: string}
+`
+)
+
+func appCRD(t *testing.T) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(appCRDYAML), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+func fakeClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{CRDGVR: "CustomResourceDefinitionList"}, objs...)
+}
+
+// appRule is a rule on App whose ConfigMap's data reads expr.
+func appRule(t *testing.T, name, expr string) *rules.Rule {
+	t.Helper()
+	rs, err := rules.Parse("rules.yaml", []byte(ruleDoc(name, expr)), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs[0]
+}
+
+func ruleDoc(name, expr string) string {
+	return `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: ` + name + `}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App, namespaces: [` + name + `]}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: x}
+      data: {v: "${` + expr + `}"}
+`
+}
+
+func TestCRDsCheck(t *testing.T) {
+	forbidden := func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(CRDGVR.GroupResource(), "apps.example.com", errors.New("no"))
+	}
+	failing := func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("try later")
+	}
+	tests := []struct {
+		name      string
+		expr      string
+		kind      string // the parent kind; App when empty
+		served    served
+		crd       bool
+		reactor   clienttesting.ReactionFunc
+		schema    string // the rule's spec.parent.schema
+		manage    bool
+		wantType  string // a *TypeError containing this
+		wantOther bool   // another error
+	}{
+		{name: "fits", expr: "parent.spec.image", served: serveApps, crd: true},
+		{name: "typo", expr: "parent.spec.imgae", served: serveApps, crd: true,
+			wantType: `CustomResourceDefinition apps.example.com): rules.yaml:12:31: rule "r": child "config": template.data.v: ${parent.spec.imgae}: parent.spec has no field "imgae"`},
+		{name: "not served yet", expr: "parent.spec.imgae", served: served{}, crd: true},
+		{name: "served, but not by a CRD", expr: "parent.spec.imgae", served: serveApps},
+		{name: "a built-in kind", expr: "parent.spec.imgae", kind: "ConfigMap", served: serveApps},
+		{name: "the CRD may not be read", expr: "parent.spec.imgae", served: serveApps, crd: true, reactor: forbidden},
+		{name: "the server fails", expr: "parent.spec.imgae", served: serveApps, crd: true, reactor: failing, wantOther: true},
+		// With --manage-crds, the served CRD may be the previous version's.
+		{name: "a managed CRD", expr: "parent.spec.size", schema: "{image: string, size: string}", manage: true, served: serveApps, crd: true},
+		{name: "the same, unmanaged", expr: "parent.spec.size", schema: "{image: string, size: string}", served: serveApps, crd: true,
+			wantType: `parent.spec has no field "size"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := ruleDoc("r", tt.expr)
+			if tt.kind != "" {
+				doc = strings.Replace(doc, "apiVersion: example.com/v1, kind: App", "apiVersion: v1, kind: "+tt.kind, 1)
+			}
+			if tt.schema != "" {
+				doc = strings.Replace(doc, "namespaces: [r]}", "namespaces: [r], schema: "+tt.schema+"}", 1)
+			}
+			rs, err := rules.Parse("rules.yaml", []byte(doc), rules.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var objs []runtime.Object
+			if tt.crd {
+				objs = append(objs, appCRD(t))
+			}
+			client := fakeClient(objs...)
+			if tt.reactor != nil {
+				client.PrependReactor("get", "customresourcedefinitions", tt.reactor)
+			}
+			c := &CRDs{Client: client, Resources: tt.served, Manage: tt.manage}
+			err = c.Check(context.Background(), rs[0])
+			var te *TypeError
+			switch {
+			case tt.wantType != "":
+				if !errors.As(err, &te) || !strings.Contains(err.Error(), tt.wantType) {
+					t.Errorf("Check() = %v, want a TypeError containing\n%s", err, tt.wantType)
+				}
+			case tt.wantOther:
+				if err == nil || errors.As(err, &te) {
+					t.Errorf("Check() = %v, want an error that is not a TypeError", err)
+				}
+			case err != nil:
+				t.Errorf("Check() = %v, want nil", err)
+			}
+		})
+	}
+}
+
+// With Manage, the CRD of a rule with spec.parent.schema is applied with
+// server-side apply by kgen, once per version of the rule while its kind is
+// served; without, or without a schema, nothing is written.
+func TestCRDsPrepare(t *testing.T) {
+	withSchema := func(t *testing.T, field string) *rules.Rule {
+		doc := strings.Replace(ruleDoc("r", "parent.spec.image"), "namespaces: [r]}", "namespaces: [r], schema: {image: string, "+field+": integer}}", 1)
+		rs, err := rules.Parse("rules.yaml", []byte(doc), rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs[0]
+	}
+	tests := []struct {
+		name    string
+		manage  bool
+		schema  bool
+		served  served
+		applies int
+	}{
+		{name: "managed", manage: true, schema: true, served: serveApps, applies: 1},
+		{name: "not served yet: applied at every try", manage: true, schema: true, served: served{}, applies: 2},
+		{name: "not managed", schema: true, served: serveApps},
+		{name: "no schema", manage: true, served: serveApps},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fakeClient()
+			var applied []*unstructured.Unstructured
+			client.PrependReactor("patch", "customresourcedefinitions", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				p := a.(clienttesting.PatchAction)
+				opts := p.GetPatchType()
+				if opts != types.ApplyPatchType {
+					t.Errorf("patch type %s, want apply", opts)
+				}
+				obj := &unstructured.Unstructured{}
+				if err := obj.UnmarshalJSON(p.GetPatch()); err != nil {
+					t.Fatal(err)
+				}
+				applied = append(applied, obj)
+				return true, obj, nil
+			})
+			c := &CRDs{Client: client, Resources: tt.served, Manage: tt.manage}
+			rule := appRule(t, "r", "parent.spec.image")
+			if tt.schema {
+				rule = withSchema(t, "replicas")
+			}
+			for range 2 {
+				if err := c.Prepare(context.Background(), rule); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(applied) != tt.applies {
+				t.Fatalf("applied %d times, want %d", len(applied), tt.applies)
+			}
+			if tt.applies == 0 {
+				return
+			}
+			if applied[0].GetName() != "apps.example.com" {
+				t.Errorf("applied %s", applied[0].GetName())
+			}
+			// A new version of the rule updates it.
+			applied = nil
+			if err := c.Prepare(context.Background(), withSchema(t, "size")); err != nil {
+				t.Fatal(err)
+			}
+			if len(applied) != 1 {
+				t.Fatalf("a new version of the rule applied %d times, want 1", len(applied))
+			}
+			if !strings.Contains(mustJSON(t, applied[0]), `"size"`) {
+				t.Errorf("the new version's CRD lacks its new field: %s", mustJSON(t, applied[0]))
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, obj *unstructured.Unstructured) string {
+	t.Helper()
+	b, err := obj.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A rules file edited to a version that does not fit the served CRD is not
+// applied: the previous version keeps running and the error is reported. A
+// rule that does not fit does not start (Admit), for files as for Rule
+// objects, whose status then says Accepted False with the field path.
+func TestSetTypeChecks(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(file, []byte(ruleDoc("r", "parent.spec.image")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var sets [][]*rules.Rule
+	s, err := New(Config{Paths: []string{file}, Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps}, Apply: func(rs []*rules.Rule) { sets = append(sets, rs) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.Rules()[0]
+	if err := s.Admit(ctx, first); err != nil {
+		t.Fatalf("Admit() = %v for a rule that fits", err)
+	}
+
+	if err := os.WriteFile(file, []byte(ruleDoc("r", "parent.spec.imgae")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s.readFiles(ctx) {
+		t.Error("a file edited to a version that does not fit was taken")
+	}
+	if !strings.Contains(s.fileErr, `parent.spec has no field "imgae"`) {
+		t.Errorf("the files' error = %q, want it to name the field", s.fileErr)
+	}
+	if s.Rules()[0] != first {
+		t.Error("the previous version no longer runs")
+	}
+
+	// A version that does not fit when it starts (the CRD came later, or
+	// changed) waits, and says why.
+	bad := appRule(t, "r", "parent.spec.imgae")
+	err = s.Admit(ctx, bad)
+	var te *TypeError
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "rules.yaml:12:31") {
+		t.Errorf("Admit() = %v, want a TypeError naming the line", err)
+	}
+
+	// A Rule object: the field path in the object.
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.imgae")), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetUID("u1")
+	obj.SetGeneration(1)
+	// Not served when it was created: taken, and checked when it starts.
+	s.cfg.CRDs.Resources = served{}
+	if !s.observe(ctx, obj, false) {
+		t.Fatal("a valid Rule object was not taken")
+	}
+	s.recompute(ctx)
+	s.cfg.CRDs.Resources = serveApps
+	err = s.Admit(ctx, s.objects["obj"].rule)
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), `spec.children[0].template.data.v: ${parent.spec.imgae}: parent.spec has no field "imgae"`) {
+		t.Errorf("Admit() = %v, want a TypeError with the field path", err)
+	}
+	s.mu.Lock()
+	status := s.statusLocked("obj", s.objects["obj"])
+	s.mu.Unlock()
+	acc := status["conditions"].([]any)[0].(map[string]any)
+	if acc["status"] != "False" || acc["reason"] != ReasonInvalid || !strings.Contains(acc["message"].(string), "spec.children[0].template.data.v") {
+		t.Errorf("Accepted = %v, want False, Invalid, naming the field", acc)
+	}
+	// A new generation that does not fit is not taken while the CRD is
+	// served.
+	obj2 := obj.DeepCopy()
+	obj2.SetGeneration(2)
+	if s.observe(ctx, obj2, false) {
+		t.Error("a new version that does not fit was taken")
+	}
+	if s.objects["obj"].err == nil {
+		t.Error("the object's error is not reported")
+	}
+}
+
+// progress is a Progress that knows one state for every rule.
+type progress controller.RuleState
+
+func (p progress) State(string) (controller.RuleState, bool) { return controller.RuleState(p), true }
+
+// A rule that runs without its record of child kinds is Ready, and its
+// message says what kgen cannot do meanwhile, and why.
+func TestStatusRecordError(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		Progress: progress{Running: true, Synced: true, RecordError: `configmaps "kgen-state" is forbidden`}, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.image")), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetUID("u1")
+	obj.SetGeneration(1)
+	if !s.observe(ctx, obj, false) {
+		t.Fatal("a valid Rule object was not taken")
+	}
+	s.recompute(ctx)
+	s.mu.Lock()
+	status := s.statusLocked("obj", s.objects["obj"])
+	s.mu.Unlock()
+	ready := status["conditions"].([]any)[1].(map[string]any)
+	if msg, _ := ready["message"].(string); ready["status"] != "True" || !strings.Contains(msg, "while kgen is stopped may not be pruned") || !strings.Contains(msg, "forbidden") {
+		t.Errorf("Ready = %v, want True, saying what may not be pruned and why", ready)
+	}
+}
