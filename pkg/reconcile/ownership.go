@@ -27,8 +27,8 @@ const (
 // renamed or changed so another parent renders the same name; it may be
 // adopted), or else a sentence saying why kgen must leave it alone.
 //
-// An object is adopted only when its owner is known to be gone: any doubt
-// (the owner cannot be read) leaves it alone.
+// An object is adopted only when it carries kgen's labels and its owner is
+// known to be gone: any doubt (the owner cannot be read) leaves it alone.
 func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstructured) string {
 	if ownedBy(obj, parent) {
 		return ownerThis
@@ -60,6 +60,12 @@ func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstru
 	}
 	if uid == parent.GetUID() {
 		return ownerThis // its ownerReference was taken away: kgen applies it back
+	}
+	if labels[LabelManagedBy] != ManagedBy {
+		// Someone else's object whose owner may be gone (it waits for the
+		// garbage collector, or was orphaned on purpose): kgen adopts only
+		// what kgen made.
+		return "is not managed by kgen"
 	}
 	mapping, err := r.cfg.Resources.ResourceFor(gvk)
 	if err != nil {
@@ -115,8 +121,9 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 // entry (it created children with POST) into kgen's apply entry, once per
 // such child, before kgen first applies it: otherwise a field a later
 // template drops would stay. The cache keeps exactly that entry of an
-// object's managed fields (see watch), so most children need nothing.
-func (r *Reconciler) upgradeOwnership(ctx context.Context, client dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+// object's managed fields (see watch), so most children need nothing. It
+// reads the object through reader and writes through client.
+func (r *Reconciler) upgradeOwnership(ctx context.Context, reader, client dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
 	legacy := false
 	for _, e := range obj.GetManagedFields() {
 		if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate && e.Subresource == "" {
@@ -126,7 +133,7 @@ func (r *Reconciler) upgradeOwnership(ctx context.Context, client dynamic.Resour
 	if !legacy {
 		return nil
 	}
-	live, err := client.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	live, err := reader.Get(ctx, obj.GetName(), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}

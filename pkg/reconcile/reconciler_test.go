@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
@@ -484,6 +486,18 @@ func TestReconcileOwnership(t *testing.T) {
 		existing: []*unstructured.Unstructured{ownedByOther("gone")},
 		events:   []string{"Normal Adopted Adopted configmaps team/web-config (child config): its owner no longer exists"},
 		adopted:  true,
+	}, {
+		// Someone else's object whose owner is gone (waiting for the
+		// garbage collector, or orphaned on purpose): not kgen's to take.
+		name: "an object without kgen's labels whose owner no longer exists",
+		existing: []*unstructured.Unstructured{func() *unstructured.Unstructured {
+			u := ownedByOther("gone")
+			u.SetLabels(nil)
+			u.SetAnnotations(nil)
+			return u
+		}()},
+		reason: ReasonConflict, conflict: true,
+		events: []string{"Warning Conflict child config: configmaps team/web-config exists and is not managed by kgen; kgen leaves it untouched"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -825,5 +839,45 @@ func TestReconcileWritesChildrenTogether(t *testing.T) {
 	want := []string{"patch apps/status team/web", "patch configmaps team/web-config", "patch deployments team/web"}
 	if !slices.Equal(got, want) {
 		t.Errorf("writes = %q, want %q", got, want)
+	}
+}
+
+// A rule with spec.serviceAccount writes its children as that account, and
+// reads them as kgen: the account needs only the write verbs. Here the
+// account may not get ConfigMaps; an object found under the child's name
+// (a create conflict) is read as kgen and adopted all the same.
+func TestReconcileServiceAccountReadsAsKgen(t *testing.T) {
+	var asAccount []string
+	h := newHarness(t, strings.Replace(appRule, "spec:\n", "spec:\n  serviceAccount: {namespace: team, name: deployer}\n", 1), func(c *Config) {
+		c.Impersonate = func(sa rules.ServiceAccount) (dynamic.Interface, error) {
+			imp := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+			imp.PrependReactor("*", "*", c.Client.(*fakeAPI).react)
+			imp.PrependReactor("*", "*", func(action clienttesting.Action) (bool, runtime.Object, error) {
+				asAccount = append(asAccount, action.GetVerb()+" "+action.GetResource().Resource)
+				if action.GetVerb() == "get" {
+					return true, nil, apierrors.NewForbidden(action.GetResource().GroupResource(), "", errors.New("no get for "+sa.Name))
+				}
+				return false, nil, nil
+			})
+			return imp, nil
+		}
+	})
+	gone := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "web-config", "namespace": "team"}, "data": map[string]any{"a": "old"}}}
+	gone.SetLabels(map[string]string{LabelManagedBy: ManagedBy, LabelRule: "app", LabelParentUID: "uid-gone", LabelChild: "config"})
+	gone.SetAnnotations(map[string]string{AnnotationParent: "team/web"})
+	gone.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "web", UID: "uid-gone", Controller: new(true)}})
+	h.api.add(gone)
+	if _, err := h.reconcile(appParent(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(asAccount, func(s string) bool { return strings.HasPrefix(s, "get ") }) {
+		t.Errorf("requests as the ServiceAccount = %v, want writes only", asAccount)
+	}
+	if !slices.Contains(asAccount, "patch configmaps") {
+		t.Errorf("requests as the ServiceAccount = %v, want the ConfigMap applied as it", asAccount)
+	}
+	if cm := h.api.get(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "team", "web-config"); cm.GetLabels()[LabelParentUID] != "uid-parent" {
+		t.Errorf("the ConfigMap was not adopted: labels %v", cm.GetLabels())
 	}
 }
