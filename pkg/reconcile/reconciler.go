@@ -440,6 +440,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		return out, err
 	}
 	gvr := mapping.GroupVersionResource()
+	// Writes go through client (as the rule's ServiceAccount, if it has
+	// one); the rare reads through reader, kgen's own, as its caches do.
+	reader := r.resource(mapping, desired.GetNamespace())
 	client, err := r.childResource(rule, mapping, desired.GetNamespace())
 	if err != nil {
 		out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: %v", step.ID, err)
@@ -480,7 +483,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			// Not in the cache: either the cache is behind, or the object
 			// is not this parent's child. Only on this rare path is a read
 			// worth it.
-			existing, getErr := client.Get(ctx, desired.GetName(), metav1.GetOptions{})
+			existing, getErr := reader.Get(ctx, desired.GetName(), metav1.GetOptions{})
 			if getErr != nil {
 				out.reason, out.msg = failure(step.ID, ref, "read", getErr)
 				return out, fmt.Errorf("get %s: %w", ref, getErr)
@@ -518,9 +521,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 
 	var who string
 	if op == OpRepair {
-		who = r.lastWriter(ctx, client, live)
+		who = r.lastWriter(ctx, reader, live)
 	}
-	if err := r.upgradeOwnership(ctx, client, live); err != nil {
+	if err := r.upgradeOwnership(ctx, reader, client, live); err != nil {
 		out.reason, out.msg = failure(step.ID, ref, "migrate the field ownership of", err)
 		return out, fmt.Errorf("migrate field ownership of %s: %w", ref, err)
 	}
