@@ -62,7 +62,10 @@ func TestShards(t *testing.T) {
 	ns := newNamespace(t)
 	gvr := newCRD(t, "shard.example.com", "Shardee", "shardees")
 	applyRule(t, strings.Replace(shardeeRules, "NAMESPACE", ns, 1))
-	args := []string{"--shards", "--leader-elect-namespace", ns, "--leader-elect-lease-duration", leaseDuration.String()}
+	// kgen's own namespace (the shards' Leases, its record), apart from
+	// the parents, as an install has it.
+	home := newNamespace(t)
+	args := []string{"--shards", "--leader-elect-namespace", home, "--leader-elect-lease-duration", leaseDuration.String()}
 	user := func(id string) string { return "kgen-shard-" + id }
 	procs := map[string]*kgenProcess{}
 	startShard := func(id string) {
