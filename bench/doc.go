@@ -24,6 +24,19 @@
 //     Events: by default kgen records none for creating or following a
 //     change. No controller that keeps kgen's contract can be faster than
 //     this on the same machine.
+//   - pods (-pods, off unless asked; 'make bench' asks): on a control plane
+//     that also runs the Deployment, ReplicaSet, ServiceAccount and node
+//     lifecycle controllers, kube-scheduler and kwok (built on first use by
+//     'hack/tools.sh kube-scheduler kwok'), with one fake Node that kwok
+//     plays the kubelet of, kgen at its defaults gets -pods-size parents
+//     (200 by default: 600 pods are what these 2 cores host beside the
+//     control plane without the run dragging) with one pod each, then
+//     scales them to three. Once every parent is Ready with every pod
+//     available and kgen has made no write for 10 s, its requests are
+//     counted over the steady window. The target is no write at all: the
+//     Deployments' status changed throughout the rollout, but nothing in a
+//     parent or the rule changes in the window. The report also counts the
+//     changes of the objects around kgen, in the rollout and in the window.
 //
 // It also reports kgen's API requests per parent during convergence and per
 // minute in steady state (from kgen's own kgen_api_requests_total metric), its
@@ -37,4 +50,5 @@
 // K times and adds the median and range of the ratios to the report.
 //
 //	go run ./bench -sizes 500,2000,5000 -repeat 3
+//	go run ./bench -sizes= -pods -pods-size 200   # only the pods phase
 package main

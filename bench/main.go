@@ -57,6 +57,8 @@ type options struct {
 	kgenArgs    []string
 	kgenEnv     []string
 	writeCosts  int
+	pods        bool
+	podsSize    int
 }
 
 func main() {
@@ -68,7 +70,7 @@ func main() {
 
 func run() error {
 	o := options{}
-	sizes := flag.String("sizes", "500,2000,5000", "comma-separated numbers of parents")
+	sizes := flag.String("sizes", "500,2000,5000", "comma-separated numbers of parents (empty: none, e.g. with -pods)")
 	flag.StringVar(&o.out, "out", "bench/results", "folder for the results")
 	flag.DurationVar(&o.steady, "steady", time.Minute, "how long to count steady-state requests")
 	flag.IntVar(&o.loaders, "loaders", 16, "goroutines creating and patching objects")
@@ -77,6 +79,8 @@ func run() error {
 	flag.BoolVar(&o.profileAPI, "profile-apiserver", false, "also CPU-profile the API server in each phase of the profiled N")
 	flag.IntVar(&o.repeat, "repeat", 1, "runs of each N; the report gives every run and, for more than one, the median and range of the ratios")
 	flag.BoolVar(&o.floor, "floor", true, "also measure a loader that makes kgen's writes directly (the floor for any controller with kgen's contract)")
+	flag.BoolVar(&o.pods, "pods", false, "also measure kgen's steady state with running pods: kube-scheduler, the Deployment controllers and kwok (built by 'hack/tools.sh kube-scheduler kwok') run them")
+	flag.IntVar(&o.podsSize, "pods-size", 200, "N of the -pods phase; its parents run 3 pods each")
 	flag.IntVar(&o.writeCosts, "write-costs", 0, "instead of the phases, measure what N writes of each kind kgen could make cost the API server (0: off)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working folder (control plane and kgen logs) and print its path")
 	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
@@ -86,11 +90,17 @@ func run() error {
 	o.kgenArgs = strings.Fields(*kgenArgs)
 	o.kgenEnv = strings.Fields(*kgenEnv)
 	for _, s := range strings.Split(*sizes, ",") {
+		if strings.TrimSpace(*sizes) == "" {
+			break
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad -sizes %q", *sizes)
 		}
 		o.sizes = append(o.sizes, n)
+	}
+	if o.pods && o.podsSize <= 0 {
+		return fmt.Errorf("bad -pods-size %d", o.podsSize)
 	}
 	if *replot {
 		data, err := os.ReadFile(filepath.Join(o.out, "results.json"))
@@ -115,6 +125,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if o.pods {
+		// The same folder: hack/tools.sh builds these two only when named.
+		if _, err := controlplane.BinDir(root, "kube-scheduler", "kwok"); err != nil {
+			return err
+		}
+	}
 	tmp, err := os.MkdirTemp("", "kgen-bench-")
 	if err != nil {
 		return err
@@ -130,7 +146,7 @@ func run() error {
 	}
 	b := &bench{opts: o, bin: bin, kgenctl: kgenctl, tmp: tmp}
 	defer b.stopControlPlane()
-	if err := b.freshControlPlane(ctx); err != nil {
+	if err := b.freshControlPlane(ctx, false); err != nil {
 		return err
 	}
 	// Before the run, so the commit is that of the code measured.
@@ -153,7 +169,14 @@ func run() error {
 			fmt.Println(r.summary())
 		}
 	}
-	report := newReport(results, machine)
+	var pods *podsResult
+	if o.pods {
+		if pods, err = b.measurePods(ctx, o.podsSize); err != nil {
+			return fmt.Errorf("pods, N=%d: %w", o.podsSize, err)
+		}
+		fmt.Println(pods.summary())
+	}
+	report := newReport(results, pods, machine)
 	return report.write(o.out)
 }
 
@@ -182,11 +205,21 @@ type bench struct {
 // new one, set up for a phase. Every phase runs on its own: in one
 // long-lived control plane the API server's CPU time for the same work
 // drifted by up to 30% from run to run, more than the differences measured.
-func (b *bench) freshControlPlane(ctx context.Context) error {
+// With pods, it also runs what makes a Deployment's pods run: the
+// Deployment and ReplicaSet controllers, kube-scheduler and kwok.
+func (b *bench) freshControlPlane(ctx context.Context, pods bool) error {
 	b.stopControlPlane()
 	b.started++
 	logf("starting control plane %d", b.started)
-	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: b.bin, Dir: filepath.Join(b.tmp, fmt.Sprintf("cp-%d", b.started))})
+	cfg := controlplane.Config{BinDir: b.bin, Dir: filepath.Join(b.tmp, fmt.Sprintf("cp-%d", b.started))}
+	if pods {
+		cfg.ControllerManager, cfg.Scheduler, cfg.Kwok = true, true, true
+		// The node lifecycle controller removes the not-ready taint the API
+		// server gives a new Node once kwok has made it ready.
+		cfg.Controllers = append([]string{"deployment-controller", "replicaset-controller",
+			"serviceaccount-controller", "node-lifecycle-controller"}, controlplane.DefaultControllers...)
+	}
+	cp, err := controlplane.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -272,13 +305,15 @@ type kgen struct {
 	once    sync.Once
 }
 
-func (b *bench) startKgen(ctx context.Context, n, run int) (*kgen, error) {
+// startKgen starts kgenctl run with its log in the working folder under
+// logName.
+func (b *bench) startKgen(ctx context.Context, logName string) (*kgen, error) {
 	kubeconfig, err := b.cp.WriteKubeconfig("kgen.kubeconfig", "kgen", "system:masters")
 	if err != nil {
 		return nil, err
 	}
 	metrics, health := freeAddr(), freeAddr()
-	log, err := os.Create(filepath.Join(b.tmp, fmt.Sprintf("kgen-%d-%d.log", n, run)))
+	log, err := os.Create(filepath.Join(b.tmp, logName))
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +344,18 @@ func (b *bench) startKgen(ctx context.Context, n, run int) (*kgen, error) {
 	if err != nil {
 		k.stop()
 		return nil, fmt.Errorf("kgen not ready: %w", err)
+	}
+	// Ready does not wait for the metrics port to know the cluster's client
+	// CA (it loads it in the background): until it does, a scrape with the
+	// bench's client certificate gets 401.
+	var scrapeErr error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, scrapeErr = k.scrape()
+		return scrapeErr == nil, nil
+	})
+	if err != nil {
+		k.stop()
+		return nil, fmt.Errorf("kgen's metrics: %w: %w", scrapeErr, err)
 	}
 	return k, nil
 }
