@@ -218,6 +218,10 @@ func (b *bench) freshControlPlane(ctx context.Context, pods bool) error {
 		// server gives a new Node once kwok has made it ready.
 		cfg.Controllers = append([]string{"deployment-controller", "replicaset-controller",
 			"serviceaccount-controller", "node-lifecycle-controller"}, controlplane.DefaultControllers...)
+		// At its default of 20 requests a second, kube-controller-manager
+		// took most of the time to the steady state; the rollout's speed is
+		// not what the phase measures.
+		cfg.ControllerManagerArgs = []string{"--kube-api-qps=500", "--kube-api-burst=500"}
 	}
 	cp, err := controlplane.Start(ctx, cfg)
 	if err != nil {

@@ -44,6 +44,9 @@ type Config struct {
 	// Controllers are the controllers kube-controller-manager runs;
 	// DefaultControllers when empty.
 	Controllers []string
+	// ControllerManagerArgs are extra kube-controller-manager flags, such
+	// as "--kube-api-qps=500".
+	ControllerManagerArgs []string
 	// Scheduler starts kube-scheduler too, which binds pods to nodes.
 	Scheduler bool
 	// Kwok starts kwok (sigs.k8s.io/kwok) with the stages in
@@ -272,14 +275,15 @@ func (cp *ControlPlane) startControllerManager() error {
 	if len(controllers) == 0 {
 		controllers = DefaultControllers
 	}
-	_, err = cp.run("kube-controller-manager",
-		"--kubeconfig="+kubeconfig,
-		"--controllers="+strings.Join(controllers, ","),
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--controllers=" + strings.Join(controllers, ","),
 		"--leader-elect=false",
 		"--secure-port=0",
-		"--service-account-private-key-file="+cp.path("sa.key"),
-		"--root-ca-file="+cp.path("ca.crt"),
-	)
+		"--service-account-private-key-file=" + cp.path("sa.key"),
+		"--root-ca-file=" + cp.path("ca.crt"),
+	}
+	_, err = cp.run("kube-controller-manager", append(args, cp.cfg.ControllerManagerArgs...)...)
 	return err
 }
 
