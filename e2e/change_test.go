@@ -888,7 +888,9 @@ spec:
 	for _, ns := range []string{a, b} {
 		create(t, gvr, gadget(group, ns, "g", map[string]any{}))
 		role := "e2e-" + ns + "-g"
-		t.Cleanup(func() { _ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+		})
 		waitFor(t, crGVR, "", role, nil)
 		waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
 			if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
