@@ -172,7 +172,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	if err != nil {
 		return err
 	}
-	r.SteadyPerMinute = s2.requests().minus(s1.requests()).scale(time.Minute.Seconds() / b.opts.steady.Seconds())
+	r.SteadyPerMinute = steadyPerMinute(s1, s2, b.opts.steady)
 	if r.PeakRSS, _, err = k.memory(); err != nil {
 		return err
 	}

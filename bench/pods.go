@@ -197,7 +197,7 @@ func (b *bench) measurePods(ctx context.Context, n int) (*podsResult, error) {
 		return nil, err
 	}
 	r.WindowChanges = changes.take()
-	r.SteadyPerMinute = s2.requests().minus(s1.requests()).scale(time.Minute.Seconds() / b.opts.steady.Seconds())
+	r.SteadyPerMinute = steadyPerMinute(s1, s2, b.opts.steady)
 
 	pods, err := b.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Running"})
 	if err != nil {

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -109,5 +112,31 @@ func TestPodsReport(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestSteadyPerMinute(t *testing.T) {
+	scrape := func(text string) metrics {
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		m, err := parser.TextToMetricFamilies(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	first := scrape(`# TYPE kgen_api_requests_total counter
+kgen_api_requests_total{verb="patch",resource="webapps/status"} 10
+kgen_api_requests_total{verb="create",resource="subjectaccessreviews"} 1
+`)
+	second := scrape(`# TYPE kgen_api_requests_total counter
+kgen_api_requests_total{verb="patch",resource="webapps/status"} 13
+kgen_api_requests_total{verb="create",resource="subjectaccessreviews"} 2
+kgen_api_requests_total{verb="create",resource="tokenreviews"} 1
+kgen_api_requests_total{verb="get",resource="deployments"} 1
+`)
+	got := steadyPerMinute(first, second, 30*time.Second)
+	want := counts{"patch webapps/status": 6, "get deployments": 2}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
 	}
 }
