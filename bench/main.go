@@ -89,10 +89,7 @@ func run() error {
 	flag.Parse()
 	o.kgenArgs = strings.Fields(*kgenArgs)
 	o.kgenEnv = strings.Fields(*kgenEnv)
-	for _, s := range strings.Split(*sizes, ",") {
-		if strings.TrimSpace(*sizes) == "" {
-			break
-		}
+	for _, s := range strings.FieldsFunc(*sizes, func(r rune) bool { return r == ',' }) {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad -sizes %q", *sizes)
