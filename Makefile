@@ -11,6 +11,8 @@ IMAGE ?= kgen/kgenctl:$(VERSION)
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 BENCH_SIZES ?= 500,2000,5000
 BENCH_REPEAT ?= 1
+# The steady state with running pods (kube-scheduler and kwok, built on first use).
+BENCH_PODS ?= true
 
 .PHONY: all build test unit e2e tools demo lint bench clean image image-test
 
@@ -51,9 +53,9 @@ image-test: image
 demo: build tools
 	./hack/demo.sh
 
-## bench: measure kgen against the API server's own limit on a local control plane (N=500, 2000, 5000)
+## bench: measure kgen against the API server's own limit on a local control plane (N=500, 2000, 5000), and its steady state with running pods
 bench: tools
-	$(GO) run ./bench -sizes $(BENCH_SIZES) -repeat $(BENCH_REPEAT) -out bench/results
+	$(GO) run ./bench -sizes $(BENCH_SIZES) -repeat $(BENCH_REPEAT) -pods=$(BENCH_PODS) -out bench/results
 
 ## lint: formatting and vet, with and without the e2e build tag
 lint:

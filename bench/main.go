@@ -57,6 +57,8 @@ type options struct {
 	kgenArgs    []string
 	kgenEnv     []string
 	writeCosts  int
+	pods        bool
+	podsSize    int
 }
 
 func main() {
@@ -68,7 +70,7 @@ func main() {
 
 func run() error {
 	o := options{}
-	sizes := flag.String("sizes", "500,2000,5000", "comma-separated numbers of parents")
+	sizes := flag.String("sizes", "500,2000,5000", "comma-separated numbers of parents (empty: none, e.g. with -pods)")
 	flag.StringVar(&o.out, "out", "bench/results", "folder for the results")
 	flag.DurationVar(&o.steady, "steady", time.Minute, "how long to count steady-state requests")
 	flag.IntVar(&o.loaders, "loaders", 16, "goroutines creating and patching objects")
@@ -77,6 +79,8 @@ func run() error {
 	flag.BoolVar(&o.profileAPI, "profile-apiserver", false, "also CPU-profile the API server in each phase of the profiled N")
 	flag.IntVar(&o.repeat, "repeat", 1, "runs of each N; the report gives every run and, for more than one, the median and range of the ratios")
 	flag.BoolVar(&o.floor, "floor", true, "also measure a loader that makes kgen's writes directly (the floor for any controller with kgen's contract)")
+	flag.BoolVar(&o.pods, "pods", false, "also measure kgen's steady state with running pods: kube-scheduler, the Deployment controllers and kwok (built by 'hack/tools.sh kube-scheduler kwok') run them")
+	flag.IntVar(&o.podsSize, "pods-size", 200, "N of the -pods phase; its parents run 3 pods each")
 	flag.IntVar(&o.writeCosts, "write-costs", 0, "instead of the phases, measure what N writes of each kind kgen could make cost the API server (0: off)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working folder (control plane and kgen logs) and print its path")
 	kgenEnv := flag.String("kgen-env", "", "extra environment for kgenctl run, as space-separated NAME=VALUE (for tuning)")
@@ -101,12 +105,15 @@ func run() error {
 	}
 	o.kgenArgs = strings.Fields(*kgenArgs)
 	o.kgenEnv = strings.Fields(*kgenEnv)
-	for _, s := range strings.Split(*sizes, ",") {
+	for _, s := range strings.FieldsFunc(*sizes, func(r rune) bool { return r == ',' }) {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad -sizes %q", *sizes)
 		}
 		o.sizes = append(o.sizes, n)
+	}
+	if o.pods && o.podsSize <= 0 {
+		return fmt.Errorf("bad -pods-size %d", o.podsSize)
 	}
 	if *replot {
 		data, err := os.ReadFile(filepath.Join(o.out, "results.json"))
@@ -138,6 +145,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if o.pods {
+		// The same folder: hack/tools.sh builds these two only when named.
+		if _, err := controlplane.BinDir(root, "kube-scheduler", "kwok"); err != nil {
+			return err
+		}
+	}
 	tmp, err := os.MkdirTemp("", "kgen-bench-")
 	if err != nil {
 		return err
@@ -153,7 +166,7 @@ func run() error {
 	}
 	b := &bench{opts: o, bin: bin, kgenctl: kgenctl, tmp: tmp}
 	defer b.stopControlPlane()
-	if err := b.freshControlPlane(ctx); err != nil {
+	if err := b.freshControlPlane(ctx, false); err != nil {
 		return err
 	}
 	if len(replicas) > 0 {
@@ -183,7 +196,14 @@ func run() error {
 			fmt.Println(r.summary())
 		}
 	}
-	report := newReport(results, machine)
+	var pods *podsResult
+	if o.pods {
+		if pods, err = b.measurePods(ctx, o.podsSize); err != nil {
+			return fmt.Errorf("pods, N=%d: %w", o.podsSize, err)
+		}
+		fmt.Println(pods.summary())
+	}
+	report := newReport(results, pods, machine)
 	return report.write(o.out)
 }
 
@@ -212,11 +232,25 @@ type bench struct {
 // new one, set up for a phase. Every phase runs on its own: in one
 // long-lived control plane the API server's CPU time for the same work
 // drifted by up to 30% from run to run, more than the differences measured.
-func (b *bench) freshControlPlane(ctx context.Context) error {
+// With pods, it also runs what makes a Deployment's pods run: the
+// Deployment and ReplicaSet controllers, kube-scheduler and kwok.
+func (b *bench) freshControlPlane(ctx context.Context, pods bool) error {
 	b.stopControlPlane()
 	b.started++
 	logf("starting control plane %d", b.started)
-	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: b.bin, Dir: filepath.Join(b.tmp, fmt.Sprintf("cp-%d", b.started))})
+	cfg := controlplane.Config{BinDir: b.bin, Dir: filepath.Join(b.tmp, fmt.Sprintf("cp-%d", b.started))}
+	if pods {
+		cfg.ControllerManager, cfg.Scheduler, cfg.Kwok = true, true, true
+		// The node lifecycle controller removes the not-ready taint the API
+		// server gives a new Node once kwok has made it ready.
+		cfg.Controllers = append([]string{"deployment-controller", "replicaset-controller",
+			"serviceaccount-controller", "node-lifecycle-controller"}, controlplane.DefaultControllers...)
+		// At its default of 20 requests a second, kube-controller-manager
+		// took most of the time to the steady state; the rollout's speed is
+		// not what the phase measures.
+		cfg.ControllerManagerArgs = []string{"--kube-api-qps=500", "--kube-api-burst=500"}
+	}
+	cp, err := controlplane.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -264,6 +298,19 @@ func (b *bench) setup(ctx context.Context) error {
 	if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+	// The Rule kind too, as the chart installs it: without it, kgen (which
+	// serves Rule objects by default) polls discovery for it every 5 s, and
+	// those requests are not what a steady state costs in a real install.
+	rule := &apiextensionsv1.CustomResourceDefinition{}
+	if data, err = os.ReadFile("charts/kgen/crds/rules.kgen.dev.yaml"); err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(data, rule); err != nil {
+		return err
+	}
+	if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
+		return err
+	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := b.dyn.Resource(webappGVR).List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil, nil
@@ -302,8 +349,10 @@ type kgen struct {
 	once    sync.Once
 }
 
-func (b *bench) startKgen(ctx context.Context, n, run int) (*kgen, error) {
-	return b.startKgenNamed(ctx, fmt.Sprintf("kgen-%d-%d", n, run))
+// startKgen starts kgenctl run with its log in the working folder under
+// logName.
+func (b *bench) startKgen(ctx context.Context, logName string) (*kgen, error) {
+	return b.startKgenNamed(ctx, strings.TrimSuffix(logName, ".log"))
 }
 
 // startKgenNamed starts 'kgenctl run' logging to name.log, with extra flags
@@ -346,6 +395,18 @@ func (b *bench) startKgenNamed(ctx context.Context, name string, extra ...string
 	if err != nil {
 		k.stop()
 		return nil, fmt.Errorf("kgen not ready: %w", err)
+	}
+	// Ready does not wait for the metrics port to know the cluster's client
+	// CA (it loads it in the background): until it does, a scrape with the
+	// bench's client certificate gets 401.
+	var scrapeErr error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, scrapeErr = k.scrape()
+		return scrapeErr == nil, nil
+	})
+	if err != nil {
+		k.stop()
+		return nil, fmt.Errorf("kgen's metrics: %w: %w", scrapeErr, err)
 	}
 	return k, nil
 }

@@ -67,7 +67,7 @@ func (b *bench) measure(ctx context.Context, n, run int) (*result, error) {
 		}{"floor", b.measureFloor})
 	}
 	for _, p := range phases {
-		if err := b.freshControlPlane(ctx); err != nil {
+		if err := b.freshControlPlane(ctx, false); err != nil {
 			return nil, err
 		}
 		if err := p.measure(ctx, n, r); err != nil {
@@ -112,7 +112,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	if err := b.namespace(ctx, ns); err != nil {
 		return err
 	}
-	k, err := b.startKgen(ctx, n, r.Run)
+	k, err := b.startKgen(ctx, fmt.Sprintf("kgen-%d-%d.log", n, r.Run))
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	if err != nil {
 		return err
 	}
-	r.SteadyPerMinute = s2.requests().minus(s1.requests()).scale(time.Minute.Seconds() / b.opts.steady.Seconds())
+	r.SteadyPerMinute = steadyPerMinute(s1, s2, b.opts.steady)
 	if r.PeakRSS, _, err = k.memory(); err != nil {
 		return err
 	}

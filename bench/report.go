@@ -12,13 +12,15 @@ import (
 type report struct {
 	Machine map[string]string `json:"machine"`
 	Results []*result         `json:"results"`
+	// Pods is the -pods phase's result, if it ran.
+	Pods *podsResult `json:"pods,omitempty"`
 }
 
-func newReport(results []*result, machine map[string]string) *report {
+func newReport(results []*result, pods *podsResult, machine map[string]string) *report {
 	for _, r := range results {
 		r.KgenTimeline, r.RawTimeline = thin(r.KgenTimeline), thin(r.RawTimeline)
 	}
-	return &report{Machine: machine, Results: results}
+	return &report{Machine: machine, Results: results, Pods: pods}
 }
 
 // thin keeps about 500 samples of a timeline, and its last, which is plenty
@@ -160,19 +162,31 @@ func (rep *report) markdown() string {
 	for _, k := range sortedKeys(rep.Machine) {
 		fmt.Fprintf(&b, "- %s: %s\n", k, rep.Machine[k])
 	}
+	if len(rep.Results) > 0 {
+		rep.phases(&b)
+	}
+	rep.pods(&b)
+	if len(rep.Results) > 0 {
+		rep.resources(&b)
+	}
+	return b.String()
+}
+
+// phases writes the times and API requests of the phases of every N.
+func (rep *report) phases(b *strings.Builder) {
 	b.WriteString("\n## Convergence and update wave (kgen at its default flags vs. the same writes made directly)\n\n")
 	b.WriteString("raw: a loader (16 goroutines) creates the parents and children itself, and patches parents and Deployments in the wave. ")
 	b.WriteString("floor: the same loader makes exactly the writes kgen's contract requires, without kgen: the parent, its children by server-side apply and a status apply of kgen's part of the status; in the wave the parent's patch, an apply of the Deployment and a status apply. ")
 	b.WriteString("No controller with kgen's contract can beat the floor on this machine; the issue's targets are against raw.\n\n")
 	b.WriteString("| N | kgen converge | raw create | kgen/raw | floor | kgen/floor | kgen update wave | raw patches | kgen/raw | floor | kgen/floor |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", rep.label(r),
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", rep.label(r),
 			seconds(r.KgenConverge), seconds(r.RawConverge), ratio(r.KgenConverge, r.RawConverge),
 			seconds(r.FloorConverge), ratio(r.KgenConverge, r.FloorConverge),
 			seconds(r.KgenWave), seconds(r.RawWave), ratio(r.KgenWave, r.RawWave),
 			seconds(r.FloorWave), ratio(r.KgenWave, r.FloorWave))
 	}
-	rep.spreads(&b)
+	rep.spreads(b)
 	b.WriteString("\n## API requests\n\n")
 	b.WriteString("| N | writes per child | status writes per parent | requests per parent during convergence, by verb | steady state per minute, by verb |\n|---:|---:|---:|---|---|\n")
 	for _, r := range rep.Results {
@@ -181,17 +195,13 @@ func (rep *report) markdown() string {
 		for _, v := range sortedKeys(per) {
 			parts = append(parts, fmt.Sprintf("%s %.2f", v, per[v]/float64(r.N)))
 		}
-		steady := counts(r.SteadyPerMinute).byVerb(nil)
-		var sparts []string
-		for _, v := range sortedKeys(steady) {
-			sparts = append(sparts, fmt.Sprintf("%s %.1f", v, steady[v]))
-		}
-		if len(sparts) == 0 {
-			sparts = []string{"none"}
-		}
-		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %s | %s |\n", rep.label(r), r.writesPerChild(), r.statusWritesPerParent(),
-			strings.Join(parts, ", "), strings.Join(sparts, ", "))
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %s | %s |\n", rep.label(r), r.writesPerChild(), r.statusWritesPerParent(),
+			strings.Join(parts, ", "), verbsText(r.SteadyPerMinute))
 	}
+}
+
+// resources writes the CPU time and memory of every N, and its plot.
+func (rep *report) resources(b *strings.Builder) {
 	b.WriteString("\n## CPU seconds used, by process\n\n")
 	b.WriteString("The API server, etcd, kgen and the bench (loader and observer) share the machine's cores.\n\n")
 	b.WriteString("| N | phase | kube-apiserver | etcd | kgen | bench |\n|---:|---|---:|---:|---:|---:|\n")
@@ -205,21 +215,20 @@ func (rep *report) markdown() string {
 			if v, ok := c["kgen"]; ok {
 				kg = fmt.Sprintf("%.1f", v)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s | %.1f |\n", rep.label(r), phase, c["kube-apiserver"], c["etcd"], kg, c["bench"])
+			fmt.Fprintf(b, "| %s | %s | %.1f | %.1f | %s | %.1f |\n", rep.label(r), phase, c["kube-apiserver"], c["etcd"], kg, c["bench"])
 		}
 	}
 	b.WriteString("\n## Memory of kgen\n\n| N | objects cached | peak RSS | peak RSS per parent | Go heap in use after GC |\n|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(&b, "| %s | %d | %s | %.1f KiB | %s |\n", rep.label(r), 4*r.N, mib(r.PeakRSS),
+		fmt.Fprintf(b, "| %s | %d | %s | %.1f KiB | %s |\n", rep.label(r), 4*r.N, mib(r.PeakRSS),
 			float64(r.PeakRSS)/float64(r.N)/1024, mib(r.HeapAfterGC))
 	}
 	b.WriteString("\n## Children ready over time\n\n")
 	for _, r := range rep.Results {
 		if r.Run <= 1 {
-			fmt.Fprintf(&b, "![N=%d](convergence-%d.png)\n", r.N, r.N)
+			fmt.Fprintf(b, "![N=%d](convergence-%d.png)\n", r.N, r.N)
 		}
 	}
-	return b.String()
 }
 
 func (rep *report) write(dir string) error {
@@ -233,10 +242,43 @@ func (rep *report) write(dir string) error {
 			return err
 		}
 	}
-	if err := writeJSON(filepath.Join(dir, "results.json"), newReport(rep.Results, rep.Machine)); err != nil {
+	if err := writeJSON(filepath.Join(dir, "results.json"), newReport(rep.Results, rep.Pods, rep.Machine)); err != nil {
 		return err
 	}
 	md := rep.markdown()
 	fmt.Println(md)
 	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(md), 0o644)
+}
+
+// pods writes the -pods phase's section, if it ran.
+func (rep *report) pods(b *strings.Builder) {
+	p := rep.Pods
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(b, "\n## Steady state with running pods\n\n")
+	fmt.Fprintf(b, "kgen at its defaults, with the Deployment and ReplicaSet controllers, kube-scheduler and kwok running the Deployments' pods on a fake Node: "+
+		"%d parents created with %d pod each, then scaled to %d. The steady window (%s) starts once kgen has made no write for %s. "+
+		"Target: no write at all, while the Deployments are available and nothing in a parent or the rule changes.\n\n",
+		p.N, replicas, newReplicas, seconds(p.Window), seconds(podsQuiet))
+	b.WriteString("| N | pods running | every parent Ready | after the wave | kgen's requests per parent until then, by verb | steady with pods, per minute by verb | writes per minute |\n|---:|---:|---:|---:|---|---|---:|\n")
+	per := counts(p.Requests).byVerb(nil)
+	var parts []string
+	for _, v := range sortedKeys(per) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", v, per[v]/float64(p.N)))
+	}
+	fmt.Fprintf(b, "| %d | %d | %s | %s | %s | %s | %s |\n", p.N, p.Pods, seconds(p.Ready), seconds(p.Wave),
+		strings.Join(parts, ", "), verbsText(p.SteadyPerMinute), perMinute(counts(p.SteadyPerMinute).sum(isWrite)))
+	fmt.Fprintf(b, "\nChanges the bench saw in the parents' namespace (creates, updates, deletes), until every parent was Ready after the wave: %s; in the steady window: %s.\n",
+		changesText(p.RolloutChanges), changesText(p.WindowChanges))
+	if writes := counts(p.SteadyPerMinute).sum(isWrite); writes > 0 {
+		b.WriteString("\nWrites in the steady window, per minute: ")
+		var w []string
+		for _, k := range sortedKeys(p.SteadyPerMinute) {
+			if isWrite(k) {
+				w = append(w, fmt.Sprintf("%s %.1f", k, p.SteadyPerMinute[k]))
+			}
+		}
+		b.WriteString(strings.Join(w, ", ") + ".\n")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -89,6 +90,18 @@ func (m metrics) requests() counts {
 		out[strings.TrimSpace(verb+" "+resource)] += metric.GetCounter().GetValue()
 	}
 	return out
+}
+
+// steadyPerMinute is kgen's requests per minute between two scrapes window
+// apart, without those the scrape itself costs: kgen's metrics port checks
+// the bench's credentials with a TokenReview or SubjectAccessReview when
+// its cache of the answer expires (after 1 to 5 minutes), and such a check
+// is not kgen's work.
+func steadyPerMinute(first, second metrics, window time.Duration) counts {
+	c := second.requests().minus(first.requests())
+	delete(c, "create tokenreviews")
+	delete(c, "create subjectaccessreviews")
+	return c.scale(time.Minute.Seconds() / window.Seconds())
 }
 
 func (c counts) minus(o counts) counts {

@@ -49,7 +49,7 @@ type shardReplica struct {
 // for 0), on a control plane of its own.
 func (b *bench) measureShards(ctx context.Context, n, replicas, run int) (*shardResult, error) {
 	r := &shardResult{N: n, Replicas: replicas, Run: run, CPU: map[string]map[string]float64{}}
-	if err := b.freshControlPlane(ctx); err != nil {
+	if err := b.freshControlPlane(ctx, false); err != nil {
 		return nil, err
 	}
 	ns := fmt.Sprintf("shards-%d-%d-%d", n, replicas, run)

@@ -196,7 +196,7 @@ func (b *bench) measureWriteCosts(ctx context.Context, n int) ([]writeCost, erro
 	}}
 	var out []writeCost
 	for _, k := range kinds {
-		if err := b.freshControlPlane(ctx); err != nil {
+		if err := b.freshControlPlane(ctx, false); err != nil {
 			return nil, err
 		}
 		ns := "costs"

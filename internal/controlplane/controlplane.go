@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +44,16 @@ type Config struct {
 	// Controllers are the controllers kube-controller-manager runs;
 	// DefaultControllers when empty.
 	Controllers []string
+	// ControllerManagerArgs are extra kube-controller-manager flags, such
+	// as "--kube-api-qps=500".
+	ControllerManagerArgs []string
+	// Scheduler starts kube-scheduler too, which binds pods to nodes.
+	Scheduler bool
+	// Kwok starts kwok (sigs.k8s.io/kwok) with the stages in
+	// BinDir/kwok-stages.yaml. It plays the kubelet of every Node annotated
+	// KwokNodeAnnotation: it keeps the Node ready and runs the pods bound to
+	// it, without containers. KwokNode makes such a Node.
+	Kwok bool
 	// AuditPolicy, when set, is an audit.k8s.io Policy document; the API
 	// server then writes its audit log to ControlPlane.AuditLog.
 	AuditPolicy []byte
@@ -80,9 +93,16 @@ type process struct {
 // and returns once the API server reports ready. On error, whatever was
 // started is stopped again.
 func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
-	for _, bin := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+	need := []string{"etcd", "kube-apiserver", "kube-controller-manager"}
+	if cfg.Scheduler {
+		need = append(need, "kube-scheduler")
+	}
+	if cfg.Kwok {
+		need = append(need, "kwok", kwokStages)
+	}
+	for _, bin := range need {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, bin)); err != nil {
-			return nil, fmt.Errorf("control plane binary %s: %w (run hack/tools.sh to build it)", bin, err)
+			return nil, fmt.Errorf("control plane binary %s: %w (run 'hack/tools.sh %s' to build it)", bin, err, strings.TrimSuffix(bin, "-stages.yaml"))
 		}
 	}
 	if cfg.StartTimeout == 0 {
@@ -120,6 +140,16 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	}
 	if cfg.ControllerManager {
 		if err := cp.startControllerManager(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Scheduler {
+		if err := cp.startScheduler(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Kwok {
+		if err := cp.startKwok(); err != nil {
 			return nil, err
 		}
 	}
@@ -245,15 +275,73 @@ func (cp *ControlPlane) startControllerManager() error {
 	if len(controllers) == 0 {
 		controllers = DefaultControllers
 	}
-	_, err = cp.run("kube-controller-manager",
-		"--kubeconfig="+kubeconfig,
-		"--controllers="+strings.Join(controllers, ","),
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--controllers=" + strings.Join(controllers, ","),
 		"--leader-elect=false",
 		"--secure-port=0",
-		"--service-account-private-key-file="+cp.path("sa.key"),
-		"--root-ca-file="+cp.path("ca.crt"),
+		"--service-account-private-key-file=" + cp.path("sa.key"),
+		"--root-ca-file=" + cp.path("ca.crt"),
+	}
+	_, err = cp.run("kube-controller-manager", append(args, cp.cfg.ControllerManagerArgs...)...)
+	return err
+}
+
+func (cp *ControlPlane) startScheduler() error {
+	kubeconfig, err := cp.WriteKubeconfig("scheduler.kubeconfig", "system:kube-scheduler", "system:masters")
+	if err != nil {
+		return err
+	}
+	_, err = cp.run("kube-scheduler",
+		"--kubeconfig="+kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
 	)
 	return err
+}
+
+// kwokStages is the file in BinDir with the stages kwok plays; hack/tools.sh
+// writes it from kwok's module: the ones kwokctl uses by default.
+const kwokStages = "kwok-stages.yaml"
+
+// KwokNodeAnnotation marks the Nodes that kwok plays the kubelet of; its
+// value is "fake".
+const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+func (cp *ControlPlane) startKwok() error {
+	kubeconfig, err := cp.WriteKubeconfig("kwok.kubeconfig", "kwok", "system:masters")
+	if err != nil {
+		return err
+	}
+	_, err = cp.run("kwok",
+		"--kubeconfig="+kubeconfig,
+		"--config="+filepath.Join(cp.cfg.BinDir, kwokStages),
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
+		// Room for a pod address each: the default /24 has 254.
+		"--cidr=10.0.0.0/16",
+		// As kwokctl: the heartbeat stage renews a Lease, as a kubelet does.
+		"--node-lease-duration-seconds=40",
+	)
+	return err
+}
+
+// KwokNode returns a Node for kwok to play, ready for pods pods (none of
+// them requests more than the Node's 1000 CPUs and 1 TiB), with no taint.
+func KwokNode(name string, pods int) *corev1.Node {
+	resources := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("1000"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"),
+		corev1.ResourcePods:   *resource.NewQuantity(int64(pods), resource.DecimalSI),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux"},
+			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
+		},
+		Status: corev1.NodeStatus{Capacity: resources, Allocatable: resources},
+	}
 }
 
 // run starts one binary with its output in a log file in Dir.
@@ -303,7 +391,8 @@ func (cp *ControlPlane) Stop() error {
 }
 
 // PIDs returns the process id of each running binary by name ("etcd",
-// "kube-apiserver", "kube-controller-manager"), for measuring them.
+// "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
+// for measuring them.
 func (cp *ControlPlane) PIDs() map[string]int {
 	pids := map[string]int{}
 	for _, p := range cp.procs {

@@ -11,6 +11,9 @@
 // kube-controller-manager runs only the controllers asked for (by default the
 // garbage collector and the namespace controller), so ownerReference
 // cascades and namespace deletion really happen, while nothing schedules or
-// runs pods. The API server can write an audit log, so tests can count what
-// a client really sent.
+// runs pods. Asked to, it also starts kube-scheduler and kwok, which plays
+// the kubelet of fake Nodes (KwokNode), so with the Deployment and
+// ReplicaSet controllers a Deployment's pods run and it becomes available;
+// the benchmark uses this. The API server can write an audit log, so tests
+// can count what a client really sent.
 package controlplane

@@ -1,8 +1,9 @@
 // Module kgen-tools-kube builds kube-apiserver and kube-controller-manager
 // from the Go module proxy for the local control plane used by e2e tests
-// and 'make demo'. k8s.io/kubernetes pins its staging modules to v0.0.0 and
-// replaces them with local paths, so each one is pinned here to the
-// published v0.X.Y that matches the kubernetes version.
+// and 'make demo', and kube-scheduler for the benchmark's pods.
+// k8s.io/kubernetes pins its staging modules to v0.0.0 and replaces them
+// with local paths, so each one is pinned here to the published v0.X.Y that
+// matches the kubernetes version.
 module kgen.dev/kgen/hack/tools/kube
 
 go 1.26.0
