@@ -817,25 +817,24 @@ func TestChangeSelfTriggeringStatus(t *testing.T) {
 	t.Logf("with no other writer, %d status writes", statusWrites())
 
 	// Another writer mirrors every count kgen writes.
-	mirror, err := env.dynamic.Resource(gvr).Namespace(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=l"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mirror.Stop()
+	ctx, stopMirror := context.WithCancel(t.Context())
+	defer stopMirror()
 	go func() {
-		for ev := range mirror.ResultChan() {
-			p, ok := ev.Object.(*unstructured.Unstructured)
-			if !ok {
-				continue
+		for ctx.Err() == nil {
+			p, err := env.dynamic.Resource(gvr).Namespace(ns).Get(ctx, "l", metav1.GetOptions{})
+			if err != nil {
+				return
 			}
 			count, _, _ := unstructured.NestedInt64(p.Object, "status", "count")
 			seen, _, _ := unstructured.NestedInt64(p.Object, "status", "seen")
-			if count == seen {
-				continue
+			if count != seen {
+				patch := fmt.Sprintf(`{"status":{"seen":%d}}`, count)
+				if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(ctx, "l", types.MergePatchType, []byte(patch),
+					metav1.PatchOptions{FieldManager: "mirror"}, "status"); err != nil && ctx.Err() == nil {
+					t.Logf("mirror: %v", err)
+				}
 			}
-			patch := fmt.Sprintf(`{"status":{"seen":%d}}`, count)
-			_, _ = env.dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), "l", types.MergePatchType, []byte(patch),
-				metav1.PatchOptions{FieldManager: "mirror"}, "status")
+			time.Sleep(50 * time.Millisecond)
 		}
 	}()
 	waitEvent(t, ns, "l", "StatusLoop", 60*time.Second)
@@ -1098,3 +1097,82 @@ spec:
 }
 
 var rbGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
+
+// Scenario: parents left their rule while kgen was not running: one was
+// relabelled out of the selector, and the rule of another was replaced by
+// a rule of the same kind that does not select it. No watch event will
+// tell the next kgen; it finds them when the rule starts and releases
+// them, so deleting them is not stuck on kgen's finalizer (which guards
+// their cluster-scoped children).
+func TestChangeParentsLeftWhileStopped(t *testing.T) {
+	const group = "leftaway.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	rule := func(name, tier string) string {
+		return writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: %s
+spec:
+  parent:
+    apiVersion: %s/v1
+    kind: Gadget
+    selector: {matchLabels: {tier: %s}}
+  children:
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata:
+        name: e2e-${parent.metadata.namespace}-${parent.metadata.name}
+      rules: []
+`, name, group, tier))
+	}
+	// Never leave the namespace stuck if the test fails.
+	t.Cleanup(func() {
+		for _, name := range []string{"relabelled", "ruleless"} {
+			_, _ = env.dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), name, types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
+	})
+	web, batch := rule("left-web", "web"), rule("left-batch", "batch")
+	first := startController(t, nil, web, batch)
+	first.waitReady(t)
+	for name, tier := range map[string]string{"relabelled": "web", "ruleless": "batch"} {
+		obj := gadget(group, ns, name, map[string]any{})
+		obj["metadata"].(map[string]any)["labels"] = map[string]any{"tier": tier}
+		create(t, gvr, obj)
+		role := "e2e-" + ns + "-" + name
+		t.Cleanup(func() {
+			_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+		})
+		waitFor(t, gvr, ns, name, func(p *unstructured.Unstructured) error {
+			if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+				return fmt.Errorf("finalizers = %v", p.GetFinalizers())
+			}
+			return nil
+		})
+		waitFor(t, crGVR, "", role, nil)
+	}
+	first.stop()
+
+	// While kgen is away, one parent is relabelled; and kgen comes back
+	// without the rule of the other.
+	patchLabels(t, gvr, ns, "relabelled", map[string]any{"tier": "none"})
+	second := startController(t, nil, web)
+	second.waitReady(t)
+	for _, name := range []string{"relabelled", "ruleless"} {
+		waitFor(t, gvr, ns, name, func(p *unstructured.Unstructured) error {
+			if slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+				return fmt.Errorf("finalizers = %v, want kgen's released", p.GetFinalizers())
+			}
+			return nil
+		})
+		// Its child stays: kgen stopped managing it, it did not delete it.
+		waitFor(t, crGVR, "", "e2e-"+ns+"-"+name, nil)
+		if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, gvr, ns, name)
+	}
+}

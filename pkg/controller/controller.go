@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -457,6 +458,55 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 	return nil
 }
 
+// sweepLeft looks once, when a rule starts, for parents of its kind that
+// carry kgen's finalizer but that no running rule selects: parents that
+// left a rule while kgen was not running (relabelled, or a rule narrowed
+// between two runs), which no watch event will ever tell about. Each is
+// released as a parent that left live is (see release). It lists the
+// rule's parent kind where the rule watches it, without the selector, a
+// page at a time.
+func (c *Controller) sweepLeft(ctx context.Context, rs *ruleState) {
+	c.mu.Lock()
+	mapping := rs.parent
+	namespaces := slices.Sorted(maps.Keys(rs.parentRegs))
+	c.mu.Unlock()
+	res := c.cfg.Client.Resource(mapping.GroupVersionResource())
+	var queue []Key
+	for _, ns := range namespaces {
+		var ri dynamic.ResourceInterface = res
+		if mapping.Namespaced && ns != "" {
+			ri = res.Namespace(ns)
+		}
+		opts := metav1.ListOptions{Limit: 500}
+		for {
+			list, err := ri.List(ctx, opts)
+			if err != nil {
+				klog.FromContext(ctx).Info("Cannot look for parents that left the rule while kgen was away", "rule", rs.rule.Name, "err", err.Error())
+				break
+			}
+			for i := range list.Items {
+				p := &list.Items[i]
+				if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(p) {
+					continue
+				}
+				key := Key{Rule: rs.rule.Name, Namespace: p.GetNamespace(), Name: p.GetName()}
+				c.mu.Lock()
+				if _, known := c.leaving[key]; !known {
+					c.leaving[key] = p.GetUID()
+					queue = append(queue, key)
+				}
+				c.mu.Unlock()
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+	}
+	for _, key := range queue {
+		c.queue.Add(key)
+	}
+}
+
 func (c *Controller) doneLeaving(key Key) {
 	c.mu.Lock()
 	delete(c.leaving, key)
@@ -734,6 +784,7 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 		}
 	}
 	klog.FromContext(ctx).Info("Rule running", "rule", rs.rule.Name, "parents", n)
+	c.sweepLeft(ctx, rs)
 }
 
 // prefetcher reads the schemas of several kinds at once; *schema.Source is
