@@ -70,6 +70,10 @@ type Config struct {
 	RetryInterval time.Duration
 	// Metrics receives the controller's metrics; none are kept when nil.
 	Metrics *Metrics
+	// RulesLoaded, when set, tells whether every rule has been read (the
+	// files and the Rule objects): until it does, no parent is taken for
+	// one that left every rule (see sweepLeft).
+	RulesLoaded func() bool
 	// Sharding, when set, limits the controller to the parents assigned
 	// to this replica, and their children (see shard.go).
 	Sharding Sharding
@@ -466,6 +470,15 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 // rule's parent kind where the rule watches it, without the selector, a
 // page at a time.
 func (c *Controller) sweepLeft(ctx context.Context, rs *ruleState) {
+	// Only once every rule is known (Rule objects are read after the
+	// files): a parent of a rule not loaded yet has not left.
+	for c.cfg.RulesLoaded != nil && !c.cfg.RulesLoaded() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 	c.mu.Lock()
 	mapping := rs.parent
 	namespaces := slices.Sorted(maps.Keys(rs.parentRegs))
@@ -491,11 +504,9 @@ func (c *Controller) sweepLeft(ctx context.Context, rs *ruleState) {
 				}
 				key := Key{Rule: rs.rule.Name, Namespace: p.GetNamespace(), Name: p.GetName()}
 				c.mu.Lock()
-				if _, known := c.leaving[key]; !known {
-					c.leaving[key] = p.GetUID()
-					queue = append(queue, key)
-				}
+				c.leaving[key] = p.GetUID()
 				c.mu.Unlock()
+				queue = append(queue, key)
 			}
 			if opts.Continue = list.GetContinue(); opts.Continue == "" {
 				break
@@ -513,12 +524,20 @@ func (c *Controller) doneLeaving(key Key) {
 	c.mu.Unlock()
 }
 
-// selectedByAny reports whether a running rule selects the object.
+// selectedByAny reports whether a rule selects the object, running or
+// waiting for its kinds (a waiting rule takes the parent over once it
+// runs), whichever version of the kind the rule names: each version serves
+// the same objects.
 func (c *Controller) selectedByAny(obj *unstructured.Unstructured) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rs := range c.rules {
-		if rs.active && rs.rule.Selects(obj) {
+		asRule := obj
+		if gvk := rs.rule.Parent.GroupVersionKind; obj.GroupVersionKind() != gvk && obj.GroupVersionKind().GroupKind() == gvk.GroupKind() {
+			asRule = &unstructured.Unstructured{Object: map[string]any{"metadata": obj.Object["metadata"]}}
+			asRule.SetGroupVersionKind(gvk)
+		}
+		if rs.rule.Selects(asRule) {
 			return true
 		}
 	}

@@ -197,6 +197,16 @@ func (c *Controller) relabelChildren(ctx context.Context, rs *ruleState, parent 
 	}
 	listed := map[place]bool{}
 	relabelled := map[types.UID]string{} // resource versions of the relabelled children
+	// Children are read as kgen and written as the rule writes them: as
+	// its ServiceAccount, if it has one.
+	writer := c.cfg.Client
+	if sa := rs.rule.ServiceAccount; sa != nil && c.cfg.Impersonate != nil {
+		w, err := c.cfg.Impersonate(*sa)
+		if err != nil {
+			return err
+		}
+		writer = w
+	}
 	for _, reg := range regs {
 		k := reg.Informer().Key()
 		ns := k.Namespace
@@ -216,7 +226,7 @@ func (c *Controller) relabelChildren(ctx context.Context, rs *ruleState, parent 
 			child := &list.Items[i]
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 				"uid": string(child.GetUID()), "labels": map[string]string{reconcile.LabelShard: me}}})
-			out, err := c.cfg.Client.Resource(k.GVR).Namespace(child.GetNamespace()).Patch(ctx, child.GetName(), types.MergePatchType, patch,
+			out, err := writer.Resource(k.GVR).Namespace(child.GetNamespace()).Patch(ctx, child.GetName(), types.MergePatchType, patch,
 				metav1.PatchOptions{FieldManager: shardFieldManager})
 			if err != nil {
 				return fmt.Errorf("relabel child %s %s of a parent that came to shard %s: %w", k.GVR.Resource, klog.KObj(child), me, err)

@@ -43,7 +43,8 @@ type Options struct {
 	ManageCRDs bool
 	// Sharding grants what 'kgenctl run --shards' needs beyond one kgen:
 	// patch on the parents, as the shards write their kgen.dev/shard label
-	// (children have patch already).
+	// (children have patch already: kgen's, or the rule's ServiceAccount's,
+	// as which a shard relabels them).
 	Sharding bool
 }
 

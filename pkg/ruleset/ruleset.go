@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,6 +107,9 @@ type Config struct {
 // files once; Run keeps it up to date.
 type Set struct {
 	cfg Config
+	// loaded is set once the Rule objects were all read, or are not
+	// served (see Loaded).
+	loaded atomic.Bool
 
 	mu sync.Mutex
 	// files holds, per rules file, what it held last time it was valid.
@@ -331,6 +335,7 @@ func (s *Set) watchObjects(ctx context.Context) {
 				logger.Info("Waiting for Rule objects to be served", "reason", err.Error())
 				waiting = true
 			}
+			s.loaded.Store(true) // there are none to read
 			// The next try asks discovery again (the mapper does on a
 			// miss), or KindsChanged says the Rule CRD may be served.
 			select {
@@ -345,6 +350,11 @@ func (s *Set) watchObjects(ctx context.Context) {
 		s.runInformer(ctx)
 	}
 }
+
+// Loaded reports whether every rule has been read: the files are read
+// before New returns, and the Rule objects once their first list was
+// handled (or at once when they are not served, or not asked for).
+func (s *Set) Loaded() bool { return !s.cfg.Objects || s.loaded.Load() }
 
 // KindsChanged is told that the kinds of an API group may have changed
 // (see mapper.Watcher): Set looks for the Rule kind again at once if it
@@ -384,11 +394,19 @@ func (s *Set) runInformer(ctx context.Context) {
 			s.recompute(ctx)
 		}
 	}
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, _ := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { handle(obj, false) },
 		UpdateFunc: func(_, obj any) { handle(obj, false) },
 		DeleteFunc: func(obj any) { handle(obj, true) },
 	})
+	if reg != nil {
+		go func() {
+			// The handler has seen every object of the first list.
+			if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+				s.loaded.Store(true)
+			}
+		}()
+	}
 	klog.FromContext(ctx).Info("Serving Rule objects")
 	informer.RunWithContext(ctx)
 }
