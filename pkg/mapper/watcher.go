@@ -128,6 +128,10 @@ func (w *Watcher) Run(ctx context.Context) {
 	factory.Start(ctx.Done())
 	if cache.WaitForCacheSync(ctx.Done(), synced...) {
 		w.mapper.setWatched(w.watching)
+		// A kind added after the mapper first read discovery and before
+		// the first list is in the list, not an event: read discovery
+		// once more, so the next lookup sees it.
+		w.mapper.Reset()
 	}
 	<-ctx.Done()
 	factory.Shutdown()
