@@ -330,8 +330,10 @@ func (g grants) addRBACChild(rule *rules.Rule, c *rules.Child, child kinds.Mappi
 	where := fmt.Sprintf("rule %s: child %s", rule.Name, c.ID)
 	switch c.GroupVersionKind.Kind {
 	case "Role", "ClusterRole":
-		return []string{fmt.Sprintf("%s makes a %s: kgen must hold every permission it grants (add them with rbac.extraRules), or escalate on %s",
-			where, c.GroupVersionKind.Kind, child.Resource)}
+		// Not escalate: on every role it would let kgen grant anything
+		// (contract §11), and a role's name can be computed.
+		return []string{fmt.Sprintf("%s makes a %s: kgen must hold every permission it grants (add them with rbac.extraRules)",
+			where, c.GroupVersionKind.Kind)}
 	case "RoleBinding", "ClusterRoleBinding":
 	default:
 		return nil

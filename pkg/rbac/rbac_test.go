@@ -330,7 +330,7 @@ func TestFor(t *testing.T) {
 				"* example.com apps/status patch",
 				"* rbac.authorization.k8s.io roles " + all,
 			},
-			wantNotes: []string{"rule r: child c0 makes a Role: kgen must hold every permission it grants (add them with rbac.extraRules), or escalate on roles"},
+			wantNotes: []string{"rule r: child c0 makes a Role: kgen must hold every permission it grants (add them with rbac.extraRules)"},
 		},
 		{
 			name:  "a parent of unknown scope is granted cluster-wide; its child in its namespace is owned",
