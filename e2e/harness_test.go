@@ -257,22 +257,31 @@ type auditEvent struct {
 // auditOf returns the completed requests of a user since a time.
 func auditOf(t *testing.T, user string, since time.Time) []auditEvent {
 	t.Helper()
+	return readAudit(t, func(e auditEvent) bool {
+		return e.Stage == "ResponseComplete" && e.User.Username == user && !e.StageTimestamp.Before(since)
+	})
+}
+
+// readAudit decodes every event of the control plane's audit log as an E
+// and returns those keep accepts, in order.
+func readAudit[E any](t *testing.T, keep func(E) bool) []E {
+	t.Helper()
 	f, err := os.Open(env.cp.AuditLog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []auditEvent
+	var out []E
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
-		var e auditEvent
-		if json.Unmarshal(sc.Bytes(), &e) != nil {
-			continue
-		}
-		if e.Stage == "ResponseComplete" && e.User.Username == user && !e.StageTimestamp.Before(since) {
+		var e E
+		if json.Unmarshal(sc.Bytes(), &e) == nil && keep(e) {
 			out = append(out, e)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -440,22 +438,7 @@ func (e podAuditEvent) pod() string {
 // auditOfPods returns the completed requests of a user since a time.
 func auditOfPods(t *testing.T, user string, since time.Time) []podAuditEvent {
 	t.Helper()
-	f, err := os.Open(env.cp.AuditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []podAuditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var e podAuditEvent
-		if json.Unmarshal(sc.Bytes(), &e) != nil {
-			continue
-		}
-		if e.Stage == "ResponseComplete" && e.User.Username == user && !e.StageTimestamp.Before(since) {
-			out = append(out, e)
-		}
-	}
-	return out
+	return readAudit(t, func(e podAuditEvent) bool {
+		return e.Stage == "ResponseComplete" && e.User.Username == user && !e.StageTimestamp.Before(since)
+	})
 }

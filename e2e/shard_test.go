@@ -3,13 +3,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -268,30 +266,18 @@ func checkNoRecreation(t *testing.T, ns string, since time.Time, uids map[string
 // (PATCH) answered 201 Created, as kgen creates children.
 func childLifecycle(t *testing.T, ns string, since time.Time) []auditEvent {
 	t.Helper()
-	f, err := os.Open(env.cp.AuditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []auditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var e auditEvent
-		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" || e.StageTimestamp.Before(since) ||
+	return readAudit(t, func(e auditEvent) bool {
+		if e.Stage != "ResponseComplete" || e.StageTimestamp.Before(since) ||
 			e.ObjectRef.Resource != "configmaps" || e.ObjectRef.Namespace != ns || e.ResponseStatus.Code >= 300 {
-			continue
+			return false
 		}
 		switch {
 		case e.Verb == "delete", e.Verb == "deletecollection", e.Verb == "create",
 			e.Verb == "patch" && e.ResponseStatus.Code == http.StatusCreated:
-			out = append(out, e)
+			return true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+		return false
+	})
 }
 
 // waitMembers waits until every replica sees n live shards.
