@@ -53,6 +53,7 @@ type options struct {
 	profileAPI  bool
 	keep        bool
 	floor       bool
+	raw         bool
 	repeat      int
 	kgenArgs    []string
 	kgenEnv     []string
@@ -78,6 +79,7 @@ func run() error {
 	flag.IntVar(&o.profileSize, "profile", 2000, "N whose convergence is CPU-profiled (0: none)")
 	flag.BoolVar(&o.profileAPI, "profile-apiserver", false, "also CPU-profile the API server in each phase of the profiled N")
 	flag.IntVar(&o.repeat, "repeat", 1, "runs of each N; the report gives every run and, for more than one, the median and range of the ratios")
+	flag.BoolVar(&o.raw, "raw", true, "also measure the raw client (off only to look into kgen alone: the ratios need it)")
 	flag.BoolVar(&o.floor, "floor", true, "also measure a loader that makes kgen's writes directly (the floor for any controller with kgen's contract)")
 	flag.BoolVar(&o.pods, "pods", false, "also measure kgen's steady state with running pods: kube-scheduler, the Deployment controllers and kwok (built by 'hack/tools.sh kube-scheduler kwok') run them")
 	flag.IntVar(&o.podsSize, "pods-size", 200, "N of the -pods phase; its parents run 3 pods each")

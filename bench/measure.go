@@ -38,6 +38,9 @@ type result struct {
 	// ConvergeRequests are kgen's requests during convergence by
 	// "verb resource".
 	ConvergeRequests map[string]float64 `json:"convergeRequests"`
+	// WaveRequests are kgen's requests during the update wave by "verb
+	// resource".
+	WaveRequests map[string]float64 `json:"waveRequests,omitempty"`
 	// SteadyPerMinute are kgen's requests per minute after convergence.
 	SteadyPerMinute map[string]float64 `json:"steadyPerMinute"`
 
@@ -56,15 +59,16 @@ const parentImage, replicas, newReplicas = "nginx:1.27", int64(1), int64(3)
 
 func (b *bench) measure(ctx context.Context, n, run int) (*result, error) {
 	r := &result{N: n, Run: run, CPU: map[string]map[string]float64{}}
-	phases := []struct {
+	type phase struct {
 		name    string
 		measure func(context.Context, int, *result) error
-	}{{"kgen", b.measureKgen}, {"raw", b.measureRaw}}
+	}
+	phases := []phase{{"kgen", b.measureKgen}}
+	if b.opts.raw {
+		phases = append(phases, phase{"raw", b.measureRaw})
+	}
 	if b.opts.floor {
-		phases = append(phases, struct {
-			name    string
-			measure func(context.Context, int, *result) error
-		}{"floor", b.measureFloor})
+		phases = append(phases, phase{"floor", b.measureFloor})
 	}
 	for _, p := range phases {
 		if err := b.freshControlPlane(ctx, false); err != nil {
@@ -153,12 +157,24 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	r.ConvergeRequests = after.requests().minus(before.requests())
 	logf("N=%d kgen: converged in %s", n, r.KgenConverge.Round(time.Millisecond))
 
+	if err := awaitProfile(profiled); err != nil {
+		return err
+	}
+	profiled = nil
+	if n == b.opts.profileSize && r.Run == 1 {
+		profiled = k.profile(filepath.Join(b.opts.out, fmt.Sprintf("kgen-cpu-wave-%d.pprof", n)), 30*time.Second)
+	}
 	if err := b.step(r, "kgen wave", k, 5*time.Second, func() (err error) {
 		r.KgenWave, err = b.updateWave(ctx, ns, n, webappGVR)
 		return err
 	}); err != nil {
 		return err
 	}
+	waved, err := k.scrape()
+	if err != nil {
+		return err
+	}
+	r.WaveRequests = waved.requests().minus(after.requests())
 	logf("N=%d kgen: update wave in %s", n, r.KgenWave.Round(time.Millisecond))
 
 	// Steady state: let the wave's status writes settle, then count.

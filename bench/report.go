@@ -188,15 +188,10 @@ func (rep *report) phases(b *strings.Builder) {
 	}
 	rep.spreads(b)
 	b.WriteString("\n## API requests\n\n")
-	b.WriteString("| N | writes per child | status writes per parent | requests per parent during convergence, by verb | steady state per minute, by verb |\n|---:|---:|---:|---|---|\n")
+	b.WriteString("| N | writes per child | status writes per parent | requests per parent during convergence, by verb | during the wave | steady state per minute, by verb |\n|---:|---:|---:|---|---|---|\n")
 	for _, r := range rep.Results {
-		per := counts(r.ConvergeRequests).byVerb(nil)
-		var parts []string
-		for _, v := range sortedKeys(per) {
-			parts = append(parts, fmt.Sprintf("%s %.2f", v, per[v]/float64(r.N)))
-		}
-		fmt.Fprintf(b, "| %s | %.2f | %.2f | %s | %s |\n", rep.label(r), r.writesPerChild(), r.statusWritesPerParent(),
-			strings.Join(parts, ", "), verbsText(r.SteadyPerMinute))
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %s | %s | %s |\n", rep.label(r), r.writesPerChild(), r.statusWritesPerParent(),
+			perParent(r.ConvergeRequests, r.N), perParent(r.WaveRequests, r.N), verbsText(r.SteadyPerMinute))
 	}
 }
 
@@ -281,4 +276,17 @@ func (rep *report) pods(b *strings.Builder) {
 		}
 		b.WriteString(strings.Join(w, ", ") + ".\n")
 	}
+}
+
+// perParent is requests (by "verb resource") per parent, by verb.
+func perParent(requests map[string]float64, n int) string {
+	if len(requests) == 0 {
+		return "-"
+	}
+	per := counts(requests).byVerb(nil)
+	var parts []string
+	for _, v := range sortedKeys(per) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", v, per[v]/float64(n)))
+	}
+	return strings.Join(parts, ", ")
 }
