@@ -6,22 +6,28 @@ import (
 	"reflect"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
+// stripCases are what the cache keeps of an object's metadata: both ways
+// in, stripMetadata on a watch event's JSON and Compact on a write's
+// answer, must agree on them.
+var stripCases = []struct{ name, in, want string }{
+	{"nothing to cut", `{"kind":"A","metadata":{"name":"x"}}`, `{"kind":"A","metadata":{"name":"x"}}`},
+	{"managed fields in the middle", `{"metadata":{"name":"x","managedFields":[{"a":"}{"}],"uid":"u"}}`, `{"metadata":{"name":"x","uid":"u"}}`},
+	{"managed fields last", `{"metadata":{"name":"x", "managedFields" : [{}] },"spec":{}}`, `{"metadata":{"name":"x" },"spec":{}}`},
+	{"managed fields alone", `{"metadata":{"managedFields":[]}}`, `{"metadata":{}}`},
+	{"last-applied and managed fields", `{"metadata":{"annotations":{"a":"1","kubectl.kubernetes.io/last-applied-configuration":"{\"x\":\"}\"}"},"managedFields":[{"f":{"\\\"":1}}]}}`,
+		`{"metadata":{"annotations":{"a":"1"}}}`},
+	{"only last-applied", `{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}"}}}`, `{"metadata":{"annotations":{}}}`},
+	{"managedFields outside metadata stays", `{"spec":{"managedFields":1},"metadata":{}}`, `{"spec":{"managedFields":1},"metadata":{}}`},
+	{"an older kgen's Update entry stays", `{"metadata":{"managedFields":[{"manager":"x","operation":"Update","fieldsV1":{}},{"manager":"kgen","operation":"Update","apiVersion":"v1","fieldsV1":{"f:data":{}}},{"manager":"kgen","operation":"Apply","fieldsV1":{}},{"manager":"kgen","operation":"Update","apiVersion":"v1","subresource":"status"}],"name":"x"}}`,
+		`{"metadata":{"managedFields":[{"manager":"kgen","operation":"Update","apiVersion":"v1","fieldsV1":{"f:data":{}}}],"name":"x"}}`},
+}
+
 func TestStripMetadata(t *testing.T) {
-	for _, tc := range []struct{ name, in, want string }{
-		{"nothing to cut", `{"kind":"A","metadata":{"name":"x"}}`, `{"kind":"A","metadata":{"name":"x"}}`},
-		{"managed fields in the middle", `{"metadata":{"name":"x","managedFields":[{"a":"}{"}],"uid":"u"}}`, `{"metadata":{"name":"x","uid":"u"}}`},
-		{"managed fields last", `{"metadata":{"name":"x", "managedFields" : [{}] },"spec":{}}`, `{"metadata":{"name":"x" },"spec":{}}`},
-		{"managed fields alone", `{"metadata":{"managedFields":[]}}`, `{"metadata":{}}`},
-		{"last-applied and managed fields", `{"metadata":{"annotations":{"a":"1","kubectl.kubernetes.io/last-applied-configuration":"{\"x\":\"}\"}"},"managedFields":[{"f":{"\\\"":1}}]}}`,
-			`{"metadata":{"annotations":{"a":"1"}}}`},
-		{"only last-applied", `{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}"}}}`, `{"metadata":{"annotations":{}}}`},
-		{"managedFields outside metadata stays", `{"spec":{"managedFields":1},"metadata":{}}`, `{"spec":{"managedFields":1},"metadata":{}}`},
-		{"an older kgen's Update entry stays", `{"metadata":{"managedFields":[{"manager":"x","operation":"Update","fieldsV1":{}},{"manager":"kgen","operation":"Update","apiVersion":"v1","fieldsV1":{"f:data":{}}},{"manager":"kgen","operation":"Apply","fieldsV1":{}},{"manager":"kgen","operation":"Update","apiVersion":"v1","subresource":"status"}],"name":"x"}}`,
-			`{"metadata":{"managedFields":[{"manager":"kgen","operation":"Update","apiVersion":"v1","fieldsV1":{"f:data":{}}}],"name":"x"}}`},
-	} {
+	for _, tc := range stripCases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := stripMetadata([]byte(tc.in))
 			if err != nil {
@@ -151,4 +157,33 @@ func FuzzStripMetadata(f *testing.F) {
 			t.Fatalf("%q: got %q", data, got)
 		}
 	})
+}
+
+func TestCompactAgreesWithStripMetadata(t *testing.T) {
+	for _, tc := range stripCases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := &unstructured.Unstructured{}
+			if err := json.Unmarshal([]byte(tc.in), &u.Object); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Compact(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := c.(*Object).JSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, want any
+			if err := json.Unmarshal(raw, &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(tc.want), &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %s\nwant %s", raw, tc.want)
+			}
+		})
+	}
 }

@@ -225,14 +225,7 @@ func compact(obj any, keep func(key string) bool) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	// Keep only the entries the reconciler reads (see LegacyManager).
-	kept := slices.DeleteFunc(u.GetManagedFields(), func(e metav1.ManagedFieldsEntry) bool {
-		return e.Manager != LegacyManager || e.Operation != metav1.ManagedFieldsOperationUpdate || e.Subresource != ""
-	})
-	if len(kept) == 0 {
-		kept = nil
-	}
-	u.SetManagedFields(kept)
+	keepLegacyManagedFields(u)
 	ann := u.GetAnnotations()
 	if _, ok := ann[lastApplied]; ok {
 		delete(ann, lastApplied)
@@ -253,6 +246,34 @@ func compact(obj any, keep func(key string) bool) (any, error) {
 	o.Finalizers, o.OwnerReferences = u.GetFinalizers(), u.GetOwnerReferences()
 	o.CreationTimestamp = u.GetCreationTimestamp()
 	return o, nil
+}
+
+// keepLegacyManagedFields drops every managed fields entry of u but the
+// ones the reconciler reads (see LegacyManager). It works on the map:
+// u.GetManagedFields converts each entry to a typed one through JSON, which
+// cost a third of compacting a write's answer in a profile of 2000 parents.
+func keepLegacyManagedFields(u *unstructured.Unstructured) {
+	md, ok := u.Object["metadata"].(map[string]any)
+	if !ok {
+		return
+	}
+	list, ok := md["managedFields"].([]any)
+	if !ok {
+		delete(md, "managedFields")
+		return
+	}
+	var kept []any
+	for _, e := range list {
+		if m, ok := e.(map[string]any); ok && m["manager"] == LegacyManager &&
+			m["operation"] == string(metav1.ManagedFieldsOperationUpdate) && (m["subresource"] == nil || m["subresource"] == "") {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == 0 {
+		delete(md, "managedFields")
+		return
+	}
+	md["managedFields"] = kept
 }
 
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
