@@ -120,7 +120,7 @@ type Set struct {
 	// fileProblems are, per rules file, why its latest version is not
 	// the one running.
 	fileProblems map[string]error
-	objects map[string]*object
+	objects      map[string]*object
 	// applied is the set last handed to Apply, by name.
 	applied map[string]*rules.Rule
 	// origin says, per applied rule, whether it came from a file.
