@@ -26,7 +26,8 @@ import (
 
 // Load reads rules from files and directories. A directory contributes its
 // *.yaml and *.yml files (or symlinks to files), in name order, not its
-// subdirectories; a file is read whatever its name. Every document must be a Rule.
+// subdirectories; a file is read whatever its name. Every document must be a Rule,
+// or a List of Rules as kubectl prints them.
 //
 // On any problem Load returns no rules and an ErrorList of every problem it
 // found, each with its file, line and column.
