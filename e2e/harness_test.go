@@ -45,6 +45,8 @@ type running struct {
 	ctrl  *controller.Controller
 	rules []string
 	stop  func() // stops it; the test's end calls it too
+	// logs holds what it logged, as the test's log shows it.
+	logs ktesting.Buffer
 }
 
 // startController runs kgen in-process with the rules files (relative to the
@@ -99,12 +101,12 @@ func startControllerWith(t *testing.T, o controllerOptions, files ...string) *ru
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2), ktesting.BufferLogs(true)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = m.Run(ctx) })
 	var once sync.Once
-	r := &running{mgr: m, ctrl: m.Controller(), stop: func() {
+	r := &running{mgr: m, ctrl: m.Controller(), logs: logger.GetSink().(ktesting.Underlier).GetBuffer(), stop: func() {
 		once.Do(func() {
 			cancel()
 			wg.Wait()

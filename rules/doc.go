@@ -2,10 +2,12 @@
 // them.
 //
 // A rules file holds YAML documents, each a Rule (apiVersion
-// kgen.dev/v1alpha1): a parent kind and the templated children every parent
-// of that kind gets. Load reads files and directories (their *.yaml and
-// *.yml files). Decoding is strict: an unknown field, a duplicate key, a
-// value of the wrong type is an error. Validation checks names and child ids,
+// kgen.dev/v1alpha1), or a List of them: a parent kind and the templated
+// children every parent of that kind gets. Load reads files and directories
+// (their *.yaml and *.yml files). A Rule object read back from the cluster
+// is a rules document: the metadata the API server sets and status are
+// ignored. Decoding is otherwise strict: an unknown field, a duplicate key,
+// a value of the wrong type is an error. Validation checks names and child ids,
 // kinds, label selectors, the namespace policy and the children's
 // dependencies. Load reports every problem it finds, each an *Error with
 // the file, line, column, rule, child id, field and expression.

@@ -26,7 +26,8 @@ import (
 
 // Load reads rules from files and directories. A directory contributes its
 // *.yaml and *.yml files (or symlinks to files), in name order, not its
-// subdirectories; a file is read whatever its name. Every document must be a Rule.
+// subdirectories; a file is read whatever its name. Every document must be a Rule,
+// or a List of Rules as kubectl prints them.
 //
 // On any problem Load returns no rules and an ErrorList of every problem it
 // found, each with its file, line and column.
@@ -236,24 +237,24 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 			l.errs = append(l.errs, l.syntaxError(err))
 			break
 		}
-		before := len(l.errs)
 		l.budget = maxDocumentNodes
-		r := l.rule(&doc)
-		if r != nil && len(l.errs) == before {
-			r.source = &source{file: file, data: data, opts: c.opts}
-			rules = append(rules, r)
+		for _, n := range l.documents(&doc) {
+			before := len(l.errs)
+			r := l.rule(n)
+			if r != nil && len(l.errs) == before {
+				r.source = &source{file: file, data: data, opts: c.opts}
+				rules = append(rules, r)
+			}
 		}
 	}
 	return rules, l.errs
 }
 
-// rbacGroup is the API group of RBAC's kinds.
-const rbacGroup = "rbac.authorization.k8s.io"
-
-var childIDPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-
-// rule decodes one document; nil for an empty document.
-func (l *loader) rule(doc *yaml.Node) *Rule {
+// documents returns the rules a YAML document holds: itself, or the items
+// of a list, as "kubectl get rules -o yaml" prints them (apiVersion v1,
+// kind List) and as the API server lists them (kind RuleList). Nothing for
+// an empty document.
+func (l *loader) documents(doc *yaml.Node) []*yaml.Node {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil
 	}
@@ -261,6 +262,48 @@ func (l *loader) rule(doc *yaml.Node) *Rule {
 	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
 		return nil
 	}
+	if root.Kind != yaml.MappingNode {
+		return []*yaml.Node{root}
+	}
+	var apiVersion, kind string
+	for _, e := range l.entries(root, where{}) {
+		if v := l.resolve(e.valNode); v.Kind == yaml.ScalarNode {
+			switch e.key {
+			case "apiVersion":
+				apiVersion = v.Value
+			case "kind":
+				kind = v.Value
+			}
+		}
+	}
+	if !(apiVersion == "v1" && kind == "List") && !(apiVersion == APIVersion && kind == Kind+"List") {
+		return []*yaml.Node{root}
+	}
+	// The list's own metadata (resourceVersion, continue) is the server's.
+	top := l.fields(root, where{}, "apiVersion", "kind", "metadata", "items")
+	items, ok := top["items"]
+	if !ok {
+		return nil
+	}
+	seq := l.resolve(items.valNode)
+	if seq.Kind == yaml.ScalarNode && seq.ShortTag() == "!!null" {
+		return nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		l.errorf(seq, where{field: "items"}, "must be a list of rules")
+		return nil
+	}
+	return seq.Content
+}
+
+// rbacGroup is the API group of RBAC's kinds.
+const rbacGroup = "rbac.authorization.k8s.io"
+
+var childIDPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// rule decodes one rule: a document, or an item of a list.
+func (l *loader) rule(root *yaml.Node) *Rule {
+	root = l.resolve(root)
 	if root.Kind != yaml.MappingNode {
 		l.errorf(root, where{}, "a rule must be a mapping with apiVersion, kind, metadata and spec")
 		return nil
@@ -275,7 +318,9 @@ func (l *loader) rule(doc *yaml.Node) *Rule {
 	if !l.isRule(root, top) {
 		return nil
 	}
-	top = l.fields(root, where{}, "apiVersion", "kind", "metadata", "spec")
+	// status is the server's: a Rule object read back (kubectl get -o
+	// yaml) is a valid rules document.
+	top = l.fields(root, where{}, "apiVersion", "kind", "metadata", "spec", "status")
 	w := where{}
 	// The name comes first so that every other error can name the rule.
 	if md, ok := top["metadata"]; ok {
@@ -319,9 +364,17 @@ func (l *loader) isRule(root *yaml.Node, top map[string]entry) bool {
 	return true
 }
 
+// serverMetadata are the fields of ObjectMeta that the API server sets,
+// or that other controllers set on any object, which a rule ignores.
+var serverMetadata = []string{"uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+	"deletionGracePeriodSeconds", "managedFields", "selfLink", "finalizers", "ownerReferences"}
+
 // metadata decodes the rule's metadata and returns its name.
 func (l *loader) metadata(n *yaml.Node, w where) string {
-	f := l.fields(n, w, "name", "labels", "annotations")
+	// The fields the API server sets on every object are ignored, so that
+	// a Rule object read back (kubectl get -o yaml) is a valid rules
+	// document; the rest of ObjectMeta means nothing to a rule.
+	f := l.fields(n, w, append([]string{"name", "labels", "annotations"}, serverMetadata...)...)
 	if f == nil {
 		return ""
 	}

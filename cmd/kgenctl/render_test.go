@@ -156,6 +156,12 @@ func TestRender(t *testing.T) {
 			golden: "webapp.jsonpath",
 		},
 		{
+			// The same children as from the rules file it was applied from.
+			name:   "a Rule object read back with kubectl get -o yaml",
+			args:   []string{"render", "--rules", "testdata/validate/readback.yaml", "--parent", "../../examples/webapp/parent.yaml", "--crd", "../../examples/webapp/crd.yaml", "-o", "json"},
+			golden: "webapp.json",
+		},
+		{
 			name:   "a parent with a UID, and a rules directory",
 			args:   []string{"render", "--rules", "testdata/render/rules", "--parent", "testdata/render/team.yaml", "--crd", "testdata/render/crds.yaml"},
 			golden: "team.golden.yaml",

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -116,7 +117,10 @@ type Set struct {
 	files map[string]fileVersion
 	// fileErr is the last problem of the files, if any, and its text.
 	fileErr string
-	objects map[string]*object
+	// fileProblems are, per rules file, why its latest version is not
+	// the one running.
+	fileProblems map[string]error
+	objects      map[string]*object
 	// applied is the set last handed to Apply, by name.
 	applied map[string]*rules.Rule
 	// origin says, per applied rule, whether it came from a file.
@@ -160,7 +164,7 @@ func New(cfg Config) (*Set, error) {
 		cfg.RetryInterval = 5 * time.Second
 	}
 	s := &Set{cfg: cfg, files: map[string]fileVersion{}, objects: map[string]*object{}, applied: map[string]*rules.Rule{},
-		fromFile: map[string]bool{}, fileTypeErrs: map[*rules.Rule]error{}, kick: make(chan struct{}, 1),
+		fromFile: map[string]bool{}, fileTypeErrs: map[*rules.Rule]error{}, fileProblems: map[string]error{}, kick: make(chan struct{}, 1),
 		kindsChanged: make(chan struct{}, 1)}
 	if len(cfg.Paths) == 0 {
 		return s, nil
@@ -262,15 +266,21 @@ func (s *Set) readFiles(ctx context.Context) bool {
 	changes := map[string]fileVersion{}
 	seen := map[string]bool{}
 	var problems []error
+	s.mu.Lock()
+	fileProblems := maps.Clone(s.fileProblems)
+	s.mu.Unlock()
 	for _, f := range files {
 		seen[f] = true
 		data, err := os.ReadFile(f)
 		if err != nil {
 			problems = append(problems, err)
+			fileProblems[f] = err
 			continue
 		}
 		sum := sha256.Sum256(data)
 		if old, ok := sums[f]; ok && old == sum {
+			// The version running (back to it, if it was edited).
+			delete(fileProblems, f)
 			continue
 		}
 		parsed, err := rules.Parse(f, data, s.cfg.Options)
@@ -284,9 +294,16 @@ func (s *Set) readFiles(ctx context.Context) bool {
 		if err != nil {
 			// The previous version of the file keeps running.
 			problems = append(problems, err)
+			fileProblems[f] = err
 			continue
 		}
+		delete(fileProblems, f)
 		changes[f] = fileVersion{sum: sum, rules: parsed}
+	}
+	for f := range fileProblems {
+		if !seen[f] {
+			delete(fileProblems, f)
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -303,6 +320,10 @@ func (s *Set) readFiles(ctx context.Context) bool {
 			logger.Info("Rules file removed", "file", f)
 		}
 	}
+	if !maps.EqualFunc(s.fileProblems, fileProblems, func(a, b error) bool { return a.Error() == b.Error() }) {
+		s.kickLocked() // a shadowed Rule object's status names them
+	}
+	s.fileProblems = fileProblems
 	s.reportFilesLocked(logger, errors.Join(problems...))
 	return changed
 }
@@ -733,7 +754,11 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 	}
 	switch {
 	case s.fromFile[name]:
-		ready = condition(ConditionReady, false, ReasonShadowed, "a rule of kgen's --rules files has the name "+name+"; the file's rule runs", gen)
+		msg := "a rule of kgen's --rules files has the name " + name + "; the file's rule runs"
+		if r := s.applied[name]; r != nil && s.fileProblems[r.Pos.File] != nil {
+			msg += " (its previous valid version: the latest version of " + r.Pos.File + " is invalid: " + s.fileProblems[r.Pos.File].Error() + ")"
+		}
+		ready = condition(ConditionReady, false, ReasonShadowed, msg, gen)
 	case running == nil:
 		ready = condition(ConditionReady, false, ReasonInvalid, "no valid version of the rule runs", gen)
 	default:

@@ -1,0 +1,459 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/printers"
+)
+
+// Contract §7: a Rule's status (Ready reasons, parent counts), --rules
+// files changed to an invalid version, --rule-objects=false, and Rule
+// objects read back as rules files.
+
+// gadgetRuleDoc returns a Rule document for parents of kind Gadget (or
+// another kind of the group) in one namespace.
+func gadgetRuleDoc(name, group, kind, ns, body string) string {
+	return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  parent: {apiVersion: %s/v1, kind: %s, namespaces: [%s]}
+%s`, name, group, kind, ns, body)
+}
+
+// readyIs checks a Rule's Ready condition: its status, reason, and words
+// of its message, for the Rule's current generation.
+func readyIs(status, reason string, words ...string) func(*unstructured.Unstructured) error {
+	return func(o *unstructured.Unstructured) error {
+		c := ruleCondition(o, "Ready")
+		if c == nil || c["status"] != status || c["reason"] != reason || c["observedGeneration"] != o.GetGeneration() {
+			return fmt.Errorf("Ready = %v (generation %d), want %s %s", c, o.GetGeneration(), status, reason)
+		}
+		for _, w := range words {
+			if !strings.Contains(fmt.Sprint(c["message"]), w) {
+				return fmt.Errorf("Ready message %q does not say %q", c["message"], w)
+			}
+		}
+		return nil
+	}
+}
+
+// counts checks a Rule's status.parents and status.readyParents.
+func counts(parents, ready int64) func(*unstructured.Unstructured) error {
+	return func(o *unstructured.Unstructured) error {
+		p, _, _ := unstructured.NestedInt64(o.Object, "status", "parents")
+		r, _, _ := unstructured.NestedInt64(o.Object, "status", "readyParents")
+		if p != parents || r != ready {
+			return fmt.Errorf("parents %d, readyParents %d; want %d, %d", p, r, parents, ready)
+		}
+		return nil
+	}
+}
+
+// ruleStatusWrites returns the times of a user's writes of a Rule's status
+// since a time.
+func ruleStatusWrites(t *testing.T, user, rule string, since time.Time) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, e := range auditOf(t, user, since) {
+		if e.ObjectRef.Resource == "rules" && e.ObjectRef.Subresource == "status" && e.ObjectRef.Name == rule && isWrite(e.Verb) {
+			out = append(out, e.StageTimestamp)
+		}
+	}
+	return out
+}
+
+// Scenario: a rule whose parent kind, or child kind, is not served yet.
+// Its Ready condition says KindNotServed naming the kind; once the CRD is
+// installed the rule runs, without a restart.
+func TestRuleReadyKindNotServed(t *testing.T) {
+	const group = "notserved.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, gadgetRuleDoc("parent-later", group, "Gadget", ns, configChild("p")))
+	widgets := newCRD(t, group, "Widget", "widgets")
+	applyRule(t, gadgetRuleDoc("child-later", group, "Widget", ns, `  children:
+  - id: gizmo
+    template:
+      apiVersion: `+group+`/v1
+      kind: Gizmo
+      metadata:
+        name: ${parent.metadata.name}
+`))
+	waitRuleStatus(t, "parent-later", readyIs("False", "KindNotServed", "Gadget"))
+	waitRuleStatus(t, "child-later", readyIs("False", "KindNotServed", "Gizmo"))
+
+	gadgets := newCRD(t, group, "Gadget", "gadgets")
+	waitRuleStatus(t, "parent-later", readyIs("True", "Running"))
+	create(t, gadgets, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, cmGVR, ns, "g", nil)
+
+	gizmos := newCRD(t, group, "Gizmo", "gizmos")
+	waitRuleStatus(t, "child-later", readyIs("True", "Running"))
+	create(t, widgets, map[string]any{"apiVersion": group + "/v1", "kind": "Widget", "metadata": map[string]any{"name": "w", "namespace": ns}})
+	waitFor(t, gizmos, ns, "w", nil)
+}
+
+// Scenario: kgen may not list or watch a child kind of a rule (its own
+// RBAC lacks it). The Rule says Ready False, reason Forbidden, naming the
+// resource; once kgen is allowed, the rule runs, without a restart.
+func TestRuleReadyForbidden(t *testing.T) {
+	const group = "ruleforbid.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-rule-forbidden"
+	// Everything kgen needs but secrets.
+	allowed := []rbacv1.PolicyRule{
+		{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules/status"}, Verbs: []string{"patch", "update"}},
+		{APIGroups: []string{group}, Resources: []string{"gadgets", "gadgets/status", "gadgets/finalizers"}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	grant(t, user, allowed)
+	config, err := env.cp.UserConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startControllerWith(t, controllerOptions{Config: config, RuleObjects: true})
+	applyRule(t, gadgetRuleDoc("forbidden", group, "Gadget", ns, configChild("c")+`  - id: secret
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata:
+        name: ${parent.metadata.name}
+`))
+	create(t, gvr, gadget(group, ns, "f", map[string]any{}))
+	waitRuleStatus(t, "forbidden", readyIs("False", "Forbidden", "secrets", "forbidden", user))
+
+	grant(t, user, append(allowed, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}}))
+	waitRuleStatus(t, "forbidden", readyIs("True", "Running"))
+	waitFor(t, secretGVR, ns, "f", nil)
+}
+
+// Scenario: the parent kind's API fails (a conversion webhook that cannot
+// be reached, so the rule's version of its objects cannot be read). The
+// rule is not forbidden and its kind is served: it says Ready False,
+// reason Waiting.
+func TestRuleReadyWaiting(t *testing.T) {
+	const group = "rulewait.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	preserve := true
+	anything := &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}}
+	url := "https://127.0.0.1:1/convert"
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group, Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Gadget", ListKind: "GadgetList", Plural: "gadgets", Singular: "gadget"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
+				{Name: "v1", Served: true, Storage: true, Schema: anything},
+				{Name: "v2", Served: true, Schema: anything},
+			},
+			Conversion: &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
+				Webhook: &apiextensionsv1.WebhookConversion{ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: &url}, ConversionReviewVersions: []string{"v1"}}},
+		},
+	}
+	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
+	})
+	v1 := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(v1).Namespace(ns).Create(t.Context(), &unstructured.Unstructured{Object: gadget(group, ns, "w", map[string]any{})}, metav1.CreateOptions{})
+		return err == nil, err
+	}, "a v1 Gadget to be created")
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, strings.Replace(gadgetRuleDoc("waiting", group, "Gadget", ns, configChild("w")), group+"/v1", group+"/v2", 1))
+	// The server's error is logged; with watch-list, the informer waits
+	// for its initial events rather than failing a list, so the Rule can
+	// say only that the caches do not sync.
+	waitRuleStatus(t, "waiting", readyIs("False", "Waiting", "caches"))
+	if c := ruleCondition(get(t, ruleGVR, "", "waiting"), "Ready"); c["reason"] != "Waiting" {
+		t.Errorf("Ready = %v, want Waiting", c)
+	}
+}
+
+// Scenario: a Rule's parent counts. status.parents and readyParents follow
+// parents created, becoming ready and unready, and deleted; they are
+// written at most every 10 s however many parents change, and not at all
+// while nothing changes.
+func TestRuleParentCounts(t *testing.T) {
+	const group = "counts.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-rule-counts"
+	startControllerWith(t, controllerOptions{User: user, RuleObjects: true})
+	applyRule(t, gadgetRuleDoc("counts", group, "Gadget", ns, `  children:
+  - id: config
+    readyWhen: ["${self.data.ready == 'yes'}"]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data:
+        ready: ${parent.spec.?ready.orValue('no')}
+`))
+	const deadline = 60 * time.Second
+	waitCounts := func(parents, ready int64) {
+		t.Helper()
+		eventually(t, deadline, func() (bool, error) {
+			o := get(t, ruleGVR, "", "counts")
+			if o == nil {
+				return false, fmt.Errorf("no Rule")
+			}
+			err := counts(parents, ready)(o)
+			return err == nil, err
+		}, "the Rule's counts to be %d parents, %d ready", parents, ready)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		create(t, gvr, gadget(group, ns, name, map[string]any{}))
+	}
+	waitCounts(3, 0)
+	patchSpec(t, gvr, ns, "a", map[string]any{"ready": "yes"})
+	patchSpec(t, gvr, ns, "b", map[string]any{"ready": "yes"})
+	waitCounts(3, 2)
+	patchSpec(t, gvr, ns, "b", map[string]any{"ready": "no"})
+	waitCounts(3, 1)
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(2, 0)
+
+	// Many parents change: 50 become ready, one every 400 ms.
+	const many = 50
+	for i := range many {
+		create(t, gvr, gadget(group, ns, fmt.Sprintf("m%02d", i), map[string]any{}))
+	}
+	waitCounts(2+many, 0)
+	start := time.Now()
+	pace := time.NewTicker(400 * time.Millisecond) // spreads the changes over 20 s
+	for i := range many {
+		<-pace.C
+		patchSpec(t, gvr, ns, fmt.Sprintf("m%02d", i), map[string]any{"ready": "yes"})
+	}
+	pace.Stop()
+	waitCounts(2+many, many)
+	end := time.Now()
+	time.Sleep(2 * time.Second) // the audit log is written after the response
+	writes := ruleStatusWrites(t, user, "counts", start)
+	t.Logf("%d status writes of the Rule in %s while %d parents changed", len(writes), end.Sub(start).Round(time.Second), many)
+	if limit := int(end.Sub(start)/(10*time.Second)) + 1; len(writes) > limit {
+		t.Errorf("%d status writes in %s, want at most %d (one every 10 s)", len(writes), end.Sub(start).Round(time.Second), limit)
+	}
+	if len(writes) < 2 {
+		t.Errorf("%d status writes while the counts changed for %s, want the counts updated meanwhile", len(writes), end.Sub(start).Round(time.Second))
+	}
+	for i := 1; i < len(writes); i++ {
+		// The server's times; kgen's own are 10 s apart.
+		if gap := writes[i].Sub(writes[i-1]); gap < 9*time.Second {
+			t.Errorf("status writes %s apart at %s, want at least 10 s", gap.Round(time.Millisecond), writes[i].Format(time.StampMilli))
+		}
+	}
+
+	// Steady state: nothing changes, nothing is written.
+	steady := time.Now()
+	time.Sleep(15 * time.Second) // a window in which nothing may happen
+	if w := ruleStatusWrites(t, user, "counts", steady); len(w) > 0 {
+		t.Errorf("%d status writes of the Rule in a steady state, want none (at %v)", len(w), w)
+	}
+}
+
+// Scenario: a --rules file edited to an invalid version. The previous
+// version keeps running (a parent's change still lands), the error is
+// logged with the file, line and field, and the Rule object the file
+// shadows says so; once the file is fixed, its new version runs.
+func TestRuleFileInvalidEdit(t *testing.T) {
+	const group = "fileedit.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	children := func(value string) string {
+		return strings.Replace(configChild(value), "      data:\n", "      data:\n        spec: ${parent.spec.?v.orValue('none')}\n", 1)
+	}
+	file := writeRules(t, gadgetRuleDoc("edited", group, "Gadget", ns, children("one")))
+	r := startControllerWith(t, controllerOptions{RuleObjects: true}, file)
+	r.waitReady(t)
+	applyRule(t, gadgetRuleDoc("edited", group, "Gadget", ns, children("from-object")))
+	waitRuleStatus(t, "edited", readyIs("False", "Shadowed"))
+	create(t, gvr, gadget(group, ns, "e", map[string]any{}))
+	waitFor(t, cmGVR, ns, "e", func(o *unstructured.Unstructured) error { return expect(o, "one", "data", "value") })
+
+	// An unknown field, on line 8 of the file.
+	bad := strings.Replace(mustRead(t, file), "    template:\n", "    readywhen: []\n    template:\n", 1)
+	if err := os.WriteFile(file, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`%s:8:5: rule "edited": spec.children[0]: unknown field "readywhen"`, file)
+	eventually(t, 20*time.Second, func() (bool, error) {
+		// The log quotes the error: its words, not its quotes.
+		logs := r.logs.String()
+		for _, w := range []string{file + ":8:5: rule", "spec.children[0]: unknown field", "readywhen"} {
+			if !strings.Contains(logs, w) {
+				return false, fmt.Errorf("the log does not say %q", w)
+			}
+		}
+		return true, nil
+	}, "the invalid file to be logged")
+	waitRuleStatus(t, "edited", readyIs("False", "Shadowed", want))
+	// The previous version still runs.
+	patchSpec(t, gvr, ns, "e", map[string]any{"v": "changed"})
+	waitFor(t, cmGVR, ns, "e", func(o *unstructured.Unstructured) error {
+		if err := expect(o, "changed", "data", "spec"); err != nil {
+			return err
+		}
+		return expect(o, "one", "data", "value")
+	})
+
+	if err := os.WriteFile(file, []byte(gadgetRuleDoc("edited", group, "Gadget", ns, children("two"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() (bool, error) {
+		o := get(t, cmGVR, ns, "e")
+		return o != nil && expect(o, "two", "data", "value") == nil, fmt.Errorf("not yet")
+	}, "the child to follow the fixed file within 10 s")
+	waitRuleStatus(t, "edited", func(o *unstructured.Unstructured) error {
+		if err := readyIs("False", "Shadowed")(o); err != nil {
+			return err
+		}
+		if c := ruleCondition(o, "Ready"); strings.Contains(fmt.Sprint(c["message"]), "invalid") {
+			return fmt.Errorf("Ready message %q still says the file is invalid", c["message"])
+		}
+		return nil
+	})
+}
+
+// Scenario: kgenctl run --rule-objects=false. A Rule object in the cluster
+// is ignored: its parents get no children, its status is not written, and
+// kgen never reads Rule objects.
+func TestRuleObjectsOff(t *testing.T) {
+	const group = "objectsoff.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gadgets := newCRD(t, group, "Gadget", "gadgets")
+	widgets := newCRD(t, group, "Widget", "widgets")
+	applyRule(t, gadgetRuleDoc("ignored", group, "Gadget", ns, configChild("x")))
+	const user = "kgen-objects-off"
+	start := time.Now()
+	file := writeRules(t, gadgetRuleDoc("from-file", group, "Widget", ns, strings.Replace(configChild("w"), "${parent.metadata.name}", "w-${parent.metadata.name}", 1)))
+	startControllerWith(t, controllerOptions{User: user}, file).waitReady(t)
+	create(t, gadgets, gadget(group, ns, "g", map[string]any{}))
+	create(t, widgets, map[string]any{"apiVersion": group + "/v1", "kind": "Widget", "metadata": map[string]any{"name": "x", "namespace": ns}})
+	// The file's rule works, so kgen runs.
+	waitFor(t, cmGVR, ns, "w-x", nil)
+	time.Sleep(3 * time.Second) // a Rule object would be served at watch speed
+	if get(t, cmGVR, ns, "g") != nil {
+		t.Error("a parent of a Rule object got a child with --rule-objects=false")
+	}
+	if o := get(t, ruleGVR, "", "ignored"); o == nil {
+		t.Fatal("the Rule object is gone")
+	} else if st, ok := o.Object["status"]; ok {
+		t.Errorf("the ignored Rule has a status: %v", st)
+	}
+	for _, e := range auditOf(t, user, start) {
+		if e.ObjectRef.Resource == "rules" {
+			t.Errorf("kgen made a request of Rule objects: %s %s", e.Verb, e.RequestURI)
+		}
+	}
+}
+
+// Scenario: a rules document is a valid Rule object and the reverse. A
+// Rule read back as kubectl prints it (get -o yaml, one object or a List)
+// is accepted by kgenctl validate and runs from --rules.
+func TestRuleObjectReadBack(t *testing.T) {
+	const group = "readback.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	newCRD(t, group, "Widget", "widgets")
+	r := startControllerWith(t, controllerOptions{RuleObjects: true})
+	label := "readback-" + ns
+	withLabel := func(doc string) string {
+		return strings.Replace(doc, "metadata: {name: ", "metadata: {labels: {e2e: "+label+"}, name: ", 1)
+	}
+	applyRule(t, withLabel(gadgetRuleDoc("read-back", group, "Gadget", ns, configChild("back"))))
+	applyRule(t, withLabel(gadgetRuleDoc("read-back-too", group, "Widget", ns, configChild("too"))))
+	for _, name := range []string{"read-back", "read-back-too"} {
+		waitRuleStatus(t, name, func(o *unstructured.Unstructured) error {
+			if err := accepted("True")(o); err != nil {
+				return err
+			}
+			return readyIs("True", "Running")(o)
+		})
+	}
+	r.stop()
+
+	// As kubectl get rule read-back -o yaml, and kubectl get rules -l ... -o yaml.
+	dir := t.TempDir()
+	printed := func(name string, obj runtime.Object) string {
+		t.Helper()
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := (&printers.YAMLPrinter{}).PrintObj(obj, f); err != nil {
+			t.Fatal(err)
+		}
+		return f.Name()
+	}
+	one := get(t, ruleGVR, "", "read-back")
+	for _, field := range []string{"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields"} {
+		if _, ok := one.Object["metadata"].(map[string]any)[field]; !ok {
+			t.Fatalf("the Rule read back has no metadata.%s", field)
+		}
+	}
+	single := printed("rule.yaml", one)
+	listed, err := env.dynamic.Resource(ruleGVR).List(t.Context(), metav1.ListOptions{LabelSelector: "e2e=" + label})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kubectl prints several objects as a v1 List.
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{"resourceVersion": ""}}, Items: listed.Items}
+	for i := range list.Items {
+		list.Items[i].SetAPIVersion("kgen.dev/v1alpha1")
+		list.Items[i].SetKind("Rule")
+	}
+	many := printed("rules.yaml", list)
+
+	for _, tt := range []struct{ file, want string }{
+		{single, "1 rule is valid: read-back\n"},
+		{many, "2 rules are valid: read-back, read-back-too\n"},
+	} {
+		out, stderr, err := kgenctlAs(t, "validate", "--rules", tt.file)
+		if err != nil || out != tt.want {
+			t.Errorf("kgenctl validate --rules %s: %q, %v; want %q\n%s", filepath.Base(tt.file), out, err, tt.want, stderr)
+		}
+	}
+
+	// The same rule runs from the file.
+	for _, name := range []string{"read-back", "read-back-too"} {
+		if err := env.dynamic.Resource(ruleGVR).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startControllerWith(t, controllerOptions{}, single).waitReady(t)
+	create(t, gvr, gadget(group, ns, "b", map[string]any{}))
+	waitFor(t, cmGVR, ns, "b", func(o *unstructured.Unstructured) error { return expect(o, "back", "data", "value") })
+}
