@@ -41,6 +41,10 @@ type result struct {
 	// WaveRequests are kgen's requests during the update wave by "verb
 	// resource".
 	WaveRequests map[string]float64 `json:"waveRequests,omitempty"`
+	// ConvergeReconciles and WaveReconciles are kgen's reconciles (of a
+	// parent, with or without a write) in each phase.
+	ConvergeReconciles float64 `json:"convergeReconciles,omitempty"`
+	WaveReconciles     float64 `json:"waveReconciles,omitempty"`
 	// SteadyPerMinute are kgen's requests per minute after convergence.
 	SteadyPerMinute map[string]float64 `json:"steadyPerMinute"`
 
@@ -155,6 +159,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 		return err
 	}
 	r.ConvergeRequests = after.requests().minus(before.requests())
+	r.ConvergeReconciles = after.value(reconcileTotal, nil) - before.value(reconcileTotal, nil)
 	logf("N=%d kgen: converged in %s", n, r.KgenConverge.Round(time.Millisecond))
 
 	if err := awaitProfile(profiled); err != nil {
@@ -175,6 +180,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 		return err
 	}
 	r.WaveRequests = waved.requests().minus(after.requests())
+	r.WaveReconciles = waved.value(reconcileTotal, nil) - after.value(reconcileTotal, nil)
 	logf("N=%d kgen: update wave in %s", n, r.KgenWave.Round(time.Millisecond))
 
 	// Steady state: let the wave's status writes settle, then count.

@@ -188,10 +188,11 @@ func (rep *report) phases(b *strings.Builder) {
 	}
 	rep.spreads(b)
 	b.WriteString("\n## API requests\n\n")
-	b.WriteString("| N | writes per child | status writes per parent | requests per parent during convergence, by verb | during the wave | steady state per minute, by verb |\n|---:|---:|---:|---|---|---|\n")
+	b.WriteString("| N | writes per child | status writes per parent | requests per parent during convergence, by verb | during the wave | reconciles per parent, convergence / wave | steady state per minute, by verb |\n|---:|---:|---:|---|---|---|---|\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(b, "| %s | %.2f | %.2f | %s | %s | %s |\n", rep.label(r), r.writesPerChild(), r.statusWritesPerParent(),
-			perParent(r.ConvergeRequests, r.N), perParent(r.WaveRequests, r.N), verbsText(r.SteadyPerMinute))
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %s | %s | %.2f / %.2f | %s |\n", rep.label(r), r.writesPerChild(), r.statusWritesPerParent(),
+			perParent(r.ConvergeRequests, r.N), perParent(r.WaveRequests, r.N),
+			r.ConvergeReconciles/float64(r.N), r.WaveReconciles/float64(r.N), verbsText(r.SteadyPerMinute))
 	}
 }
 

@@ -67,6 +67,9 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 	return true
 }
 
+// reconcileTotal counts kgen's reconciles, by rule and result.
+const reconcileTotal = "controller_runtime_reconcile_total"
+
 // counts are request counts by "verb resource".
 type counts map[string]float64
 
