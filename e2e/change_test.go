@@ -780,7 +780,7 @@ func TestChangeSelfTriggeringStatus(t *testing.T) {
 	ns := newNamespace(t)
 	gvr := newCRD(t, group, "Gadget", "gadgets")
 	const user = "kgen-loop"
-	startControllerWith(t, controllerOptions{User: user}, gadgetRule(t, "loop", group, `  children:
+	r := startControllerWith(t, controllerOptions{User: user}, gadgetRule(t, "loop", group, `  children:
   - id: config
     template:
       apiVersion: v1
@@ -789,7 +789,8 @@ func TestChangeSelfTriggeringStatus(t *testing.T) {
         name: ${parent.metadata.name}
   status:
     count: ${parent.status.?count.orValue(0) + 1}
-`)).waitReady(t)
+`))
+	r.waitReady(t)
 	start := time.Now()
 	statusWrites := func() int {
 		n := 0
@@ -843,6 +844,12 @@ func TestChangeSelfTriggeringStatus(t *testing.T) {
 	t.Logf("%d status writes before kgen backed off", writes)
 	if writes > loopBound {
 		t.Errorf("kgen wrote a self-triggering status %d times, want at most %d and a backoff", writes, loopBound)
+	}
+	// The backoff counts in the metrics too (contract §6, "reported").
+	backoffs := counter(t, r, "kgen_status_backoffs_total", map[string]string{"rule": "loop", "reason": reconcile.ReasonStatusLoop})
+	t.Logf("kgen_status_backoffs_total{rule=loop,reason=StatusLoop} = %v", backoffs)
+	if backoffs < 1 {
+		t.Errorf("kgen_status_backoffs_total{rule=loop,reason=StatusLoop} = %v after a StatusLoop event, want at least 1", backoffs)
 	}
 }
 

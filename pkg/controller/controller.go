@@ -903,8 +903,9 @@ func (c *Controller) childHandler(rule string) watch.Handler {
 
 // onWatchError stops the rules that use a resource that is no longer
 // served, so they wait for it instead of failing forever, and reports (at
-// most once a minute per informer) lists and watches that fail otherwise:
-// the reflector retries them with its backoff.
+// most once a minute per informer and cause, so at most once per backoff
+// step) lists and watches that fail otherwise: the reflector retries them
+// with its backoff.
 func (c *Controller) onWatchError(key watch.Key, err error) {
 	if apierrors.IsNotFound(err) {
 		c.mu.Lock()
@@ -930,7 +931,9 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	}
 	c.mu.Lock()
 	prev := c.watchErrors[key]
-	log := time.Since(prev.logged) >= watchErrorLogEvery
+	// A new cause is logged at once: the first answer of a failing server
+	// may not say why ("storage is (re)initializing"), a later one does.
+	log := time.Since(prev.logged) >= watchErrorLogEvery || prev.err == nil || prev.err.Error() != err.Error()
 	e := watchError{err: err, logged: prev.logged}
 	if log {
 		e.logged = time.Now()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 
@@ -40,10 +41,15 @@ func newListWatch(client rest.Interface, key Key) *listWatch {
 	return &listWatch{client: client, key: key, segments: append(segments, key.GVR.Resource)}
 }
 
+// request returns a list or watch request. The client does not retry it
+// (it would retry a 429 ten times, a second apart): the reflector retries
+// every failed list or watch with its own backoff, and tells the watch
+// error handler, so kgen reports each failure.
 func (lw *listWatch) request(opts metav1.ListOptions) *rest.Request {
 	opts.LabelSelector = lw.key.Selector
 	return lw.client.Get().AbsPath(lw.segments...).
-		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion)
+		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion).
+		MaxRetries(0)
 }
 
 // List implements cache.ListerWatcher.
@@ -69,15 +75,62 @@ func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOption
 }
 
 // WatchWithContext implements cache.ListerWatcherWithContext.
+//
+// A watch-list request (sendInitialEvents: the watch first streams every
+// object) that the server answers with 429, or that ends before its
+// initial objects did, fails with a 503 instead (see notStreamable), so the reflector
+// lists instead of retrying it in place.
 func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (apiwatch.Interface, error) {
 	opts.Watch = true
+	watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 	body, err := lw.request(opts).Stream(ctx)
 	if err != nil {
+		if watchList && apierrors.IsTooManyRequests(err) {
+			status := metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
+			if api := apierrors.APIStatus(nil); errors.As(err, &api) {
+				status = api.Status()
+			}
+			return nil, &apierrors.StatusError{ErrStatus: notStreamable(status)}
+		}
 		return nil, err
 	}
-	s := &eventStream{body: body, result: make(chan apiwatch.Event), done: make(chan struct{})}
+	s := &eventStream{body: body, result: make(chan apiwatch.Event), done: make(chan struct{}), watchList: watchList, fromNow: opts.ResourceVersion == ""}
 	go s.run()
 	return s, nil
+}
+
+// tooLargeResourceVersion reports whether a status is the API server's
+// "Too large resource version": its watch cache is behind the version asked
+// for.
+func tooLargeResourceVersion(status *metav1.Status) bool {
+	if status.Details == nil {
+		return false
+	}
+	for _, c := range status.Details.Causes {
+		if c.Type == metav1.CauseTypeResourceVersionTooLarge {
+			return true
+		}
+	}
+	return false
+}
+
+// notStreamable turns the server's 429 answer to a watch-list request into
+// a 503 that names it. client-go's reflector retries a watch-list that
+// fails with 429, or that ends before its initial objects, in place,
+// forever, and never tells its watch error handler; the API server does
+// both, or answers 504 "Too large resource version" (which the reflector
+// retries in place too), for as long as its watch cache of the resource
+// cannot start, e.g. while the conversion webhook of a CRD's version is
+// down. kgen would then never report the
+// failure (log, metric, Rule status). With a 503 the reflector falls back
+// to a list, whose error names the cause ("failed to list ...: conversion
+// webhook ... failed") and is reported and retried with the reflector's
+// backoff like any failing list.
+func notStreamable(status metav1.Status) metav1.Status {
+	status.Code = http.StatusServiceUnavailable
+	status.Reason = metav1.StatusReasonServiceUnavailable
+	status.Message = "the server cannot stream the initial objects of a watch (" + status.Message + "); listing them instead"
+	return status
 }
 
 // List is a list of *Object, as listWatch returns it.
@@ -128,6 +181,12 @@ type eventStream struct {
 	result chan apiwatch.Event
 	done   chan struct{}
 	once   sync.Once
+	// watchList is set for a watch-list request (sendInitialEvents): a
+	// 429, or the end of the stream, before the bookmark that ends its
+	// initial objects is turned into a 503 by notStreamable; so is a
+	// "too large resource version" when fromNow (the watch asked for no
+	// resource version, so the server's cache is what lags).
+	watchList, fromNow bool
 }
 
 // ResultChan implements watch.Interface.
@@ -145,12 +204,22 @@ func (s *eventStream) run() {
 	defer close(s.result)
 	defer s.Stop()
 	dec := json.NewDecoder(s.body)
+	// initial is set, for a watch-list, until the bookmark that ends the
+	// initial objects.
+	initial := s.watchList
 	for {
 		var event struct {
 			Type   apiwatch.EventType `json:"type"`
 			Object json.RawMessage    `json:"object"`
 		}
 		if err := dec.Decode(&event); err != nil {
+			if initial && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+				// A watch-list streams the initial objects, then a
+				// bookmark; ending before it, it failed.
+				s.fail(&apierrors.StatusError{ErrStatus: notStreamable(metav1.Status{Status: metav1.StatusFailure,
+					Message: "the watch ended before its initial objects did"})})
+				return
+			}
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return // the server ended the watch: the reflector starts another
 			}
@@ -165,12 +234,20 @@ func (s *eventStream) run() {
 				s.fail(fmt.Errorf("unable to decode a watch error: %w", err))
 				return
 			}
+			if initial && (status.Code == http.StatusTooManyRequests || s.fromNow && tooLargeResourceVersion(status)) {
+				*status = notStreamable(*status)
+			}
+			initial = false // reported: the end of the stream is no second failure
+
 			obj = status
 		case apiwatch.Added, apiwatch.Modified, apiwatch.Deleted, apiwatch.Bookmark:
 			o, err := decodeObject(event.Object, schema.GroupVersionKind{})
 			if err != nil {
 				s.fail(fmt.Errorf("unable to decode a %s event: %w", event.Type, err))
 				return
+			}
+			if event.Type == apiwatch.Bookmark && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				initial = false
 			}
 			obj = o
 		default:
@@ -184,14 +261,19 @@ func (s *eventStream) run() {
 }
 
 // fail reports err as an Error event unless the watch was stopped (then the
-// error is only the closed body).
+// error is only the closed body): an API status as it is, anything else as
+// an internal error.
 func (s *eventStream) fail(err error) {
 	select {
 	case <-s.done:
 		return
 	default:
 	}
-	s.send(apiwatch.Event{Type: apiwatch.Error, Object: &apierrors.NewInternalError(err).ErrStatus})
+	status := &apierrors.NewInternalError(err).ErrStatus
+	if api := apierrors.APIStatus(nil); errors.As(err, &api) {
+		status = new(api.Status())
+	}
+	s.send(apiwatch.Event{Type: apiwatch.Error, Object: status})
 }
 
 func (s *eventStream) send(e apiwatch.Event) bool {

@@ -2,9 +2,11 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +100,104 @@ func TestListWatch(t *testing.T) {
 	}
 	if _, err := forbidden.WatchWithContext(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("watch error: %v, want Forbidden", err)
+	}
+}
+
+// A 429 answer to a watch-list request, as a response or in the stream
+// before the bookmark that ends the initial objects, and a watch-list that
+// ends before that bookmark, or that the server's cache cannot serve from
+// now (too large resource version, when none was asked for), become a 503 that the reflector does not retry in place, so it lists instead; a
+// 429 to a plain watch, or after the bookmark, stays as the server sent
+// it, and a plain watch may end empty. The client never retries a 429
+// itself: the reflector does, with its backoff, and reports it.
+func TestListWatchTooManyRequests(t *testing.T) {
+	const tooMany = `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429,"message":"storage is (re)initializing"}`
+	var requests int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api/v1/namespaces/answer/configmaps":
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, tooMany)
+		case "/api/v1/namespaces/stream/configmaps":
+			fmt.Fprintf(w, `{"type":"ERROR","object":%s}`+"\n", tooMany)
+		case "/api/v1/namespaces/toolarge/configmaps":
+			fmt.Fprintln(w, `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Timeout: Too large resource version: 209, current: 208","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}}`)
+		case "/api/v1/namespaces/empty/configmaps":
+			// As the API server does while its watch cache cannot start.
+		case "/api/v1/namespaces/cut/configmaps":
+			fmt.Fprintln(w, `{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"cut","resourceVersion":"5"}}}`)
+		case "/api/v1/namespaces/later/configmaps":
+			fmt.Fprintln(w, `{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"later","resourceVersion":"5"}}}`)
+			fmt.Fprintln(w, `{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":"6","annotations":{"k8s.io/initial-events-end":"true"}}}}`)
+			fmt.Fprintf(w, `{"type":"ERROR","object":%s}`+"\n", tooMany)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: srv.URL,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// lastError returns the watch's error: from the request, or its last
+	// event's.
+	lastError := func(ns string, watchList bool, rv string) error {
+		opts := metav1.ListOptions{AllowWatchBookmarks: true, ResourceVersion: rv}
+		if watchList {
+			opts.SendInitialEvents = new(true)
+			opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+		}
+		lw := newListWatch(client, Key{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: ns})
+		w, err := lw.WatchWithContext(context.Background(), opts)
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		var last error
+		for e := range w.ResultChan() {
+			if e.Type == apiwatch.Error {
+				last = apierrors.FromObject(e.Object)
+			}
+		}
+		return last
+	}
+	for _, tc := range []struct {
+		ns        string
+		watchList bool
+		rv        string
+		want      int32
+	}{
+		{ns: "toolarge", watchList: true, want: http.StatusServiceUnavailable},
+		{ns: "toolarge", watchList: true, rv: "209", want: http.StatusGatewayTimeout},
+		{ns: "answer", watchList: true, want: http.StatusServiceUnavailable},
+		{ns: "stream", watchList: true, want: http.StatusServiceUnavailable},
+		{ns: "empty", watchList: true, want: http.StatusServiceUnavailable},
+		{ns: "cut", watchList: true, want: http.StatusServiceUnavailable},
+		{ns: "later", watchList: false, want: http.StatusTooManyRequests},
+		{ns: "later", watchList: true, want: http.StatusTooManyRequests},
+		{ns: "stream", watchList: false, want: http.StatusTooManyRequests},
+		{ns: "empty", watchList: false},
+	} {
+		t.Run(fmt.Sprintf("%s watchList=%t rv=%s", tc.ns, tc.watchList, tc.rv), func(t *testing.T) {
+			requests = 0
+			err := lastError(tc.ns, tc.watchList, tc.rv)
+			var status apierrors.APIStatus
+			switch {
+			case tc.want == 0 && err != nil:
+				t.Fatalf("error %v, want none: a plain watch may end empty", err)
+			case tc.want != 0 && (!errors.As(err, &status) || status.Status().Code != tc.want):
+				t.Fatalf("error %v, want code %d", err, tc.want)
+			}
+			if tc.want == http.StatusServiceUnavailable && (tc.ns == "stream" || tc.ns == "answer") && !strings.Contains(err.Error(), "storage is (re)initializing") {
+				t.Errorf("error %q does not keep the server's message", err)
+			}
+			if requests != 1 {
+				t.Errorf("%d requests, want 1: a 429 to a watch-list is not retried by the client", requests)
+			}
+		})
 	}
 }
