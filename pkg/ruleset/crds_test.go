@@ -133,7 +133,7 @@ func TestCRDsCheck(t *testing.T) {
 		types     Types     // the published schemas
 		replace   [2]string // a change to the rule's document
 		wantType  string    // a *TypeError containing this
-		wantOther bool   // another error
+		wantOther bool      // another error
 	}{
 		{name: "fits", expr: "parent.spec.image", served: serveApps, crd: true},
 		{name: "typo", expr: "parent.spec.imgae", served: serveApps, crd: true,
