@@ -226,3 +226,48 @@ func splitCRDs(t *testing.T, data []byte) []*unstructured.Unstructured {
 		}
 	}
 }
+
+// BenchmarkLoadExamples loads every example's rules with its CRD: without
+// the children's schemas (as before they were checked), with them known
+// (a rule reload), and with them read from the documents each time (the
+// first check after kgen starts or a CRD changes).
+func BenchmarkLoadExamples(b *testing.B) {
+	files, _ := filepath.Glob("../examples/*/rules.yaml")
+	static := kinds.NewStatic()
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(f), "crd.yaml"))
+		if err != nil {
+			continue
+		}
+		for _, crd := range splitCRDs(&testing.T{}, data) {
+			_ = static.AddCRD(crd)
+		}
+	}
+	load := func(b *testing.B, types func(schema.GroupVersionKind) (*kschema.Type, bool)) {
+		for _, f := range files {
+			if _, err := Load([]string{f}, Options{Schemas: static.Schema, Types: types}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("without children's schemas", func(b *testing.B) {
+		for b.Loop() {
+			load(b, nil)
+		}
+	})
+	b.Run("with children's schemas known", func(b *testing.B) {
+		types := published()
+		for b.Loop() {
+			load(b, types)
+		}
+	})
+	b.Run("reading the documents", func(b *testing.B) {
+		for b.Loop() {
+			src := kschema.New(openapitest.NewEmbeddedFileClient())
+			load(b, func(gvk schema.GroupVersionKind) (*kschema.Type, bool) {
+				t, err := src.Type(gvk)
+				return t, err == nil && t != nil
+			})
+		}
+	})
+}
