@@ -992,8 +992,9 @@ func TestLanguageChildSchema(t *testing.T) {
 }
 
 // Every example's rules fit the schemas this API server publishes for
-// their children's kinds (and their CRDs, for their parents): the checks of
-// kgenctl run reject none of them.
+// their children's kinds and built-in parent kinds (and their CRDs, for
+// their other parents): the checks of kgenctl run reject none of them, and
+// a built-in parent (examples/namespace-defaults) is type-checked.
 func TestLanguageExamplesFitPublishedSchemas(t *testing.T) {
 	disco, err := discovery.NewDiscoveryClientForConfig(env.config)
 	if err != nil {
@@ -1027,6 +1028,9 @@ func TestLanguageExamplesFitPublishedSchemas(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 		for _, r := range rs {
+			if _, builtin := kinds.Builtin(r.Parent.GroupVersionKind.GroupKind()); builtin && !r.Parent.TypeChecked {
+				t.Errorf("%s: rule %q on the built-in kind %s was not type-checked against its published schema", f, r.Name, r.Parent.GroupVersionKind.Kind)
+			}
 			for _, c := range r.Children {
 				if tp, _ := types(c.GroupVersionKind); tp != nil {
 					checked++
