@@ -98,16 +98,16 @@ func shapeField(t *kschema.Type, name string) (field *kschema.Type, ok bool) {
 
 // checkKey reports a key of a mapping that its object cannot have, and
 // returns the key's type (nil for unknown).
-func (l *loader) checkKey(t *kschema.Type, e entry, w where) *kschema.Type {
-	field, ok := shapeField(t, e.key)
+func (l *loader) checkKey(t *kschema.Type, key string, at *yaml.Node, w where) *kschema.Type {
+	field, ok := shapeField(t, key)
 	if ok {
 		return field
 	}
 	fields := slices.Sorted(maps.Keys(t.Properties))
-	msg := fmt.Sprintf("%s has no field %q here", l.shapeName, e.key)
+	msg := fmt.Sprintf("%s has no field %q here", l.shapeName, key)
 	best, bestDist := "", 3
 	for _, f := range fields {
-		if d := editDistance(strings.ToLower(e.key), strings.ToLower(f)); d < bestDist {
+		if d := editDistance(strings.ToLower(key), strings.ToLower(f)); d < bestDist {
 			best, bestDist = f, d
 		}
 	}
@@ -117,7 +117,7 @@ func (l *loader) checkKey(t *kschema.Type, e entry, w where) *kschema.Type {
 	if len(fields) <= 20 {
 		msg += fmt.Sprintf(" (its fields: %s)", strings.Join(fields, ", "))
 	}
-	l.errorf(e.keyNode, w.key(e.key), "%s", msg)
+	l.errorf(at, w.key(key), "%s", msg)
 	return nil
 }
 

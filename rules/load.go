@@ -464,7 +464,7 @@ func (l *loader) parentType(r *Rule, f map[string]entry, w where) {
 		}
 	}
 	if props == nil && l.c.opts.Types != nil {
-		if t, ok := l.c.opts.Types(gvk); ok && t != nil {
+		if t, ok := l.c.opts.Types(gvk); ok && t.Is("object") {
 			published = t
 		}
 	}
@@ -1064,7 +1064,7 @@ func (l *loader) node(n *yaml.Node, w where, t *kschema.Type) *node {
 			if len(segs) == 1 {
 				key = segs[0].text
 			}
-			v := l.node(e.valNode, w.key(key), l.checkKey(t, e, w))
+			v := l.node(e.valNode, w.key(key), l.checkKey(t, key, e.keyNode, w))
 			if v == nil {
 				continue
 			}
