@@ -23,10 +23,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/yaml"
 
 	manifestpkg "kgen.dev/kgen/internal/manifest"
 	"kgen.dev/kgen/pkg/controller"
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/pkg/reconcile"
+	kschema "kgen.dev/kgen/pkg/schema"
+	"kgen.dev/kgen/rules"
 )
 
 // Contract §8: more of the rule language, on a real control plane. Each
@@ -929,4 +934,111 @@ func container0(o *unstructured.Unstructured) map[string]any {
 	}
 	c, _ := containers[0].(map[string]any)
 	return c
+}
+
+// Scenario: children that do not fit their kinds' schemas, which the API
+// server publishes: a typo (spec.replcas) in a Deployment, and a string
+// into its integer spec.replicas. kgenctl run does not start those rules
+// and logs the rule, child and field path with the file and line, while a
+// correct rule of the same file runs; a Rule object with the typo says
+// Accepted=False, reason Invalid, with the field path.
+func TestLanguageChildSchema(t *testing.T) {
+	installCRD(t, "examples/webapp/crd.yaml")
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	nsTypo, nsType, nsGood, nsObject := newNamespace(t), newNamespace(t), newNamespace(t), newNamespace(t)
+	change := func(doc, from, to string) string {
+		out := strings.Replace(doc, from, to, 1)
+		if out == doc {
+			t.Fatalf("the example no longer has %q", from)
+		}
+		return out
+	}
+	replicas := "replicas: ${parent.spec.replicas}"
+	file := writeRules(t, strings.Join([]string{
+		change(exampleRuleIn(t, "child-typo", nsTypo), replicas, "replcas: ${parent.spec.replicas}"),
+		change(exampleRuleIn(t, "child-type", nsType), replicas, "replicas: ${parent.spec.image}"),
+		exampleRuleIn(t, "child-good", nsGood),
+	}, "\n---\n"))
+
+	p := startKgen(t, "kgen-child-schema", "--rules", file)
+	for _, ns := range []string{nsTypo, nsType, nsGood} {
+		create(t, webappGVR, webapp(ns, "shop", 1))
+	}
+	// The good rule runs.
+	waitFor(t, deployGVR, nsGood, "shop", nil)
+	eventually(t, 60*time.Second, func() (bool, error) {
+		log := p.output.String()
+		for _, want := range []string{
+			file + `:33:9: rule \"child-typo\": child \"deployment\": template.spec.replcas: the schema of apps/v1 Deployment has no field \"replcas\" here: did you mean \"replicas\"?`,
+			`: rule \"child-type\": child \"deployment\": template.spec.replicas: ${parent.spec.image}: the schema of apps/v1 Deployment wants an integer here, but the expression's type is string`,
+		} {
+			if !strings.Contains(log, want) {
+				return false, fmt.Errorf("not logged yet: %s", want)
+			}
+		}
+		return true, nil
+	}, "kgenctl run to log the children that do not fit")
+	for _, ns := range []string{nsTypo, nsType} {
+		if get(t, cmGVR, ns, "shop-config") != nil || get(t, deployGVR, ns, "shop") != nil {
+			t.Errorf("a rule whose child does not fit its schema made children in %s", ns)
+		}
+	}
+
+	applyRule(t, change(exampleRuleIn(t, "child-typo-object", nsObject), replicas, "replcas: ${parent.spec.replicas}"))
+	o := waitRuleStatus(t, "child-typo-object", accepted("False", "spec.children[1].template.spec.replcas", `has no field "replcas"`, `did you mean "replicas"?`))
+	if reason := ruleCondition(o, "Accepted")["reason"]; reason != "Invalid" {
+		t.Errorf("Accepted reason = %v, want Invalid", reason)
+	}
+}
+
+// Every example's rules fit the schemas this API server publishes for
+// their children's kinds and built-in parent kinds (and their CRDs, for
+// their other parents): the checks of kgenctl run reject none of them, and
+// a built-in parent (examples/namespace-defaults) is type-checked.
+func TestLanguageExamplesFitPublishedSchemas(t *testing.T) {
+	disco, err := discovery.NewDiscoveryClientForConfig(env.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := kschema.New(disco.OpenAPIV3())
+	types := func(gvk schema.GroupVersionKind) (*kschema.Type, bool) {
+		tp, err := published.Type(gvk)
+		return tp, err == nil && tp != nil
+	}
+	files, _ := filepath.Glob(filepath.Join(env.root, "examples/*/rules.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no examples")
+	}
+	checked := 0
+	for _, f := range files {
+		static := kinds.NewStatic()
+		if data, err := os.ReadFile(filepath.Join(filepath.Dir(f), "crd.yaml")); err == nil {
+			for _, doc := range strings.Split(string(data), "\n---") {
+				crd := &unstructured.Unstructured{}
+				if err := yaml.Unmarshal([]byte(doc), &crd.Object); err != nil || len(crd.Object) == 0 {
+					continue
+				}
+				if err := static.AddCRD(crd); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rs, err := rules.Load([]string{f}, rules.Options{Schemas: static.Schema, Types: types})
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		for _, r := range rs {
+			if _, builtin := kinds.Builtin(r.Parent.GroupVersionKind.GroupKind()); builtin && !r.Parent.TypeChecked {
+				t.Errorf("%s: rule %q on the built-in kind %s was not type-checked against its published schema", f, r.Name, r.Parent.GroupVersionKind.Kind)
+			}
+			for _, c := range r.Children {
+				if tp, _ := types(c.GroupVersionKind); tp != nil {
+					checked++
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no child of the examples was checked against a published schema")
+	}
 }

@@ -51,7 +51,7 @@ func TestCheckSchema(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err = r.CheckSchema(tt.props)
+			err = r.CheckSchema(tt.props, nil)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("CheckSchema() = %v, want nil", err)
@@ -70,7 +70,7 @@ func TestCheckSchema(t *testing.T) {
 // A rule made without a source cannot be checked again, and says so.
 func TestCheckSchemaWithoutSource(t *testing.T) {
 	r := &Rule{Name: "r"}
-	if err := r.CheckSchema(&apiextensionsv1.JSONSchemaProps{Type: "object"}); err == nil || !strings.Contains(err.Error(), "source") {
+	if err := r.CheckSchema(&apiextensionsv1.JSONSchemaProps{Type: "object"}, nil); err == nil || !strings.Contains(err.Error(), "source") {
 		t.Errorf("CheckSchema() = %v", err)
 	}
 }

@@ -22,11 +22,14 @@
 // forEach child's objects), inputs (inputs.<id>: an object the rule reads,
 // or a list of them), self (the child itself, in readyWhen only) and a
 // forEach child's names. They are map(string, dyn), checked at run time,
-// except parent when its schema is known (Options.Schemas, or the rule's
-// spec.parent.schema): then every parent.… path is checked at load time
-// against the type Kubernetes derives from the schema for CRD validation
-// rules. Uses of children and inputs name their ids literally, which makes
-// the children's dependency graph, and what each child reads, known at load
+// except parent when its schema is known (Options.Schemas, Options.Types for
+// a built-in kind, or the rule's spec.parent.schema): then every parent.…
+// path is checked at load time against the type Kubernetes derives from the
+// schema for CRD validation rules. A child's template is checked against its
+// kind's schema when that is known (Options.Schemas, Options.Types): its
+// keys must be fields, and its values' types must fit them (childschema.go).
+// Uses of children and inputs name their ids literally, which makes the
+// children's dependency graph, and what each child reads, known at load
 // time.
 // An expression that reads metadata.resourceVersion or metadata.managedFields
 // (or a whole object or its whole metadata, which hold them) is rejected:

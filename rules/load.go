@@ -20,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	apiservercel "k8s.io/apiserver/pkg/cel"
 
 	"kgen.dev/kgen/pkg/kinds"
+	kschema "kgen.dev/kgen/pkg/schema"
 )
 
 // Load reads rules from files and directories. A directory contributes its
@@ -219,6 +221,9 @@ type loader struct {
 	// they are (valueExpr, or inputExpr for input names).
 	x    exprEnv
 	kind exprKind
+	// shapeName names the schema a template is checked against, in
+	// errors ("the schema of apps/v1 Deployment").
+	shapeName string
 }
 
 // parse decodes every document of a file into rules. Rules with errors are
@@ -496,26 +501,39 @@ func (l *loader) gvk(n *yaml.Node, f map[string]entry, w where) (schema.GroupVer
 }
 
 // parentType declares the parent's type for the rule's expressions when its
-// schema is known: from Options.Schemas, or else from spec.parent.schema.
+// schema is known: from Options.Schemas, or else Options.Types, or else
+// from spec.parent.schema.
 func (l *loader) parentType(r *Rule, f map[string]entry, w where) {
 	gvk := r.Parent.GroupVersionKind
 	if gvk.Kind == "" {
 		return
 	}
 	var props *apiextensionsv1.JSONSchemaProps
-	var source string
+	var published *kschema.Type
+	source := fmt.Sprintf("the schema of %s %s", gvk.GroupVersion(), gvk.Kind)
 	if l.c.opts.Schemas != nil {
 		if p, ok := l.c.opts.Schemas(gvk); ok && p != nil {
-			props, source = p, fmt.Sprintf("the schema of %s %s", gvk.GroupVersion(), gvk.Kind)
+			props = p
 		}
 	}
-	if props == nil && r.Parent.Schema != nil {
+	if props == nil && l.c.opts.Types != nil {
+		if t, ok := l.c.opts.Types(gvk); ok && t.Is("object") {
+			published = t
+		}
+	}
+	if props == nil && published == nil && r.Parent.Schema != nil {
 		props, source = r.Parent.objectSchema(nil), "spec.parent.schema"
 	}
-	if props == nil {
+	var t *apiservercel.DeclType
+	var err error
+	switch {
+	case props != nil:
+		t, err = parentType(props)
+	case published != nil:
+		t, err = publishedParentType(published)
+	default:
 		return
 	}
-	t, err := parentType(props)
 	if err != nil {
 		l.errorf(l.resolve(f["parent"].valNode), w.key("parent"), "%v", err)
 		return
@@ -574,7 +592,7 @@ func (l *loader) inputs(r *Rule, n *yaml.Node, w where) {
 				l.errorf(v, iw.key(key), "must be a non-empty string, which may hold ${...} expressions of parent")
 				continue
 			}
-			t := l.compileTemplate(v, iw.key(key))
+			t := l.compileTemplate(v, iw.key(key), nil)
 			if key == "name" {
 				in.Name = t
 			} else {
@@ -982,7 +1000,9 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 		}
 	}
 	l.roleRef(r, c, n, top, w)
-	t := l.compileTemplate(n, w)
+	gvk := c.GroupVersionKind
+	l.shapeName = fmt.Sprintf("the schema of %s %s", gvk.GroupVersion(), gvk.Kind)
+	t := l.compileTemplate(n, w, l.childShape(gvk))
 	if t != nil {
 		t.child = c.ID
 		c.Template = t
@@ -1054,16 +1074,18 @@ func (l *loader) status(r *Rule, n *yaml.Node, w where) {
 		}
 		fw := w.key(e.key)
 		fw.rule = r.Name
-		if t := l.compileTemplate(e.valNode, fw); t != nil {
+		if t := l.compileTemplate(e.valNode, fw, nil); t != nil {
 			r.Status = append(r.Status, &StatusField{Name: e.key, Value: t})
 		}
 	}
 }
 
-// compileTemplate compiles a YAML value whose strings may hold expressions.
-func (l *loader) compileTemplate(n *yaml.Node, w where) *Template {
+// compileTemplate compiles a YAML value whose strings may hold expressions,
+// checking it against the shape of its kind when that is known (see
+// childShape); nil checks nothing.
+func (l *loader) compileTemplate(n *yaml.Node, w where, shape *kschema.Type) *Template {
 	before := len(l.errs)
-	root := l.node(n, w)
+	root := l.node(n, w, shape)
 	if root == nil || len(l.errs) > before {
 		return nil
 	}
@@ -1072,14 +1094,18 @@ func (l *loader) compileTemplate(n *yaml.Node, w where) *Template {
 	return t
 }
 
-// node compiles one YAML node of a template.
-func (l *loader) node(n *yaml.Node, w where) *node {
+// node compiles one YAML node of a template, of the shape t (nil when not
+// known).
+func (l *loader) node(n *yaml.Node, w where, t *kschema.Type) *node {
 	if !l.spend(n, w) {
 		return nil
 	}
 	n = l.resolve(n)
 	switch n.Kind {
 	case yaml.MappingNode:
+		if !l.checkShape(t, "object", "a mapping", n, w) {
+			t = nil
+		}
 		out := &node{kind: mapNode}
 		for _, e := range l.entries(n, w) {
 			segs, err := splitTemplate(e.key)
@@ -1091,7 +1117,7 @@ func (l *loader) node(n *yaml.Node, w where) *node {
 			if len(segs) == 1 {
 				key = segs[0].text
 			}
-			v := l.node(e.valNode, w.key(key))
+			v := l.node(e.valNode, w.key(key), l.checkKey(t, key, e.keyNode, w))
 			if v == nil {
 				continue
 			}
@@ -1100,16 +1126,23 @@ func (l *loader) node(n *yaml.Node, w where) *node {
 		}
 		return out
 	case yaml.SequenceNode:
+		if !l.checkShape(t, "array", "a list", n, w) {
+			t = nil
+		}
+		var items *kschema.Type
+		if t != nil {
+			items = t.Items
+		}
 		out := &node{kind: listNode}
 		for i, item := range n.Content {
-			if v := l.node(item, w.index(i)); v != nil {
+			if v := l.node(item, w.index(i), items); v != nil {
 				out.elems = append(out.elems, v)
 			}
 		}
 		return out
 	case yaml.ScalarNode:
 		if n.ShortTag() == "!!str" {
-			return l.stringNode(n, w)
+			return l.stringNode(n, w, t)
 		}
 		v, err := scalarValue(n)
 		if err != nil {
@@ -1122,8 +1155,8 @@ func (l *loader) node(n *yaml.Node, w where) *node {
 	return nil
 }
 
-// stringNode compiles a string scalar of a template.
-func (l *loader) stringNode(n *yaml.Node, w where) *node {
+// stringNode compiles a string scalar of a template, of the shape t.
+func (l *loader) stringNode(n *yaml.Node, w where, t *kschema.Type) *node {
 	segs, err := splitTemplate(n.Value)
 	if err != nil {
 		l.splitError(n, w, err)
@@ -1149,8 +1182,10 @@ func (l *loader) stringNode(n *yaml.Node, w where) *node {
 		parts = append(parts, part{expr: e})
 	}
 	if len(parts) == 1 {
+		l.checkExpression(t, parts[0].expr)
 		return &node{kind: exprNode, expr: parts[0].expr}
 	}
+	l.checkText(t, n, w)
 	return &node{kind: textNode, parts: parts}
 }
 

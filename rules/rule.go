@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"kgen.dev/kgen/pkg/kinds"
+	kschema "kgen.dev/kgen/pkg/schema"
 )
 
 // APIVersion and Kind are what every rules document must declare.
@@ -47,7 +48,21 @@ type Options struct {
 	// not known. With the parent's schema, every parent.… path in the
 	// rule's expressions is type-checked when the rules load. Nil knows no
 	// schema; a rule's spec.parent.schema is used then.
+	//
+	// A child's template is checked against its kind's schema the same
+	// way (see Types).
 	Schemas func(gvk schema.GroupVersionKind) (*apiextensionsv1.JSONSchemaProps, bool)
+	// Types returns the shape of a kind's objects as the API server
+	// publishes it in OpenAPI v3 (pkg/schema.Source.Type), or false when
+	// it is not known. It is asked about the kinds Schemas does not know:
+	// a built-in parent kind's, whose expressions are then type-checked
+	// as a CRD parent's, and the children's kinds. A child's template is
+	// checked against its kind's schema: a key that is not a field of it
+	// (unless the schema keeps unknown fields), and a value whose type
+	// cannot fit the field (an expression's static CEL type, an
+	// interpolated string, a literal mapping or list), is an error. Nil
+	// knows no kind.
+	Types func(gvk schema.GroupVersionKind) (*kschema.Type, bool)
 }
 
 func (o Options) withDefaults() Options {

@@ -14,6 +14,8 @@ import (
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
 	apiservercel "k8s.io/apiserver/pkg/cel"
+
+	kschema "kgen.dev/kgen/pkg/schema"
 )
 
 // Typed expressions: when the parent's schema is known, parent is declared
@@ -31,7 +33,8 @@ import (
 //   - formats are ignored: a date-time is the string the object holds.
 
 // parentType returns the CEL declaration of the parent's type from its
-// OpenAPI v3 schema; nil when the schema allows any object.
+// OpenAPI v3 schema as a CRD declares it; nil when the schema allows any
+// object.
 func parentType(props *apiextensionsv1.JSONSchemaProps) (*apiservercel.DeclType, error) {
 	internal := &apiextensions.JSONSchemaProps{}
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(props, internal, nil); err != nil {
@@ -41,6 +44,19 @@ func parentType(props *apiextensionsv1.JSONSchemaProps) (*apiservercel.DeclType,
 	if err != nil {
 		return nil, fmt.Errorf("the parent's schema is not structural: %w", err)
 	}
+	return structuralParentType(s)
+}
+
+// publishedParentType returns the CEL declaration of the parent's type
+// from the shape the API server publishes of a kind; nil when it allows
+// any object.
+func publishedParentType(t *kschema.Type) (*apiservercel.DeclType, error) {
+	return structuralParentType(typeStructural(t, map[*kschema.Type]bool{}))
+}
+
+// structuralParentType returns the CEL declaration of the parent's type
+// from its structural schema; nil when it allows any object.
+func structuralParentType(s *structuralschema.Structural) (*apiservercel.DeclType, error) {
 	if s.XPreserveUnknownFields || s.XEmbeddedResource {
 		return nil, nil // any object: nothing to check
 	}
@@ -86,6 +102,45 @@ func dynamicWhereUnknown(s *structuralschema.Structural) *structuralschema.Struc
 		out.Properties = make(map[string]structuralschema.Structural, len(s.Properties))
 		for name, p := range s.Properties {
 			out.Properties[name] = *dynamicWhereUnknown(&p)
+		}
+	}
+	return out
+}
+
+// typeStructural converts a published shape into a structural schema. What
+// it cannot type exactly becomes dyn (see dynamicWhereUnknown): a union (an
+// IntOrString, a Quantity), a value of any type, an object whose schema
+// names no field (a RawExtension), and a recursive type below its first
+// level.
+func typeStructural(t *kschema.Type, onPath map[*kschema.Type]bool) *structuralschema.Structural {
+	anything := &structuralschema.Structural{Extensions: structuralschema.Extensions{XPreserveUnknownFields: true}}
+	if t == nil || onPath[t] {
+		return anything
+	}
+	onPath[t] = true
+	defer delete(onPath, t)
+	out := &structuralschema.Structural{Extensions: structuralschema.Extensions{
+		XPreserveUnknownFields: t.PreserveUnknownFields, XEmbeddedResource: t.EmbeddedResource,
+	}}
+	switch {
+	case len(t.Types) == 1:
+		out.Type = t.Types[0]
+	case len(t.Types) > 1:
+		out.XIntOrString = true
+	}
+	if out.Type == "object" && len(t.Properties) == 0 && t.AdditionalProperties == nil {
+		out.XPreserveUnknownFields = true
+	}
+	if t.Items != nil {
+		out.Items = typeStructural(t.Items, onPath)
+	}
+	if t.AdditionalProperties != nil {
+		out.AdditionalProperties = &structuralschema.StructuralOrBool{Bool: true, Structural: typeStructural(t.AdditionalProperties, onPath)}
+	}
+	if len(t.Properties) > 0 {
+		out.Properties = make(map[string]structuralschema.Structural, len(t.Properties))
+		for name, p := range t.Properties {
+			out.Properties[name] = *typeStructural(p, onPath)
 		}
 	}
 	return out

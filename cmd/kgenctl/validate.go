@@ -31,7 +31,10 @@ rules are valid and 1 otherwise.
 
 With --crd, every parent.… path is checked against the schema the parent's
 CustomResourceDefinition declares, as "kgenctl run" does with the CRD the
-cluster serves; a rule's spec.parent.schema is used the same way.`,
+cluster serves; a rule's spec.parent.schema is used the same way. The
+template of a child whose kind's CRD is given is checked against it: its
+fields, and the types of the values that fill them. (kgenctl run checks
+every child against the schemas the cluster publishes.)`,
 		Example: `  kgenctl validate --rules examples/webapp/rules.yaml
   kgenctl validate --rules rules/ --rules more-rules.yaml
   kgenctl validate --rules examples/webapp/rules.yaml --crd examples/webapp/crd.yaml`,

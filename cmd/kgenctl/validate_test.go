@@ -18,6 +18,7 @@ func TestValidate(t *testing.T) {
 		{name: "every error listed", args: []string{"--rules", "testdata/validate/bad.yaml"}, golden: "bad.txt"},
 		{name: "missing file", args: []string{"--rules", "testdata/validate/missing.yaml"}, golden: "missing.txt"},
 		{name: "typed with the CRD", args: []string{"--rules", "testdata/validate/typo.yaml", "--crd", "../../examples/webapp/crd.yaml"}, golden: "typo.txt"},
+		{name: "a child kind's CRD", args: []string{"--rules", "testdata/validate/child-crd.yaml", "--crd", "../../examples/webapp/crd.yaml"}, golden: "child-crd.txt"},
 		{name: "untyped without it", args: []string{"--rules", "testdata/validate/typo.yaml"}, golden: "typo-untyped.txt"},
 		// A rules document is a valid Rule object and the reverse: what
 		// kubectl get -o yaml prints of Rule objects is a rules file.

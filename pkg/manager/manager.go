@@ -230,9 +230,14 @@ func New(opts Options) (*Manager, error) {
 		sharding = m.shard
 	}
 	resources := mapper.New(kube.Discovery())
-	// The parent kinds' CRDs: rules are checked against their schemas
-	// when they start, and with ManageCRDs kgen applies them.
-	crds := &ruleset.CRDs{Client: dyn, Resources: resources, Manage: opts.ManageCRDs}
+	// The parent kinds' CRDs and the published schemas: rules are checked
+	// against them when they start, and with ManageCRDs kgen applies the
+	// CRDs.
+	// The schemas the server publishes: the controller compares objects
+	// by them, and rules are checked against them when they start; one
+	// Source reads each document once for both.
+	schemas := schema.New(kube.Discovery().OpenAPIV3())
+	crds := &ruleset.CRDs{Client: dyn, Resources: resources, Manage: opts.ManageCRDs, Types: schemas}
 	admit := crds.Check
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
@@ -265,7 +270,7 @@ func New(opts Options) (*Manager, error) {
 	m.ctrl = controller.New(controller.Config{
 		Rules: initial, Client: dyn, REST: restClient, Mapper: resources,
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
-		Schemas: schema.New(kube.Discovery().OpenAPIV3()), Events: opts.Events, Sharding: sharding,
+		Schemas: schemas, Events: opts.Events, Sharding: sharding,
 		Impersonate: impersonator(config),
 		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace()},
 		Prepare:     crds.Prepare, Admit: admit,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"kgen.dev/kgen/pkg/kinds"
+	"kgen.dev/kgen/pkg/mapper"
+	kschema "kgen.dev/kgen/pkg/schema"
 	"kgen.dev/kgen/rules"
 )
 
@@ -50,18 +53,33 @@ type CRDs struct {
 	// Manage applies the CRD of every rule with spec.parent.schema before
 	// the rule starts.
 	Manage bool
+	// Types, when set, reads the schemas the API server publishes
+	// (OpenAPI v3), which the children's templates, and the expressions
+	// of a rule whose parent kind is not a custom resource, are checked
+	// against. *schema.Source is one; share it with the controller, so
+	// that a document is read once for both.
+	Types Types
 
 	mu sync.Mutex
 	// applied are the rule versions whose CRD was applied.
 	applied map[*rules.Rule]bool
-	// unreadable are the CRDs kgen may not read, logged once each.
-	unreadable map[string]bool
+	// logged are the problems reading schemas that were logged: each
+	// once.
+	logged map[string]bool
 }
 
-// TypeError says that a rule's expressions do not fit the schema of its
-// parent kind's CRD.
+// Types reads the schemas the API server publishes.
+type Types interface {
+	Prefetch(gvks ...schema.GroupVersionKind) error
+	Type(gvk schema.GroupVersionKind) (*kschema.Type, error)
+}
+
+var _ Types = (*kschema.Source)(nil)
+
+// TypeError says that a rule does not fit the schemas of its kinds.
 type TypeError struct {
-	// CRD is the name of the CustomResourceDefinition.
+	// CRD is the name of the parent kind's CustomResourceDefinition, when
+	// the rule was checked against it.
 	CRD string
 	// Err is rules.Rule.CheckSchema's error: a rules.ErrorList naming each
 	// field and expression.
@@ -69,7 +87,10 @@ type TypeError struct {
 }
 
 func (e *TypeError) Error() string {
-	return fmt.Sprintf("the rule does not fit the schema of its parent kind (CustomResourceDefinition %s): %v", e.CRD, e.Err)
+	if e.CRD == "" {
+		return fmt.Sprintf("the rule does not fit the schemas of its kinds: %v", e.Err)
+	}
+	return fmt.Sprintf("the rule does not fit the schemas of its kinds (parent: CustomResourceDefinition %s): %v", e.CRD, e.Err)
 }
 
 // Unwrap returns the rule's errors.
@@ -126,53 +147,37 @@ func (c *CRDs) Forget(set []*rules.Rule) {
 	}
 }
 
-// Check checks a rule's expressions against the schema of its parent kind,
-// when the kind is a custom resource the cluster serves: a *TypeError if
-// they do not fit. There is nothing to check for a built-in kind, a kind
-// not served (yet), or one served by an aggregated API rather than a CRD;
-// nor when kgen may not read the CRD (logged once), nor, with Manage, for
-// a rule with spec.parent.schema, whose CRD kgen makes from it. Another
-// error reading the CRD is returned as it is: the caller tries again.
+// Check checks a rule against the schemas of its kinds: a *TypeError if
+// it does not fit. Its expressions are checked against its parent kind's
+// schema: the CRD's, when the kind is a custom resource the cluster serves,
+// or else, for a built-in kind or one of an aggregated API, what Types
+// publishes. Its children's templates are checked against what Types
+// publishes of their kinds. There is nothing to check for a parent kind not
+// served (yet), nor for a kind whose schema is not published; nor, with
+// Manage, against the served schema of a rule's parent kind with
+// spec.parent.schema, whose CRD kgen makes from it. When kgen may not read
+// the CRD or the published schemas, that is logged once, and the rest is
+// checked. Another error reading the CRD is returned as it is: the caller
+// tries again.
 func (c *CRDs) Check(ctx context.Context, rule *rules.Rule) error {
 	gvk := rule.Parent.GroupVersionKind
-	if _, builtin := kinds.Builtin(gvk.GroupKind()); builtin {
-		return nil
-	}
-	if c.Manage && rule.Parent.Schema != nil {
-		// Its CRD is made from spec.parent.schema, which the rule was
-		// checked against when it loaded; the CRD served now may be the
-		// previous version's, which Prepare is about to replace.
-		return nil
-	}
 	m, err := c.Resources.ResourceFor(gvk)
 	if err != nil {
 		return nil // not served: the rule waits for it anyway
 	}
-	name := m.Resource + "." + m.Group
-	obj, err := c.Client.Resource(CRDGVR).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsForbidden(err):
-		c.mu.Lock()
-		logged := c.unreadable[name]
-		if c.unreadable == nil {
-			c.unreadable = map[string]bool{}
+	// Its CRD, with Manage, is made from spec.parent.schema, which the
+	// rule was checked against when it loaded; the CRD served now may be
+	// the previous version's, which Prepare is about to replace.
+	managed := c.Manage && rule.Parent.Schema != nil
+	var props *apiextensionsv1.JSONSchemaProps
+	var name string
+	if _, builtin := kinds.Builtin(gvk.GroupKind()); !builtin && !managed {
+		if props, name, err = c.crdSchema(ctx, rule, m); err != nil {
+			return err
 		}
-		c.unreadable[name] = true
-		c.mu.Unlock()
-		if !logged {
-			klog.FromContext(ctx).Info("Cannot read the CustomResourceDefinition of a rule's parent kind; its expressions are checked when they run", "rule", rule.Name, "crd", name, "err", err.Error())
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("read CustomResourceDefinition %s to check the rule against it: %w", name, err)
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, crd); err != nil {
-		return fmt.Errorf("read CustomResourceDefinition %s: %w", name, err)
-	}
-	if err := rule.CheckSchema(versionSchema(crd, gvk.Version)); err != nil {
+	types := c.types(ctx, rule, props == nil && !managed)
+	if err := rule.CheckSchema(props, types); err != nil {
 		var list rules.ErrorList
 		if !errors.As(err, &list) {
 			return err
@@ -180,6 +185,77 @@ func (c *CRDs) Check(ctx context.Context, rule *rules.Rule) error {
 		return &TypeError{CRD: name, Err: err}
 	}
 	return nil
+}
+
+// crdSchema reads the schema of the parent kind's CRD: nil when there is
+// none, or kgen may not read it.
+func (c *CRDs) crdSchema(ctx context.Context, rule *rules.Rule, m mapper.Mapping) (*apiextensionsv1.JSONSchemaProps, string, error) {
+	name := m.Resource + "." + m.Group
+	obj, err := c.Client.Resource(CRDGVR).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, "", nil
+	case apierrors.IsForbidden(err):
+		if c.once("crd " + name) {
+			klog.FromContext(ctx).Info("Cannot read the CustomResourceDefinition of a rule's parent kind; its expressions are checked when they run", "rule", rule.Name, "crd", name, "err", err.Error())
+		}
+		return nil, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("read CustomResourceDefinition %s to check the rule against it: %w", name, err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, crd); err != nil {
+		return nil, "", fmt.Errorf("read CustomResourceDefinition %s: %w", name, err)
+	}
+	props := versionSchema(crd, rule.Parent.GroupVersionKind.Version)
+	if props == nil {
+		return nil, "", nil
+	}
+	return props, name, nil
+}
+
+// types returns what Types publishes of the rule's children's kinds, and
+// of its parent kind with parent; nil without Types. The documents are
+// read once for all of them (and kept for the comparisons of the running
+// rule); a kind whose document cannot be read is not checked, which is
+// logged once per problem.
+func (c *CRDs) types(ctx context.Context, rule *rules.Rule, parent bool) func(schema.GroupVersionKind) (*kschema.Type, bool) {
+	if c.Types == nil {
+		return nil
+	}
+	var gvks []schema.GroupVersionKind
+	if parent {
+		gvks = append(gvks, rule.Parent.GroupVersionKind)
+	}
+	for _, ch := range rule.Children {
+		if !slices.Contains(gvks, ch.GroupVersionKind) {
+			gvks = append(gvks, ch.GroupVersionKind)
+		}
+	}
+	if err := c.Types.Prefetch(gvks...); err != nil && c.once("types "+err.Error()) {
+		klog.FromContext(ctx).Info("Cannot read the published schema of a rule's kinds; its templates are checked when they are applied", "rule", rule.Name, "err", err.Error())
+	}
+	return func(gvk schema.GroupVersionKind) (*kschema.Type, bool) {
+		if !slices.Contains(gvks, gvk) {
+			return nil, false
+		}
+		t, err := c.Types.Type(gvk)
+		return t, err == nil && t != nil
+	}
+}
+
+// once tells whether a problem is new, remembering it.
+func (c *CRDs) once(problem string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.logged[problem] {
+		return false
+	}
+	if c.logged == nil {
+		c.logged = map[string]bool{}
+	}
+	c.logged[problem] = true
+	return true
 }
 
 // versionSchema returns the schema a CRD declares for a version; nil when

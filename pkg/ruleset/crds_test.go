@@ -14,11 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/openapi/openapitest"
 	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
+	kschema "kgen.dev/kgen/pkg/schema"
 	"kgen.dev/kgen/rules"
 )
 
@@ -56,6 +58,21 @@ spec:
               image: {type: string}
 `
 )
+
+// serveBuiltins serves ConfigMaps.
+var serveBuiltins = served{{Version: "v1", Kind: "ConfigMap"}: {Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Namespaced: true}}
+
+// published are the OpenAPI v3 documents of a real API server (core/v1,
+// apps/v1, batch/v1) that client-go embeds for tests.
+var published = kschema.New(openapitest.NewEmbeddedFileClient())
+
+// failingTypes cannot read any published schema.
+type failingTypes struct{}
+
+func (failingTypes) Prefetch(...schema.GroupVersionKind) error { return errors.New("forbidden") }
+func (failingTypes) Type(schema.GroupVersionKind) (*kschema.Type, error) {
+	return nil, errors.New("forbidden")
+}
 
 func appCRD(t *testing.T) *unstructured.Unstructured {
 	t.Helper()
@@ -113,8 +130,10 @@ func TestCRDsCheck(t *testing.T) {
 		reactor   clienttesting.ReactionFunc
 		schema    string // the rule's spec.parent.schema
 		manage    bool
-		wantType  string // a *TypeError containing this
-		wantOther bool   // another error
+		types     Types     // the published schemas
+		replace   [2]string // a change to the rule's document
+		wantType  string    // a *TypeError containing this
+		wantOther bool      // another error
 	}{
 		{name: "fits", expr: "parent.spec.image", served: serveApps, crd: true},
 		{name: "typo", expr: "parent.spec.imgae", served: serveApps, crd: true,
@@ -128,6 +147,21 @@ func TestCRDsCheck(t *testing.T) {
 		{name: "a managed CRD", expr: "parent.spec.size", schema: "{image: string, size: string}", manage: true, served: serveApps, crd: true},
 		{name: "the same, unmanaged", expr: "parent.spec.size", schema: "{image: string, size: string}", served: serveApps, crd: true,
 			wantType: `parent.spec has no field "size"`},
+
+		// With the published schemas: children, and built-in parents.
+		{name: "published: fits", expr: "parent.spec.image", served: serveApps, crd: true, types: published},
+		{name: "published: a child's typo", expr: "parent.spec.image", served: serveApps, crd: true, types: published,
+			replace:  [2]string{"data: {v:", "dataa: {v:"},
+			wantType: `CustomResourceDefinition apps.example.com): rules.yaml:12:7: rule "r": child "config": template.dataa: the schema of v1 ConfigMap has no field "dataa" here: did you mean "data"?`},
+		{name: "published: a type mismatch, no CRD", expr: "parent.spec.replicas", served: serveApps, types: published,
+			replace:  [2]string{"data: {v:", "immutable: {v:"},
+			wantType: `the rule does not fit the schemas of its kinds: rules.yaml:12:18: rule "r": child "config": template.immutable: the schema of v1 ConfigMap wants a boolean here, not a mapping`},
+		{name: "published: a built-in parent", expr: "parent.dta.x", kind: "ConfigMap", served: serveBuiltins, types: published,
+			wantType: `parent has no field "dta" in the schema of v1 ConfigMap: did you mean "data"?`},
+		{name: "published: a built-in parent fits", expr: "parent.data.x", kind: "ConfigMap", served: serveBuiltins, types: published},
+		{name: "published: a managed CRD's own schema is not used", expr: "parent.spec.size", schema: "{image: string, size: string}", manage: true, served: serveApps, crd: true, types: published},
+		{name: "published: unreadable", expr: "parent.spec.image", served: serveApps, crd: true, types: failingTypes{},
+			replace: [2]string{"data: {v:", "dataa: {v:"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,6 +171,9 @@ func TestCRDsCheck(t *testing.T) {
 			}
 			if tt.schema != "" {
 				doc = strings.Replace(doc, "namespaces: [r]}", "namespaces: [r], schema: "+tt.schema+"}", 1)
+			}
+			if tt.replace[0] != "" {
+				doc = strings.Replace(doc, tt.replace[0], tt.replace[1], 1)
 			}
 			rs, err := rules.Parse("rules.yaml", []byte(doc), rules.Options{})
 			if err != nil {
@@ -150,7 +187,7 @@ func TestCRDsCheck(t *testing.T) {
 			if tt.reactor != nil {
 				client.PrependReactor("get", "customresourcedefinitions", tt.reactor)
 			}
-			c := &CRDs{Client: client, Resources: tt.served, Manage: tt.manage}
+			c := &CRDs{Client: client, Resources: tt.served, Manage: tt.manage, Types: tt.types}
 			err = c.Check(context.Background(), rs[0])
 			var te *TypeError
 			switch {

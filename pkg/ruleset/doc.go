@@ -17,11 +17,13 @@
 // parents and ready parents, which it reads from a Progress (the controller)
 // at most every StatusInterval.
 //
-// CRDs reads the CustomResourceDefinitions of the rules' parent kinds. A
-// rule's expressions are checked against its parent's CRD when the rule
-// starts (Set.Admit, the controller's Admit hook): one that does not fit
-// waits, and a Rule object says why in its Accepted condition; a new
-// version that does not fit the CRD served is not applied. With Manage,
+// CRDs reads the CustomResourceDefinitions of the rules' parent kinds, and
+// the schemas the API server publishes (CRDs.Types). A rule is checked when
+// it starts (Set.Admit, the controller's Admit hook): its expressions
+// against its parent's CRD, or a built-in parent's published schema, and
+// its children's templates against their kinds' published schemas. One
+// that does not fit waits, and a Rule object says why in its Accepted
+// condition; a new version that does not fit is not applied. With Manage,
 // CRDs.Prepare applies the CRD of a rule with spec.parent.schema before it
 // starts (kgenctl run --manage-crds).
 package ruleset

@@ -535,7 +535,7 @@ func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
 		delete(s.fileTypeErrs, rule)
 	}
 	if now != nil && (prev == nil || prev.Error() != now.Error()) {
-		klog.FromContext(ctx).Error(now, "Rule does not start: its expressions do not fit the schema of its parent kind", "rule", rule.Name)
+		klog.FromContext(ctx).Error(now, "Rule does not start: it does not fit the schemas of its kinds", "rule", rule.Name)
 		s.kickLocked()
 	}
 	if now == nil && prev != nil {

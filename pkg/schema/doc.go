@@ -10,7 +10,13 @@
 // of Fields, and the document is dropped. A nil *Field means "nothing known": callers fall back to
 // treating lists as atomic and values literally.
 //
+// For the same kinds it also keeps each kind's Type: every field with its
+// JSON types, which the rules package checks templates and expressions
+// against (typed expressions). Both are condensed from one read of the
+// document.
+//
 // The package does not know what kgen does with the answers; pkg/reconcile
-// uses them to tell a real difference from one the server made, and to
-// decide how to write a parent's status.
+// uses Fields to tell a real difference from one the server made, and to
+// decide how to write a parent's status, and pkg/ruleset hands Types to the
+// rules package when a rule starts.
 package schema

@@ -90,6 +90,9 @@ type Source struct {
 
 	mu    sync.Mutex
 	kinds map[schema.GroupVersionKind]*Field
+	// types holds the Type of every kind in kinds; nil for a kind the
+	// server publishes no schema of.
+	types map[schema.GroupVersionKind]*Type
 	// failed holds the error of reading each group version that could not
 	// be read, so it is not asked for again until Forget.
 	failed map[schema.GroupVersion]error
@@ -98,7 +101,7 @@ type Source struct {
 // New returns a Source reading through client (for example
 // discovery.NewDiscoveryClientForConfig(c).OpenAPIV3()).
 func New(client openapi.Client) *Source {
-	return &Source{client: client, kinds: map[schema.GroupVersionKind]*Field{}, failed: map[schema.GroupVersion]error{}}
+	return &Source{client: client, kinds: map[schema.GroupVersionKind]*Field{}, types: map[schema.GroupVersionKind]*Type{}, failed: map[schema.GroupVersion]error{}}
 }
 
 // Kind returns what is known of a kind's fields: nil (and no error) when
@@ -114,8 +117,22 @@ func (s *Source) Kind(gvk schema.GroupVersionKind) (*Field, error) {
 	return s.kinds[gvk], nil
 }
 
+// Type returns the shape of a kind's objects, for type-checking rules:
+// nil (and no error) when the server publishes no schema for it. Errors
+// are as for Kind: the document is read once for both.
+func (s *Source) Type(gvk schema.GroupVersionKind) (*Type, error) {
+	if err := s.Prefetch(gvk); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.types[gvk], nil
+}
+
 // Prefetch condenses the kinds that are not known yet, reading each group
-// version's document once.
+// version's document once: both what comparing objects needs (Kind) and
+// their shape (Type), so that checking a rule and running it read the
+// document once.
 func (s *Source) Prefetch(gvks ...schema.GroupVersionKind) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,15 +155,17 @@ func (s *Source) Prefetch(gvks ...schema.GroupVersionKind) error {
 			errs = append(errs, err)
 			continue
 		}
-		condensed, err := Condense(doc, wanted...)
+		d, err := parseDocument(doc)
 		if err != nil {
 			err = fmt.Errorf("read the OpenAPI v3 schema of %s: %w", gv, err)
 			s.failed[gv] = err
 			errs = append(errs, err)
 			continue
 		}
+		fields, types := d.fields(wanted), d.types(wanted)
 		for _, gvk := range wanted {
-			s.kinds[gvk] = condensed[gvk] // nil when nothing matters
+			s.kinds[gvk] = fields[gvk] // nil when nothing matters
+			s.types[gvk] = types[gvk]
 		}
 	}
 	return errors.Join(errs...)
@@ -192,6 +211,7 @@ func (s *Source) forget(match func(schema.GroupVersion) bool) {
 	for k := range s.kinds {
 		if match(k.GroupVersion()) {
 			delete(s.kinds, k)
+			delete(s.types, k)
 		}
 	}
 }
@@ -201,6 +221,32 @@ func (s *Source) forget(match func(schema.GroupVersion) bool) {
 // named). Only the components the wanted kinds reach are decoded: the
 // document's other schemas stay bytes.
 func Condense(data []byte, wanted ...schema.GroupVersionKind) (map[schema.GroupVersionKind]*Field, error) {
+	d, err := parseDocument(data)
+	if err != nil {
+		return nil, err
+	}
+	return d.fields(wanted), nil
+}
+
+// CondenseTypes returns the Type of each wanted kind of an OpenAPI v3
+// document given as JSON (every kind the document defines when none is
+// named), decoding only the components the wanted kinds reach.
+func CondenseTypes(data []byte, wanted ...schema.GroupVersionKind) (map[schema.GroupVersionKind]*Type, error) {
+	d, err := parseDocument(data)
+	if err != nil {
+		return nil, err
+	}
+	return d.types(wanted), nil
+}
+
+// document is an OpenAPI v3 document whose components are decoded when
+// first reached.
+type document struct {
+	raw     map[string]json.RawMessage
+	decoded map[string]*spec.Schema
+}
+
+func parseDocument(data []byte) (*document, error) {
 	var doc struct {
 		Components struct {
 			Schemas map[string]json.RawMessage `json:"schemas"`
@@ -209,46 +255,72 @@ func Condense(data []byte, wanted ...schema.GroupVersionKind) (map[schema.GroupV
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, err
 	}
-	raw := doc.Components.Schemas
-	decoded := map[string]*spec.Schema{}
-	c := &condenser{memo: map[string]*Field{}, busy: map[string]bool{}, lookup: func(name string) (*spec.Schema, bool) {
-		if s, ok := decoded[name]; ok {
-			return s, true
-		}
-		r, ok := raw[name]
-		if !ok {
-			return nil, false
-		}
-		s := &spec.Schema{}
-		if err := json.Unmarshal(r, s); err != nil {
-			return nil, false
-		}
-		decoded[name] = s
+	return &document{raw: doc.Components.Schemas, decoded: map[string]*spec.Schema{}}, nil
+}
+
+// lookup decodes a component.
+func (d *document) lookup(name string) (*spec.Schema, bool) {
+	if s, ok := d.decoded[name]; ok {
 		return s, true
-	}}
-	out := map[schema.GroupVersionKind]*Field{}
-	names := make([]string, 0, len(raw))
-	for name := range raw {
+	}
+	r, ok := d.raw[name]
+	if !ok {
+		return nil, false
+	}
+	s := &spec.Schema{}
+	if err := json.Unmarshal(r, s); err != nil {
+		return nil, false
+	}
+	d.decoded[name] = s
+	return s, true
+}
+
+// components returns the component of each wanted kind (every kind when
+// none is named), by the x-kubernetes-group-version-kind of the components.
+func (d *document) components(wanted []schema.GroupVersionKind) map[schema.GroupVersionKind]string {
+	out := map[schema.GroupVersionKind]string{}
+	names := make([]string, 0, len(d.raw))
+	for name := range d.raw {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if !bytes.Contains(raw[name], []byte("x-kubernetes-group-version-kind")) {
+		if !bytes.Contains(d.raw[name], []byte("x-kubernetes-group-version-kind")) {
 			continue
 		}
 		var ext struct {
 			GVKs []schema.GroupVersionKind `json:"x-kubernetes-group-version-kind"`
 		}
-		if err := json.Unmarshal(raw[name], &ext); err != nil {
+		if err := json.Unmarshal(d.raw[name], &ext); err != nil {
 			continue
 		}
 		for _, gvk := range ext.GVKs {
 			if len(wanted) == 0 || slices.Contains(wanted, gvk) {
-				out[gvk] = c.component(name)
+				out[gvk] = name
 			}
 		}
 	}
-	return out, nil
+	return out
+}
+
+// fields condenses the Fields of the wanted kinds.
+func (d *document) fields(wanted []schema.GroupVersionKind) map[schema.GroupVersionKind]*Field {
+	c := &condenser{memo: map[string]*Field{}, busy: map[string]bool{}, lookup: d.lookup}
+	out := map[schema.GroupVersionKind]*Field{}
+	for gvk, name := range d.components(wanted) {
+		out[gvk] = c.component(name)
+	}
+	return out
+}
+
+// types condenses the Types of the wanted kinds.
+func (d *document) types(wanted []schema.GroupVersionKind) map[schema.GroupVersionKind]*Type {
+	c := &typer{memo: map[string]*Type{}, lookup: d.lookup}
+	out := map[schema.GroupVersionKind]*Type{}
+	for gvk, name := range d.components(wanted) {
+		out[gvk] = c.component(name)
+	}
+	return out
 }
 
 // condenser walks a document's schemas, condensing each component once.
