@@ -128,8 +128,8 @@ func TestConfigMapRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(loaded[tt.rule], tt.scopes) {
-				t.Errorf("Load()[%s] = %v, want %v", tt.rule, loaded[tt.rule], tt.scopes)
+			if !slices.Equal(loaded.Children[tt.rule], tt.scopes) {
+				t.Errorf("Load().Children[%s] = %v, want %v", tt.rule, loaded.Children[tt.rule], tt.scopes)
 			}
 		})
 	}
