@@ -106,7 +106,11 @@ func (c *Controller) writeParents(ctx context.Context, rule string) error {
 	c.mu.Lock()
 	c.record.savedParents[rule] = want
 	c.mu.Unlock()
-	klog.FromContext(ctx).Info("Recorded where the rule watches its parents", "rule", rule, "scopes", encodeScopes(want))
+	if len(want) == 0 {
+		klog.FromContext(ctx).Info("Nothing left to record of where the rule watched its parents", "rule", rule)
+	} else {
+		klog.FromContext(ctx).Info("Recorded where the rule watches its parents", "rule", rule, "scopes", encodeScopes(want))
+	}
 	return nil
 }
 
