@@ -44,6 +44,9 @@ import (
 // while kgen runs starts the same way: its new version starts from what
 // its old version recorded, which kgen keeps in memory too.
 //
+// The same Record keeps where each rule watched its parents, so that
+// parents where no rule looks any more are released (parents.go).
+//
 // A Record kgen cannot read or write (its RBAC lacks the ConfigMap, as
 // under a chart from before the record) does not stop the rules: the
 // failure is logged, at most once a minute, and in RuleState.RecordError,
