@@ -595,8 +595,11 @@ func (c *Controller) childrenOf(rs *ruleState, parent types.UID) []*unstructured
 var _ reconcile.ChildLister = (*Controller)(nil)
 
 // activateLoop starts waiting rules now and whenever it is kicked or the
-// retry interval passes, until ctx is done. It also has the reconciler
-// forget, hourly, what it remembers of objects long unseen.
+// retry interval passes, until ctx is done. After each pass it retires the
+// old versions of changed rules, prunes (record.go), and starts a sweep of
+// recorded parent kinds no rule covers when one is due (parents.go). It also
+// has the reconciler forget, hourly, what it remembers of objects long
+// unseen.
 func (c *Controller) activateLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	// Sweeps of recorded parent kinds run beside the loop, one at a
