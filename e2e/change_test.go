@@ -637,7 +637,10 @@ func TestChangeForbiddenChildKind(t *testing.T) {
 	}
 	for _, e := range requests {
 		if e.Verb == "create" || e.Verb == "patch" {
-			if e.ObjectRef.Resource != "events" {
+			// kgen's own record may be tidied meanwhile: a parent kind
+			// of a rule an earlier test removed leaves it once swept.
+			record := e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Name == controller.DefaultRecordName
+			if e.ObjectRef.Resource != "events" && !record {
 				t.Errorf("kgen wrote %s %s/%s before its caches synced", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Name)
 			}
 		}
