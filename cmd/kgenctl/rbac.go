@@ -39,13 +39,13 @@ func newRBACCmd(out io.Writer) *cobra.Command {
 		Use:   "rbac --rules PATH",
 		Short: "Print the least-privileged RBAC that kgen needs to run the rules",
 		Long: `Print the RBAC that "kgenctl run" needs for the rules, and nothing more:
-get/list/watch on the parents, patch on their status subresource, the child
-kinds' get/list/watch/create/patch/delete, list/watch on the inputs, events,
-get on the CustomResourceDefinition of each custom parent kind (kgen checks
-the rules against its schema), the ConfigMap kgen-state in kgen's namespace
-(its record of the rules' child kinds), list/watch on CRDs and APIServices
-(to follow the cluster's kinds), and the leader-election Lease (with
---shards, patch on the parents and the shards' Leases). A rule limited to
+get/list/watch on the parents, patch on them (kgen's finalizer) and on their
+status subresource, the child kinds' get/list/watch/create/patch/delete,
+list/watch on the inputs, events, get on the CustomResourceDefinition of each
+custom parent kind (kgen checks the rules against its schema), the ConfigMap
+kgen-state in kgen's namespace (its record of the rules' kinds), list/watch
+on CRDs and APIServices (to follow the cluster's kinds), and the
+leader-election Lease (with --shards, the shards' Leases). A rule limited to
 namespaces gets Roles in those namespaces rather than ClusterRole rules.
 Notes on what cannot be derived from the rules go to stderr.
 
@@ -95,7 +95,7 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "include the Role for the leader-election Lease (manifests)")
 	f.StringVar(&o.leaseName, "leader-elect-id", "kgen", "name of the leader-election Lease, which the Role names (manifests)")
 	f.BoolVar(&o.ruleObjects, "rule-objects", true, "include the ClusterRole for serving Rule objects, as kgenctl run does by default (manifests)")
-	f.BoolVar(&o.shards, "shards", false, "for 'kgenctl run --shards': patch on the parents, for their kgen.dev/shard label, and the Role for the shards' Leases instead of the leader-election one (manifests)")
+	f.BoolVar(&o.shards, "shards", false, "for 'kgenctl run --shards': the Role for the shards' Leases instead of the leader-election one (manifests)")
 	f.BoolVar(&o.manageCRDs, "manage-crds", false, "also grant create and patch on the CRDs of the rules with spec.parent.schema, for kgenctl run --manage-crds (with -o helm-values: manageCRDs: true)")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd

@@ -185,6 +185,9 @@ type ruleState struct {
 	pruning   []*pruneWatch
 	unwatched []ChildScope
 	recordErr string
+	// parentScopes are where the rule watches its parents, for the
+	// record (see parents.go).
+	parentScopes []ChildScope
 
 	// stop ends the wait for the rule's informers to sync.
 	stop context.CancelFunc
@@ -592,10 +595,17 @@ func (c *Controller) childrenOf(rs *ruleState, parent types.UID) []*unstructured
 var _ reconcile.ChildLister = (*Controller)(nil)
 
 // activateLoop starts waiting rules now and whenever it is kicked or the
-// retry interval passes, until ctx is done. It also has the reconciler
-// forget, hourly, what it remembers of objects long unseen.
+// retry interval passes, until ctx is done. After each pass it retires the
+// old versions of changed rules, prunes (record.go), and starts a sweep of
+// recorded parent kinds no rule covers when one is due (parents.go). It also
+// has the reconciler forget, hourly, what it remembers of objects long
+// unseen.
 func (c *Controller) activateLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	// Sweeps of recorded parent kinds run beside the loop, one at a
+	// time, and end with it.
+	var sweeps sync.WaitGroup
+	defer sweeps.Wait()
 	ticker := time.NewTicker(c.cfg.RetryInterval)
 	defer ticker.Stop()
 	sweep := time.NewTicker(time.Hour)
@@ -627,6 +637,9 @@ func (c *Controller) activateLoop(ctx context.Context) {
 			c.retire(ctx, rs)
 		}
 		c.prunePass(ctx)
+		if c.beginSweep() {
+			sweeps.Go(func() { c.sweepParents(ctx) })
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -750,6 +763,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	rs.parent, rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, inputRegs, gvrs, stop
 	rs.unassign = unassign
 	rs.scopes = scopes
+	rs.parentScopes = parentScopes(rule, parentRegs)
 	c.mu.Unlock()
 	// Where its record says an earlier version made children: watched to
 	// prune them, without holding the rule back (record.go).
@@ -980,7 +994,7 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = nil, nil, nil, nil, nil
 	unassign := rs.unassign
 	rs.unassign = nil
-	rs.pruning, rs.unwatched, rs.recordErr = nil, nil, ""
+	rs.pruning, rs.unwatched, rs.recordErr, rs.parentScopes = nil, nil, "", nil
 	c.mu.Unlock()
 	for _, stop := range unassign {
 		stop()

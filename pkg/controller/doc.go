@@ -23,7 +23,12 @@
 // until none of the rule's children is left there, so children of a kind
 // that left a rule are pruned too (record.go). A started rule's scopes are
 // recorded before any of its parents is reconciled; a Record kgen cannot
-// read or write does not stop the rules, whose state says why.
+// read or write does not stop the rules, whose state says why. The Record
+// also keeps where each rule watched its parents: once every rule is
+// loaded, a recorded parent kind and namespace that no rule covers any
+// more (every rule of the kind removed, or the namespace dropped, while
+// kgen was stopped, or live) is listed once and its parents that carry
+// kgen's finalizer are released, then it leaves the Record (parents.go).
 //
 // Inputs (inputs.go) are read from shared informers; each reconcile records
 // what its parent read, and an input's event queues exactly the parents
@@ -45,7 +50,9 @@
 // The controller reads only from its caches; every API request it makes is a
 // write by the reconciler, a list and watch of an informer, a read of a
 // parent that left a rule, a read the reconciler makes on a rare path
-// (a conflict, a drift repair), the get and patches of the record, or, with
+// (a conflict, a drift repair), the get and patches of the record, the
+// one-off list of a recorded parent kind no rule covers (and of the
+// children of its parents being deleted), or, with
 // sharding, the list and relabelling of the children of a parent that came
 // to this replica.
 package controller

@@ -25,24 +25,28 @@ import (
 	"kgen.dev/kgen/rules"
 )
 
-// memRecord is a Record in memory that counts its writes.
+// memRecord is a Record in memory that counts its writes of child scopes.
 type memRecord struct {
-	mu     sync.Mutex
-	scopes map[string][]ChildScope
-	saves  int
-	// failLoad and failSave, when set, are what Load and Save return.
+	mu      sync.Mutex
+	scopes  map[string][]ChildScope
+	parents map[string][]ChildScope
+	saves   int
+	// failLoad and failSave, when set, are what Load and the saves return.
 	failLoad, failSave error
 }
 
-func (m *memRecord) Load(context.Context) (map[string][]ChildScope, error) {
+func (m *memRecord) Load(context.Context) (Recorded, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failLoad != nil {
-		return nil, m.failLoad
+		return Recorded{}, m.failLoad
 	}
-	out := map[string][]ChildScope{}
+	out := Recorded{Children: map[string][]ChildScope{}, Parents: map[string][]ChildScope{}}
 	for k, v := range m.scopes {
-		out[k] = slices.Clone(v)
+		out.Children[k] = slices.Clone(v)
+	}
+	for k, v := range m.parents {
+		out.Parents[k] = slices.Clone(v)
 	}
 	return out, nil
 }
@@ -60,6 +64,30 @@ func (m *memRecord) Save(_ context.Context, rule string, scopes []ChildScope) er
 		m.scopes[rule] = slices.Clone(scopes)
 	}
 	return nil
+}
+
+func (m *memRecord) SaveParents(_ context.Context, rule string, scopes []ChildScope) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failSave != nil {
+		return m.failSave
+	}
+	if m.parents == nil {
+		m.parents = map[string][]ChildScope{}
+	}
+	if len(scopes) == 0 {
+		delete(m.parents, rule)
+	} else {
+		m.parents[rule] = slices.Clone(scopes)
+	}
+	return nil
+}
+
+// getParents returns the parent scopes recorded for a rule.
+func (m *memRecord) getParents(rule string) []ChildScope {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.parents[rule])
 }
 
 func (m *memRecord) get(rule string) ([]ChildScope, int) {

@@ -44,6 +44,9 @@ import (
 // while kgen runs starts the same way: its new version starts from what
 // its old version recorded, which kgen keeps in memory too.
 //
+// The same Record keeps where each rule watched its parents, so that
+// parents where no rule looks any more are released (parents.go).
+//
 // A Record kgen cannot read or write (its RBAC lacks the ConfigMap, as
 // under a chart from before the record) does not stop the rules: the
 // failure is logged, at most once a minute, and in RuleState.RecordError,
@@ -77,26 +80,40 @@ func (a ChildScope) covers(b ChildScope) bool {
 // compareScopes orders scopes by their text.
 func compareScopes(a, b ChildScope) int { return strings.Compare(a.String(), b.String()) }
 
-// Record keeps the child scopes of every rule where they survive a restart
-// of kgen. Only the leader writes it.
+// Recorded is what a Record holds, by rule: where the rule may have made
+// children, and where it watched its parents (a scope of the parent kind per
+// watched namespace, "" for every namespace or a cluster-scoped kind).
+type Recorded struct {
+	Children map[string][]ChildScope
+	Parents  map[string][]ChildScope
+}
+
+// Record keeps the child and parent scopes of every rule where they
+// survive a restart of kgen. Only the leader writes it.
 type Record interface {
-	// Load returns the scopes recorded for each rule.
-	Load(ctx context.Context) (map[string][]ChildScope, error)
-	// Save records a rule's scopes; none removes the rule's entry.
+	// Load returns what is recorded.
+	Load(ctx context.Context) (Recorded, error)
+	// Save records a rule's child scopes; none removes them.
 	Save(ctx context.Context, rule string, scopes []ChildScope) error
+	// SaveParents records a rule's parent scopes; none removes them.
+	SaveParents(ctx context.Context, rule string, scopes []ChildScope) error
 }
 
 // DefaultRecordName is the name of the ConfigMap of a ConfigMapRecord.
 const DefaultRecordName = "kgen-state"
 
 // ConfigMapRecord keeps the record in a ConfigMap: one key per rule (a rule
-// name is a valid key), whose value has a line per scope,
+// name is a valid key) for its child scopes, and one, the rule's name with
+// ParentsKeySuffix, for its parent scopes (no rule name has a "_", so the
+// two never meet), whose values have a line per scope,
 // "APIVERSION KIND [NAMESPACE]":
 //
 //	data:
 //	  webapp: |
 //	    apps/v1 Deployment
 //	    v1 ConfigMap team-a
+//	  webapp_parents: |
+//	    example.com/v1 WebApp team-a
 //
 // It reads the ConfigMap with get and writes one key at a time with a JSON
 // merge patch, so writers of different rules never undo each other's keys;
@@ -110,6 +127,10 @@ type ConfigMapRecord struct {
 	Namespace, Name string
 }
 
+// ParentsKeySuffix ends the key of a ConfigMapRecord that holds a rule's
+// parent scopes.
+const ParentsKeySuffix = "_parents"
+
 var _ Record = (*ConfigMapRecord)(nil)
 
 func (r *ConfigMapRecord) name() string {
@@ -121,32 +142,55 @@ func (r *ConfigMapRecord) name() string {
 
 // Load reads the ConfigMap; a missing one records nothing. A line that is
 // not a scope is logged and left out.
-func (r *ConfigMapRecord) Load(ctx context.Context) (map[string][]ChildScope, error) {
+func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
+	out := Recorded{Children: map[string][]ChildScope{}, Parents: map[string][]ChildScope{}}
 	cm, err := r.Client.ConfigMaps(r.Namespace).Get(ctx, r.name(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return map[string][]ChildScope{}, nil
+		return out, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the record of child kinds, ConfigMap %s/%s: %w", r.Namespace, r.name(), err)
+		return Recorded{}, fmt.Errorf("read the record of the rules' kinds, ConfigMap %s/%s: %w", r.Namespace, r.name(), err)
 	}
-	out := map[string][]ChildScope{}
-	for rule, value := range cm.Data {
+	for key, value := range cm.Data {
 		scopes, bad := decodeScopes(value)
+		rule, parents := strings.CutSuffix(key, ParentsKeySuffix)
 		for _, line := range bad {
-			klog.FromContext(ctx).Info("Ignoring a line of the record of child kinds that is not a scope", "configMap", klog.KObj(cm), "rule", rule, "line", line)
+			klog.FromContext(ctx).Info("Ignoring a line of the record of the rules' kinds that is not a scope", "configMap", klog.KObj(cm), "key", key, "line", line)
 		}
-		out[rule] = scopes
+		if parents {
+			out.Parents[rule] = scopes
+		} else {
+			out.Children[rule] = scopes
+		}
 	}
 	return out, nil
 }
 
-// Save writes the rule's key, creating the ConfigMap if it is missing.
+// Save writes the rule's key of child scopes, creating the ConfigMap if
+// it is missing.
 func (r *ConfigMapRecord) Save(ctx context.Context, rule string, scopes []ChildScope) error {
+	if err := r.save(ctx, rule, scopes); err != nil {
+		return fmt.Errorf("record the child kinds of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
+	}
+	return nil
+}
+
+// SaveParents writes the rule's key of parent scopes, creating the
+// ConfigMap if it is missing.
+func (r *ConfigMapRecord) SaveParents(ctx context.Context, rule string, scopes []ChildScope) error {
+	if err := r.save(ctx, rule+ParentsKeySuffix, scopes); err != nil {
+		return fmt.Errorf("record the parent kinds of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
+	}
+	return nil
+}
+
+// save writes one key; no scopes remove it.
+func (r *ConfigMapRecord) save(ctx context.Context, key string, scopes []ChildScope) error {
 	var value any // null removes the key
 	if len(scopes) > 0 {
 		value = encodeScopes(scopes)
 	}
-	patch, err := json.Marshal(map[string]any{"data": map[string]any{rule: value}})
+	patch, err := json.Marshal(map[string]any{"data": map[string]any{key: value}})
 	if err != nil {
 		return err
 	}
@@ -163,7 +207,7 @@ func (r *ConfigMapRecord) Save(ctx context.Context, rule string, scopes []ChildS
 		}
 	}
 	if err != nil && !(apierrors.IsNotFound(err) && value == nil) {
-		return fmt.Errorf("record the child kinds of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
+		return err
 	}
 	return nil
 }
@@ -265,6 +309,16 @@ type recordState struct {
 	// logged is when a failure to read or write the record was last
 	// logged, by rule.
 	logged map[string]time.Time
+	// parents is what the record should hold of where rules watched
+	// their parents, by rule: what it held when read, and the scopes of
+	// every version of the rule started since, until sweepParents has
+	// looked at a scope no rule covers any more. savedParents is what it
+	// holds, as read or last written.
+	parents, savedParents map[string][]ChildScope
+	// sweeps are the parent scopes whose sweep failed, and when each may
+	// be tried again; sweeping is set while a sweep runs.
+	sweeps   map[ChildScope]sweepRetry
+	sweeping bool
 }
 
 // recordLogEvery bounds how often a failing read or write of the record is
@@ -299,7 +353,7 @@ func (c *Controller) loadRecord(ctx context.Context) error {
 	if loaded {
 		return nil
 	}
-	recorded := map[string][]ChildScope{}
+	var recorded Recorded
 	if c.cfg.Record != nil {
 		var err error
 		if recorded, err = c.cfg.Record.Load(ctx); err != nil {
@@ -316,7 +370,15 @@ func (c *Controller) loadRecord(ctx context.Context) error {
 	}
 	c.record.saved = map[string][]ChildScope{}
 	c.record.fresh = map[string][]ChildScope{}
-	for rule, scopes := range recorded {
+	if c.record.parents == nil {
+		c.record.parents = map[string][]ChildScope{}
+	}
+	c.record.savedParents = map[string][]ChildScope{}
+	for rule, scopes := range recorded.Parents {
+		c.record.savedParents[rule] = sortScopes(slices.Clone(scopes))
+		c.record.parents[rule] = sortScopes(append(c.record.parents[rule], scopes...))
+	}
+	for rule, scopes := range recorded.Children {
 		c.record.saved[rule] = sortScopes(scopes)
 		c.record.fresh[rule] = slices.Clone(c.record.saved[rule])
 		// What the Record holds and kgen learned since it started:
@@ -418,11 +480,14 @@ func recordScopesOf(rs *ruleState) []ChildScope {
 	return sortScopes(out)
 }
 
-// writeRecord makes a rule state's scopes what the controller wants
-// recorded for the rule, writes them to the Record unless it holds them
-// already, and keeps in the state whether it could.
+// writeRecord makes a rule state's child and parent scopes what the
+// controller wants recorded for the rule, writes them to the Record unless
+// it holds them already, and keeps in the state whether it could.
 func (c *Controller) writeRecord(ctx context.Context, rs *ruleState) error {
 	err := c.saveScopes(ctx, rs)
+	if err == nil {
+		err = c.saveParentScopes(ctx, rs)
+	}
 	c.mu.Lock()
 	rs.recordErr = ""
 	if err != nil {

@@ -128,8 +128,8 @@ func TestConfigMapRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(loaded[tt.rule], tt.scopes) {
-				t.Errorf("Load()[%s] = %v, want %v", tt.rule, loaded[tt.rule], tt.scopes)
+			if !slices.Equal(loaded.Children[tt.rule], tt.scopes) {
+				t.Errorf("Load().Children[%s] = %v, want %v", tt.rule, loaded.Children[tt.rule], tt.scopes)
 			}
 		})
 	}
@@ -178,5 +178,47 @@ func TestConfigMapRecordRequests(t *testing.T) {
 	})
 	if _, err := r.Load(ctx); err == nil || !strings.Contains(err.Error(), "kgen/kgen-state") || !apierrors.IsForbidden(err) {
 		t.Errorf("Load() = %v, want a forbidden error naming the ConfigMap", err)
+	}
+}
+
+// A rule's parent scopes have their own key, which a write of its child
+// scopes leaves alone, and which Load returns as parents only.
+func TestConfigMapRecordParents(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	r := &ConfigMapRecord{Client: client.CoreV1(), Namespace: "kgen"}
+	gadgetsIn := []ChildScope{{GroupVersionKind: gadgetKind, Namespace: "team-a"}, {GroupVersionKind: gadgetKind, Namespace: "team-b"}}
+	if err := r.SaveParents(ctx, "web", gadgetsIn); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Save(ctx, "web", []ChildScope{{GroupVersionKind: deployments}}); err != nil {
+		t.Fatal(err)
+	}
+	cm, err := client.CoreV1().ConfigMaps("kgen").Get(ctx, DefaultRecordName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"web":         "apps/v1 Deployment\n",
+		"web_parents": "example.com/v1 Gadget team-a\nexample.com/v1 Gadget team-b\n",
+	}
+	if !mapsEqual(cm.Data, want) {
+		t.Errorf("data = %v, want %v", cm.Data, want)
+	}
+	loaded, err := r.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loaded.Parents["web"]; !slices.Equal(got, gadgetsIn) || len(loaded.Parents) != 1 {
+		t.Errorf("Load().Parents = %v, want web: %v", loaded.Parents, gadgetsIn)
+	}
+	if len(loaded.Children) != 1 || len(loaded.Children["web"]) != 1 {
+		t.Errorf("Load().Children = %v, want web's Deployment alone", loaded.Children)
+	}
+	if err := r.SaveParents(ctx, "web", nil); err != nil {
+		t.Fatal(err)
+	}
+	if loaded, err = r.Load(ctx); err != nil || len(loaded.Parents) != 0 || len(loaded.Children) != 1 {
+		t.Errorf("Load() = %+v, %v after the parents were removed, want web's children alone", loaded, err)
 	}
 }

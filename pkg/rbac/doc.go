@@ -1,9 +1,12 @@
 // Package rbac works out the least-privileged Kubernetes RBAC rules that kgen
 // needs to run a set of rules, from what the reconciler really calls:
 //
-//   - parents: get, list, watch (informers); patch when kgen may put its
-//     cleanup finalizer on them (server-side apply of the parent itself, for
-//     a namespaced parent with a cluster-scoped or cross-namespace child);
+//   - parents: get, list, watch (informers); patch, for kgen's cleanup
+//     finalizer (server-side apply of the parent itself): put on a parent
+//     whose rule has a child where an ownerReference cannot be (a
+//     namespaced parent with a cluster-scoped or cross-namespace child),
+//     and removed by every rule, also one that never puts it, from parents
+//     an earlier version of the rule (or another rule) left it on;
 //     patch on the status subresource (server-side apply), when the kind has
 //     one; update on the finalizers subresource, which is never called but is
 //     what the OwnerReferencesPermissionEnforcement admission plugin checks

@@ -41,10 +41,11 @@ type Options struct {
 	// spec.parent.schema, by name. That is close to cluster-admin (a CRD
 	// can be changed to anything), so it is asked for, never assumed.
 	ManageCRDs bool
-	// Sharding grants what 'kgenctl run --shards' needs beyond one kgen:
-	// patch on the parents, as the shards write their kgen.dev/shard label
-	// (children have patch already: kgen's, or the rule's ServiceAccount's,
-	// as which a shard relabels them).
+	// Sharding grants what 'kgenctl run --shards' needs beyond one kgen.
+	// Nothing today: the shards write their kgen.dev/shard label with
+	// patch on the parents, which every rule gets for kgen's finalizer,
+	// and on the children, which have patch already (kgen's, or the
+	// rule's ServiceAccount's, as which a shard relabels them).
 	Sharding bool
 }
 
@@ -289,11 +290,13 @@ func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs
 		// parent's deletion.
 		g.add(parentAt, grantKey{group: parent.Group, resource: parent.Resource + "/finalizers"}, "update")
 	}
-	if pl.MayNeedFinalizer() || opts.Sharding {
-		// kgen's cleanup finalizer is set by server-side apply of the
-		// parent; the shards patch its kgen.dev/shard label.
-		g.add(parentAt, parentKey, "patch")
-	}
+	// kgen's cleanup finalizer is set and removed by server-side apply of
+	// the parent, and the shards patch its kgen.dev/shard label. Every
+	// rule gets it, not only one that may need the finalizer now: a rule
+	// whose earlier version needed it (or another rule that selected the
+	// parent before) removes it from parents that still carry it, and
+	// kgen releases parents of its kind that left every rule.
+	g.add(parentAt, parentKey, "patch")
 	return notes
 }
 

@@ -107,12 +107,12 @@ func TestFor(t *testing.T) {
 			crds:  true,
 			want: []string{
 				"* apiextensions.k8s.io customresourcedefinitions[apps.example.com,tenants.example.com] get",
-				"* example.com tenants get,list,watch",
+				"* example.com tenants get,list,watch,patch",
 				"* example.com tenants/finalizers update",
 				"* example.com tenants/status patch",
 				"a core configmaps " + all,
 				"a core events create,patch",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 				"default core events create,patch",
@@ -125,7 +125,7 @@ func TestFor(t *testing.T) {
 			crds:  true,
 			want: []string{
 				"* core configmaps " + all,
-				"* core namespaces get,list,watch",
+				"* core namespaces get,list,watch,patch",
 				"* core namespaces/finalizers update",
 				"* core namespaces/status patch",
 				"default core events create,patch",
@@ -141,9 +141,9 @@ func TestFor(t *testing.T) {
 				"* core events create,patch",
 				"* apiextensions.k8s.io customresourcedefinitions[apps.example.com] get,create,patch",
 				"* apiextensions.k8s.io customresourcedefinitions[plains.example.com] get",
-				"* example.com plains get,list,watch",
+				"* example.com plains get,list,watch,patch",
 				"* example.com plains/finalizers update",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 			},
@@ -154,7 +154,7 @@ func TestFor(t *testing.T) {
 			want: []string{
 				"* core configmaps " + all,
 				"* core events create,patch",
-				"* example.com apps get,list,watch",
+				"* example.com apps get,list,watch,patch",
 				"* example.com apps/finalizers update",
 				"* example.com apps/status patch",
 			},
@@ -165,7 +165,7 @@ func TestFor(t *testing.T) {
 			want: []string{
 				"* core configmaps " + all,
 				"* core events create,patch",
-				"* example.com plains get,list,watch",
+				"* example.com plains get,list,watch,patch",
 				"* example.com plains/finalizers update",
 			},
 		},
@@ -175,12 +175,12 @@ func TestFor(t *testing.T) {
 			want: []string{
 				"a core configmaps " + all,
 				"a core events create,patch",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 				"b core configmaps " + all,
 				"b core events create,patch",
-				"b example.com apps get,list,watch",
+				"b example.com apps get,list,watch,patch",
 				"b example.com apps/finalizers update",
 				"b example.com apps/status patch",
 			},
@@ -193,7 +193,7 @@ func TestFor(t *testing.T) {
 			want: []string{
 				"a core configmaps get,list,watch",
 				"a core events create,patch",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/status patch",
 				"team core serviceaccounts[writer] impersonate",
 			},
@@ -217,7 +217,7 @@ func TestFor(t *testing.T) {
 			want: []string{
 				"a core configmaps " + all,
 				"a core events create,patch",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 			},
@@ -251,7 +251,7 @@ func TestFor(t *testing.T) {
 			rules: rule("r", "Tenant", "    scope: Cluster\n", "", "Namespace", "ConfigMap@${parent.metadata.name}"),
 			want: []string{
 				"* core configmaps,namespaces " + all,
-				"* example.com tenants get,list,watch",
+				"* example.com tenants get,list,watch,patch",
 				"* example.com tenants/finalizers update",
 				"* example.com tenants/status patch",
 				"default core events create,patch",
@@ -262,7 +262,7 @@ func TestFor(t *testing.T) {
 			rules: rule("r", "App", "    namespaces: [a]\n", "", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}"),
 			want: []string{
 				"a core events create,patch",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 				"a rbac.authorization.k8s.io clusterroles[edit] bind",
@@ -274,7 +274,7 @@ func TestFor(t *testing.T) {
 			rules: rule("r", "App", "", "  allowBindRoles: [view, edit]\n", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: \"${parent.spec.role}\"}"),
 			want: []string{
 				"* core events create,patch",
-				"* example.com apps get,list,watch",
+				"* example.com apps get,list,watch,patch",
 				"* example.com apps/finalizers update",
 				"* example.com apps/status patch",
 				"* rbac.authorization.k8s.io clusterroles[edit,view] bind",
@@ -286,7 +286,7 @@ func TestFor(t *testing.T) {
 			rules: rule("r", "App", "    namespaces: [a]\n", "  allowBindRoles: [view]\n", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: \"${parent.spec.kind}\", name: \"${parent.spec.role}\"}"),
 			want: []string{
 				"a core events create,patch",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 				"a rbac.authorization.k8s.io clusterroles[view] bind",
@@ -299,7 +299,7 @@ func TestFor(t *testing.T) {
 			rules: rule("r", "App", "", "  allowBindRoles: [view]\n", "RoleBinding:roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}"),
 			want: []string{
 				"* core events create,patch",
-				"* example.com apps get,list,watch",
+				"* example.com apps get,list,watch,patch",
 				"* example.com apps/finalizers update",
 				"* example.com apps/status patch",
 				"* rbac.authorization.k8s.io clusterroles[admin] bind",
@@ -314,7 +314,7 @@ func TestFor(t *testing.T) {
 				"a core configmaps get,create,patch,delete",
 				"a core events create,patch",
 				"a core secrets list,watch",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 				"common core secrets list,watch",
@@ -325,7 +325,7 @@ func TestFor(t *testing.T) {
 			rules: rule("r", "App", "", "", "Role"),
 			want: []string{
 				"* core events create,patch",
-				"* example.com apps get,list,watch",
+				"* example.com apps get,list,watch,patch",
 				"* example.com apps/finalizers update",
 				"* example.com apps/status patch",
 				"* rbac.authorization.k8s.io roles " + all,
@@ -338,7 +338,7 @@ func TestFor(t *testing.T) {
 			want: []string{
 				"* core configmaps " + all,
 				"* core events create,patch",
-				"* example.com guesses get,list,watch",
+				"* example.com guesses get,list,watch,patch",
 				"* example.com guesses/finalizers update",
 				"* example.com guesses/status patch",
 			},
@@ -351,9 +351,9 @@ func TestFor(t *testing.T) {
 			want: []string{
 				"* core configmaps " + all,
 				"* core events create,patch",
-				"* example.com plains get,list,watch",
+				"* example.com plains get,list,watch,patch",
 				"* example.com plains/finalizers update",
-				"a example.com apps get,list,watch",
+				"a example.com apps get,list,watch,patch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 			},
@@ -386,16 +386,18 @@ func TestFor(t *testing.T) {
 	}
 }
 
-// Shards write their label on the parents: with Options.Sharding the parents
-// get patch, and nothing else changes.
-func TestForSharding(t *testing.T) {
+// Every rule gets patch on its parents, also one whose children never need
+// kgen's finalizer (here a ConfigMap beside its parent): it removes the
+// finalizer an earlier version of the rule, or another rule, left on a
+// parent, and kgen releases parents of its kind that left every rule. So
+// the shards, which patch their label on the parents, need nothing more.
+func TestForParentPatch(t *testing.T) {
 	loaded, err := rules.Parse("rules.yaml", []byte(rule("r", "App", "    namespaces: [a]\n", "", "ConfigMap")), rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := For(loaded, cluster, Options{Sharding: true})
-	if err != nil {
-		t.Fatal(err)
+	if pl, err := loaded[0].Placement(scopesOf(cluster)); err != nil || pl.MayNeedFinalizer() {
+		t.Fatalf("MayNeedFinalizer() = true or %v: the rule must not need the finalizer", err)
 	}
 	want := []string{
 		"* apiextensions.k8s.io customresourcedefinitions[apps.example.com] get",
@@ -405,9 +407,25 @@ func TestForSharding(t *testing.T) {
 		"a example.com apps/finalizers update",
 		"a example.com apps/status patch",
 	}
-	if got := lines(p); !slices.Equal(got, want) {
-		t.Errorf("For() =\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	for _, sharding := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sharding=%t", sharding), func(t *testing.T) {
+			p, err := For(loaded, cluster, Options{Sharding: sharding})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := lines(p); !slices.Equal(got, want) {
+				t.Errorf("For() =\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
 	}
+}
+
+// scopesOf answers a Placement's scope questions from a fakeResolver.
+type scopesOf fakeResolver
+
+func (s scopesOf) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
+	m, err := fakeResolver(s).Resolve(gvk)
+	return m.Scope == kinds.Namespaced, err
 }
 
 // Every kind that cannot be resolved is reported, each once.

@@ -1,0 +1,328 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/pager"
+	"k8s.io/klog/v2"
+
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/watch"
+	"kgen.dev/kgen/rules"
+)
+
+// Parents of kinds no rule watches any more.
+//
+// A parent that leaves every rule while kgen runs is released by retire
+// or release, and one that leaves while kgen is stopped by the sweepLeft
+// of a rule of its kind that still watches its namespace. What neither
+// finds is a parent where no rule looks any more: every rule of its kind
+// was removed, or its namespace dropped from a rule's namespaces, while
+// kgen was stopped. Deleted, such a parent would stay Terminating on
+// kgen's finalizer forever.
+//
+// So the record (record.go) also holds, per rule, where it watched its
+// parents: its parent kind and each namespace it watched ("" for every
+// namespace), written with its child scopes when the rule starts, before
+// any of its parents is reconciled (and so before kgen puts its finalizer
+// on one). Once every rule is loaded and the record read, each recorded
+// parent scope that no rule covers (no rule of that group and kind
+// watches, or would watch once its kinds are served, its namespace) is
+// swept once: listed without a watch, a page at a time, and each parent
+// in it that carries kgen's finalizer and that no rule selects is released
+// by the reconciler's Release, as retire releases one (the children only
+// the finalizer guards are deleted first if the parent is being deleted;
+// they are listed by the parent's UID in the child scopes recorded for the
+// rules that watched the scope). Then the scope leaves the record. This is
+// a one-off at start, or after a live change of the rules leaves a scope
+// uncovered: in steady state it makes no request.
+//
+// A recorded kind that is not served any more is logged and dropped: its
+// objects went with it (a CRD's objects are deleted with the CRD, and a
+// Terminating CRD is still served until they are). A sweep that fails
+// (kgen may not list or patch the kind, the server fails) keeps the scope,
+// is logged, and is tried again with backoff, from sweepRetryBase doubling
+// to sweepRetryMax.
+
+// Backoff of a failed sweep of a recorded parent scope.
+const sweepRetryBase, sweepRetryMax = 10 * time.Second, 10 * time.Minute
+
+// sweepRetry is when the sweep of a parent scope may be tried again.
+type sweepRetry struct {
+	failures int
+	next     time.Time
+}
+
+// parentScopes returns where a rule watches its parents: a scope per
+// namespace of its parent informers.
+func parentScopes(rule *rules.Rule, parentRegs map[string]*watch.Registration) []ChildScope {
+	out := make([]ChildScope, 0, len(parentRegs))
+	for ns := range parentRegs {
+		out = append(out, ChildScope{GroupVersionKind: rule.Parent.GroupVersionKind, Namespace: ns})
+	}
+	return sortScopes(out)
+}
+
+// saveParentScopes adds a started rule state's parent scopes to what the
+// controller wants recorded for the rule, and writes that unless the
+// Record holds it already. The caller has read the Record.
+func (c *Controller) saveParentScopes(ctx context.Context, rs *ruleState) error {
+	name := rs.rule.Name
+	c.mu.Lock()
+	if c.record.parents == nil {
+		c.record.parents = map[string][]ChildScope{}
+	}
+	c.record.parents[name] = sortScopes(append(slices.Clone(c.record.parents[name]), rs.parentScopes...))
+	c.mu.Unlock()
+	return c.writeParents(ctx, name)
+}
+
+// writeParents writes the parent scopes the controller wants recorded for
+// a rule, unless the Record holds them already (or was not read yet).
+func (c *Controller) writeParents(ctx context.Context, rule string) error {
+	c.mu.Lock()
+	want := slices.Clone(c.record.parents[rule])
+	same := !c.record.loaded || slices.Equal(c.record.savedParents[rule], want)
+	c.mu.Unlock()
+	if same {
+		return nil
+	}
+	if c.cfg.Record != nil {
+		if err := c.cfg.Record.SaveParents(ctx, rule, want); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	c.record.savedParents[rule] = want
+	c.mu.Unlock()
+	if len(want) == 0 {
+		klog.FromContext(ctx).Info("Nothing left to record of where the rule watched its parents", "rule", rule)
+	} else {
+		klog.FromContext(ctx).Info("Recorded where the rule watches its parents", "rule", rule, "scopes", encodeScopes(want))
+	}
+	return nil
+}
+
+// coveredLocked tells whether a rule of the current set watches a parent
+// scope, or would once its kinds are served: a rule of the same group and
+// kind in every namespace or in the scope's. The caller holds c.mu.
+func (c *Controller) coveredLocked(s ChildScope) bool {
+	for _, rs := range c.rules {
+		if rs.rule.Parent.GroupVersionKind.GroupKind() != s.GroupVersionKind.GroupKind() {
+			continue
+		}
+		namespaces := rs.rule.Parent.Namespaces
+		if rs.active {
+			namespaces = slices.Collect(maps.Keys(rs.parentRegs))
+		}
+		if len(namespaces) == 0 || slices.Contains(namespaces, "") || slices.Contains(namespaces, s.Namespace) {
+			return true
+		}
+	}
+	return false
+}
+
+// dueParentsLocked returns the recorded parent scopes that no rule covers
+// and whose sweep is not backing off, each with the rules that recorded
+// it. The caller holds c.mu.
+func (c *Controller) dueParentsLocked(now time.Time) map[ChildScope][]string {
+	out := map[ChildScope][]string{}
+	for rule, scopes := range c.record.parents {
+		for _, s := range scopes {
+			if c.coveredLocked(s) || now.Before(c.record.sweeps[s].next) {
+				continue
+			}
+			out[s] = append(out[s], rule)
+		}
+	}
+	for _, rules := range out {
+		slices.Sort(rules)
+	}
+	return out
+}
+
+// beginSweep tells whether a sweep of recorded parent scopes is due, and if
+// so marks one as running: every rule is loaded, the Record was read, no
+// sweep runs, and some recorded scope no rule covers is not backing off.
+func (c *Controller) beginSweep() bool {
+	if c.cfg.RulesLoaded != nil && !c.cfg.RulesLoaded() {
+		return false // a parent of a rule not loaded yet has not left
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.record.loaded || c.record.sweeping || len(c.dueParentsLocked(time.Now())) == 0 {
+		return false
+	}
+	c.record.sweeping = true
+	return true
+}
+
+// sweepParents sweeps, once, every recorded parent scope that no rule
+// covers (see the comment at the top of this file), and drops from the
+// record those it is done with.
+func (c *Controller) sweepParents(ctx context.Context) {
+	defer func() {
+		c.mu.Lock()
+		c.record.sweeping = false
+		c.mu.Unlock()
+	}()
+	c.mu.Lock()
+	due := c.dueParentsLocked(time.Now())
+	c.mu.Unlock()
+	for _, s := range slices.SortedFunc(maps.Keys(due), compareScopes) {
+		logger := klog.FromContext(ctx).WithValues("scope", s.String(), "recordedBy", due[s])
+		err := c.sweepScope(klog.NewContext(ctx, logger), s, due[s])
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			c.mu.Lock()
+			if c.record.sweeps == nil {
+				c.record.sweeps = map[ChildScope]sweepRetry{}
+			}
+			r := c.record.sweeps[s]
+			wait := min(sweepRetryBase<<min(r.failures, 16), sweepRetryMax)
+			c.record.sweeps[s] = sweepRetry{failures: r.failures + 1, next: time.Now().Add(wait)}
+			c.mu.Unlock()
+			logger.Error(err, "Cannot release the parents where no rule looks any more; trying again", "after", wait)
+			continue
+		}
+		c.dropParentScope(ctx, s, due[s])
+	}
+}
+
+// dropParentScope removes a swept parent scope from the record of the
+// rules that recorded it, except a rule that covers it again meanwhile.
+func (c *Controller) dropParentScope(ctx context.Context, s ChildScope, recordedBy []string) {
+	c.mu.Lock()
+	delete(c.record.sweeps, s)
+	var changed []string
+	for _, rule := range recordedBy {
+		if rs := c.rules[rule]; rs != nil && slices.Contains(rs.parentScopes, s) {
+			continue
+		}
+		if kept := slices.DeleteFunc(slices.Clone(c.record.parents[rule]), func(r ChildScope) bool { return r == s }); len(kept) > 0 {
+			c.record.parents[rule] = kept
+		} else {
+			delete(c.record.parents, rule)
+		}
+		changed = append(changed, rule)
+	}
+	c.mu.Unlock()
+	for _, rule := range changed {
+		if err := c.writeParents(ctx, rule); err != nil {
+			// Kept in memory: the next write of the rule's record, or
+			// the next run, sweeps it again at the cost of a list.
+			c.logRecordError(ctx, rule, err)
+		}
+	}
+}
+
+// sweepScope lists a parent scope once and releases each parent in it that
+// carries kgen's finalizer and that no rule selects.
+func (c *Controller) sweepScope(ctx context.Context, s ChildScope, recordedBy []string) error {
+	logger := klog.FromContext(ctx)
+	m, err := c.cfg.Mapper.ResourceFor(s.GroupVersionKind)
+	if errors.Is(err, mapper.ErrNotFound) {
+		logger.Info("A parent kind where no rule looks any more is not served; it leaves the record", "err", err.Error())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	res := c.cfg.Client.Resource(m.GroupVersionResource())
+	var ri dynamic.ResourceInterface = res
+	if m.Namespaced && s.Namespace != "" {
+		ri = res.Namespace(s.Namespace)
+	}
+	var held []*unstructured.Unstructured
+	err = pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return ri.List(ctx, opts)
+	}).EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+		if p, ok := obj.(*unstructured.Unstructured); ok && slices.Contains(p.GetFinalizers(), reconcile.Finalizer) && !c.selectedByAny(p) {
+			held = append(held, p.DeepCopy())
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("list %s: %w", m.GroupVersionResource(), err)
+	}
+	// The children are pruned as the rule that recorded the scope: its
+	// current version if it is still loaded (for its ServiceAccount),
+	// else by its name alone, as kgen itself.
+	var rule *rules.Rule
+	var childScopes []ChildScope
+	c.mu.Lock()
+	for _, name := range recordedBy {
+		if rs := c.rules[name]; rs != nil && rule == nil {
+			rule = rs.rule
+		}
+		childScopes = append(childScopes, c.record.want[name]...)
+	}
+	c.mu.Unlock()
+	if rule == nil {
+		rule = &rules.Rule{Name: recordedBy[0]}
+	}
+	childScopes = sortScopes(childScopes)
+	var errs []error
+	for _, p := range held {
+		pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(p)))
+		var children []*unstructured.Unstructured
+		if p.GetDeletionTimestamp() != nil {
+			if children, err = c.listChildren(ctx, p, childScopes); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if err := retry(ctx, func() error { return c.reconciler.Release(pctx, rule, m, p, children) }); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		klog.FromContext(pctx).Info("Released a parent no rule selects any more", "finalizer", reconcile.Finalizer)
+	}
+	return errors.Join(errs...)
+}
+
+// listChildren reads a parent's children from the API server, in the child
+// scopes given: objects kgen manages that carry the parent's UID.
+func (c *Controller) listChildren(ctx context.Context, parent *unstructured.Unstructured, scopes []ChildScope) ([]*unstructured.Unstructured, error) {
+	selector := childSelector + "," + reconcile.LabelParentUID + "=" + string(parent.GetUID())
+	var out []*unstructured.Unstructured
+	seen := map[types.UID]bool{}
+	for _, s := range scopes {
+		m, err := c.cfg.Mapper.ResourceFor(s.GroupVersionKind)
+		if errors.Is(err, mapper.ErrNotFound) {
+			continue // not served: no child of it is left
+		}
+		if err != nil {
+			return nil, err
+		}
+		res := c.cfg.Client.Resource(m.GroupVersionResource())
+		var ri dynamic.ResourceInterface = res
+		if m.Namespaced && s.Namespace != "" {
+			ri = res.Namespace(s.Namespace)
+		}
+		list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return nil, fmt.Errorf("list the children of %s in %s: %w", klog.KObj(parent), s, err)
+		}
+		for i := range list.Items {
+			if o := &list.Items[i]; !seen[o.GetUID()] {
+				seen[o.GetUID()] = true
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
