@@ -142,6 +142,9 @@ type Controller struct {
 	// leaving are parents that left a rule's informer while carrying
 	// kgen's finalizer: relabelled out of the rule's selector, most likely.
 	leaving map[Key]types.UID
+	// held are the events of the parents being reconciled right now,
+	// held back until their reconcile ends (see hold).
+	held map[Key][]heldEvent
 	// watchErrors are the informers whose list or watch fails, and why.
 	watchErrors map[watch.Key]watchError
 	// retiring are the states of rules that were changed or removed, to
@@ -227,6 +230,7 @@ func New(cfg Config) *Controller {
 		kick:        make(chan struct{}, 1),
 		rules:       map[string]*ruleState{},
 		leaving:     map[Key]types.UID{},
+		held:        map[Key][]heldEvent{},
 		watchErrors: map[watch.Key]watchError{},
 		readers:     map[readKey]map[Key]read{},
 		readsOf:     map[Key][]read{},
@@ -345,7 +349,9 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	}
 	defer c.metrics.working(key.Rule)()
 	logger := klog.FromContext(ctx).WithValues("key", key)
+	c.hold(key)
 	result, err := c.reconcileKey(ctx, key)
+	c.unhold(key)
 	switch {
 	case err != nil && errors.Is(err, reconcile.ErrTerminal):
 		// Retrying will not help; the parent's status says why, and a
@@ -867,8 +873,57 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 		} else if c.watches.Writes().Echo(obj) {
 			return // kgen's own write of the parent (its status, its finalizer)
 		}
+		c.enqueue(key, obj)
+	}
+}
+
+// heldEvent is an event held back while its parent is reconciled: the
+// object's identity and version, all Echo needs.
+type heldEvent struct {
+	uid             types.UID
+	resourceVersion string
+}
+
+// hold starts holding back the events that would queue key, while it is
+// reconciled. The watch event of a write can come before the write's
+// answer, so before the write is known as kgen's own (Writes.Echo): under
+// load that made almost every parent of an update wave reconcile twice.
+func (c *Controller) hold(key Key) {
+	c.mu.Lock()
+	c.held[key] = nil
+	c.mu.Unlock()
+}
+
+// unhold ends hold: it queues key once more if an event held back was not
+// the echo of a write the reconcile made.
+func (c *Controller) unhold(key Key) {
+	c.mu.Lock()
+	events := c.held[key]
+	delete(c.held, key)
+	c.mu.Unlock()
+	again := false
+	for _, e := range events {
+		// Each is asked, so that every echo is forgotten.
+		if !c.watches.Writes().Echo(&metav1.ObjectMeta{UID: e.uid, ResourceVersion: e.resourceVersion}) {
+			again = true
+		}
+	}
+	if again {
 		c.queue.Add(key)
 	}
+}
+
+// enqueue queues key for an event of obj, or holds the event back while
+// key is reconciled (see hold).
+func (c *Controller) enqueue(key Key, obj metav1.Object) {
+	c.mu.Lock()
+	if events, ok := c.held[key]; ok {
+		c.held[key] = append(events, heldEvent{uid: obj.GetUID(), resourceVersion: obj.GetResourceVersion()})
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.queue.Add(key)
 }
 
 // childHandler queues the parent of a child, if it is a parent of this
@@ -910,7 +965,7 @@ func (c *Controller) childHandler(rule string) watch.Handler {
 			if c.watches.Writes().Echo(obj) {
 				return // kgen's own write of the child, already accounted for
 			}
-			c.queue.Add(Key{Rule: rule, Namespace: ns, Name: name})
+			c.enqueue(Key{Rule: rule, Namespace: ns, Name: name}, obj)
 		}
 	}
 }

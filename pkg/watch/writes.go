@@ -35,6 +35,9 @@ type Writes struct {
 	// echoes are the versions the writes made, until their watch events
 	// come back (see Echo).
 	echoes map[types.UID]echo
+	// sweepAt is how many echoes there may be before the next sweep of
+	// those whose event never came.
+	sweepAt int
 }
 
 // echo holds the versions of an object the writes made whose events have
@@ -68,7 +71,7 @@ type nameKey struct {
 // NewWrites returns a Writes that no cache feeds: the Manager's is fed by
 // its informers. A standalone one serves tests.
 func NewWrites() *Writes {
-	return &Writes{objects: map[types.UID]written{}, byName: map[nameKey]types.UID{}, echoes: map[types.UID]echo{}, now: time.Now}
+	return &Writes{objects: map[types.UID]written{}, byName: map[nameKey]types.UID{}, echoes: map[types.UID]echo{}, sweepAt: echoSweepAt, now: time.Now}
 }
 
 // Wrote records an object of resource gvr as the server returned it after a
@@ -88,8 +91,11 @@ func (w *Writes) Wrote(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 		e.versions = e.versions[1:]
 	}
 	w.echoes[o.UID] = echo{versions: append(e.versions, o.ResourceVersion), at: w.now()}
-	if len(w.echoes) > echoSweepAt {
+	if len(w.echoes) > w.sweepAt {
+		// Amortized: a sweep that leaves most echoes waits until their
+		// number has doubled, not one sweep per write.
 		w.sweepEchoesLocked()
+		w.sweepAt = max(echoSweepAt, 2*len(w.echoes))
 	}
 	w.mu.Unlock()
 	if w.cached == nil {
@@ -98,16 +104,12 @@ func (w *Writes) Wrote(gvr schema.GroupVersionResource, obj *unstructured.Unstru
 	// The watch event of the write may have come before the response, and
 	// been observed before this entry existed: then nothing would drop it
 	// until it expires. A cache is updated before its event is delivered,
-	// so looking at it after storing the entry misses nothing.
+	// so looking at it after storing the entry misses nothing. The echo
+	// stays: whoever held that event back until the write's answer came
+	// (pkg/controller does, for the parent being reconciled) asks Echo
+	// about it then.
 	if rv := w.cached(gvr, o.Namespace, o.Name); rv != "" {
 		w.observed(o.UID, rv)
-		if !newer(o.ResourceVersion, rv) {
-			// Its event came already: no echo to wait for, of it or of
-			// an earlier write.
-			w.mu.Lock()
-			delete(w.echoes, o.UID)
-			w.mu.Unlock()
-		}
 	}
 }
 
@@ -137,7 +139,8 @@ func (w *Writes) Echo(obj metav1.Object) bool {
 }
 
 // echoSweepAt is how many echoes may wait for their event before those
-// older than WritesTTL are dropped (a write whose event never came).
+// older than WritesTTL are dropped (a write whose event never came, or
+// came before the write's answer and was not held back).
 const echoSweepAt = 4096
 
 func (w *Writes) sweepEchoesLocked() {

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -140,10 +141,34 @@ func TestWritesEcho(t *testing.T) {
 	if !w.Echo(cm("u5", "52", nil)) || w.Echo(cm("u5", "50", nil)) {
 		t.Error("an earlier version is still an echo after a later one came")
 	}
-	// Its event came before the write's answer: nothing to wait for.
+	// Its event came before the write's answer, and was held back: asked
+	// about after the answer, it is the echo, once.
 	w.cached = func(schema.GroupVersionResource, string, string) string { return "30" }
 	w.Wrote(cmRes, cm("u3", "30", nil))
-	if w.Echo(cm("u3", "30", nil)) {
-		t.Error("a write whose event the cache already showed waits for an echo")
+	if !w.Echo(cm("u3", "30", nil)) || w.Echo(cm("u3", "30", nil)) {
+		t.Error("a write whose event came before its answer is not its echo, once")
+	}
+}
+
+func TestWritesEchoSweep(t *testing.T) {
+	w := NewWrites()
+	now := time.Unix(1000, 0)
+	w.now = func() time.Time { return now }
+	// Echoes whose events never come: a sweep drops the expired ones.
+	for i := range echoSweepAt {
+		w.Wrote(cmRes, cm(fmt.Sprintf("old-%d", i), "1", nil))
+	}
+	now = now.Add(WritesTTL + time.Second)
+	w.Wrote(cmRes, cm("new-0", "1", nil))
+	if got := len(w.echoes); got != 1 {
+		t.Fatalf("after the sweep %d echoes wait, want 1 (the fresh one)", got)
+	}
+	// Fresh echoes are not swept one write at a time: the next sweep
+	// waits until they have doubled.
+	for i := 1; i <= echoSweepAt; i++ {
+		w.Wrote(cmRes, cm(fmt.Sprintf("new-%d", i), "1", nil))
+	}
+	if w.sweepAt < 2*echoSweepAt {
+		t.Errorf("next sweep at %d echoes after a sweep that kept %d, want at least %d", w.sweepAt, len(w.echoes), 2*echoSweepAt)
 	}
 }

@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
+
+	"kgen.dev/kgen/rules"
+)
+
+// An event that comes while its parent is reconciled is held until the
+// reconcile ends: the echo of a write the reconcile made, whose answer came
+// after the event, queues nothing; anything else queues the parent once.
+func TestHeldEvents(t *testing.T) {
+	client, m := fakeCluster()
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100)})
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	child := func(uid, rv string) *unstructured.Unstructured {
+		u := object("apps/v1", "Deployment", "d", uid, "p1")
+		u.SetResourceVersion(rv)
+		return u
+	}
+	key := Key{Rule: "r", Namespace: "ns", Name: "p1"}
+
+	for _, tc := range []struct {
+		name string
+		// events come while the parent is reconciled, before the write
+		// of version wrote is answered.
+		events []string
+		wrote  string
+		queued bool
+	}{
+		{name: "no event", wrote: "10"},
+		{name: "the echo of the write", events: []string{"10"}, wrote: "10"},
+		{name: "someone else's version", events: []string{"9"}, wrote: "10", queued: true},
+		{name: "someone else's, then the echo", events: []string{"9", "10"}, wrote: "10", queued: true},
+		{name: "no write at all", events: []string{"7"}, queued: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			uid := "u-" + tc.name
+			c.hold(key)
+			for _, rv := range tc.events {
+				c.enqueue(key, child(uid, rv))
+			}
+			if c.queue.Len() != 0 {
+				t.Fatal("an event was queued while its parent was reconciled")
+			}
+			if tc.wrote != "" {
+				c.watches.Writes().Wrote(deployments, child(uid, tc.wrote))
+			}
+			c.unhold(key)
+			if got := c.queue.Len() == 1; got != tc.queued {
+				t.Errorf("parent queued = %v, want %v", got, tc.queued)
+			}
+			for c.queue.Len() > 0 {
+				k, _ := c.queue.Get()
+				c.queue.Done(k)
+			}
+			// Not held any more: an event queues at once.
+			c.enqueue(key, child(uid, "99"))
+			if c.queue.Len() != 1 {
+				t.Error("an event after the reconcile was not queued")
+			}
+			k, _ := c.queue.Get()
+			c.queue.Done(k)
+		})
+	}
+}
