@@ -624,8 +624,8 @@ func TestChangeForbiddenChildKind(t *testing.T) {
 	start := time.Now()
 	r := startControllerWith(t, controllerOptions{Config: config}, rulesFile)
 	r.waitRule(t, 30*time.Second, "forbid", func(s controller.RuleState) error {
-		if !strings.Contains(s.Failing, "forbidden") {
-			return fmt.Errorf("state %+v, want failing: forbidden", s)
+		if !s.Forbidden {
+			return fmt.Errorf("state %+v, want Forbidden", s)
 		}
 		return nil
 	})

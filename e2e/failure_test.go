@@ -215,8 +215,8 @@ spec:
 	// pkg/watch notStreamable), so this can take a while.
 	eventually(t, 90*time.Second, func() (bool, error) {
 		c := ruleCondition(get(t, ruleGVR, "", "fivexx"), "Ready")
-		if c == nil || c["status"] != "False" || !strings.Contains(fmt.Sprint(c["message"]), "widgets") {
-			return false, fmt.Errorf("Ready = %v, want False naming widgets", c)
+		if msg := fmt.Sprint(c["message"]); c == nil || c["status"] != "False" || !strings.Contains(msg, "widgets") || !strings.Contains(msg, "conversion webhook") {
+			return false, fmt.Errorf("Ready = %v, want False naming widgets and the failing webhook", c)
 		}
 		return true, nil
 	}, "the Rule to report the failing list")

@@ -426,6 +426,11 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 		delete(c.leaving, key)
 		c.mu.Unlock()
 	}
+	if c.behind(key.Rule, parent) {
+		// Relabelled into another rule, whose cache is ahead: this rule's
+		// watch tells it soon (see move.go).
+		return reconcile.Result{}, nil
+	}
 	done, refused, ok := c.beginShard(key, mapping.GroupVersionResource(), parent)
 	if !ok {
 		return refused, nil // another replica's, or on its way to one
@@ -553,28 +558,49 @@ func (c *Controller) selectedByAny(obj *unstructured.Unstructured) bool {
 	return false
 }
 
-// Children returns the cached children of a parent, of the kinds the rule
-// watches: every object that carries the parent's UID, whichever rule made
-// it. It makes the Controller the reconciler's ChildLister.
+// Children returns the cached children of a parent: every object that
+// carries the parent's UID, whichever rule made it, in the caches of every
+// running rule's child kinds. A parent moved to this rule from another (by
+// relabelling it) thus also sees the children the other rule made of kinds
+// this rule does not have, and prunes them; while it was that rule's, the
+// other rule kept watching them. It makes the Controller the reconciler's
+// ChildLister.
 func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Unstructured {
 	c.mu.Lock()
-	rs := c.rules[rule]
-	c.mu.Unlock()
-	if rs == nil {
+	if c.rules[rule] == nil {
+		c.mu.Unlock()
 		return nil
 	}
-	return c.childrenOf(rs, parent)
+	var regs []*watch.Registration
+	for _, rs := range c.rules {
+		regs = append(regs, rs.childRegistrationsLocked()...)
+	}
+	c.mu.Unlock()
+	return childrenIn(regs, parent)
 }
 
 // childrenOf returns the cached children of a parent, of the kinds a rule
 // state watches.
 func (c *Controller) childrenOf(rs *ruleState, parent types.UID) []*unstructured.Unstructured {
 	c.mu.Lock()
+	regs := rs.childRegistrationsLocked()
+	c.mu.Unlock()
+	return childrenIn(regs, parent)
+}
+
+// childRegistrationsLocked returns the registrations of the rule's child
+// informers, prune-only ones included; the caller holds Controller.mu.
+func (rs *ruleState) childRegistrationsLocked() []*watch.Registration {
 	regs := slices.Clone(rs.childRegs)
 	for _, p := range rs.pruning {
 		regs = append(regs, p.reg)
 	}
-	c.mu.Unlock()
+	return regs
+}
+
+// childrenIn returns the objects of the informers that carry the parent's
+// UID, each once (informers are shared, and may overlap).
+func childrenIn(regs []*watch.Registration, parent types.UID) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	seen := map[types.UID]bool{}
 	for _, reg := range regs {
@@ -734,7 +760,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	}
 	var childRegs, inputRegs []*watch.Registration
 	for _, key := range childKeys {
-		reg, err := c.watches.Acquire(key, c.childHandler(rule.Name))
+		reg, err := c.watches.Acquire(key, c.childHandler(rule.Name, key))
 		if err != nil {
 			release()
 			return c.setWaiting(rs, err)
@@ -870,10 +896,10 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 			c.mu.Unlock()
 			c.forgetReads(key)
 			c.unsettle(obj.GetUID())
-		} else if c.watches.Writes().Echo(obj) {
-			return // kgen's own write of the parent (its status, its finalizer)
+			c.queue.Add(key)
+			return
 		}
-		c.enqueue(key, obj)
+		c.enqueue(key, obj, false)
 	}
 }
 
@@ -913,26 +939,39 @@ func (c *Controller) unhold(key Key) {
 	}
 }
 
-// enqueue queues key for an event of obj, or holds the event back while
-// key is reconciled (see hold).
-func (c *Controller) enqueue(key Key, obj metav1.Object) {
-	c.mu.Lock()
-	if events, ok := c.held[key]; ok {
-		c.held[key] = append(events, heldEvent{uid: obj.GetUID(), resourceVersion: obj.GetResourceVersion()})
+// enqueue queues key for an event of obj, unless the event is the echo of
+// kgen's own write (Writes.Echo). While key is reconciled the event is held
+// instead, and judged in the order the events came once the reconcile's
+// writes are all answered (see hold). A deleted object's event always
+// queues key, held or not.
+func (c *Controller) enqueue(key Key, obj metav1.Object, deleted bool) {
+	if !deleted {
+		c.mu.Lock()
+		if events, ok := c.held[key]; ok {
+			c.held[key] = append(events, heldEvent{uid: obj.GetUID(), resourceVersion: obj.GetResourceVersion()})
+			c.mu.Unlock()
+			return
+		}
 		c.mu.Unlock()
-		return
+		if c.watches.Writes().Echo(obj) {
+			return // kgen's own write, already accounted for
+		}
 	}
-	c.mu.Unlock()
 	c.queue.Add(key)
 }
 
-// childHandler queues the parent of a child, if it is a parent of this
-// rule: the one the child's kgen.dev/parent annotation names, if the rule's
-// cache holds it with the UID the child carries. A child whose rule label
-// names another rule (the rule was renamed, or the parent moved to this
-// rule) still reaches its parent.
-func (c *Controller) childHandler(rule string) watch.Handler {
-	return func(obj metav1.Object, _ bool) {
+// childHandler queues the parent of a child, for the rule whose informer
+// (of key from) saw the child: the one the child's kgen.dev/parent
+// annotation names, if the rule's cache holds it with the UID the child
+// carries. A child whose rule label names another rule (the rule was
+// renamed, or the parent moved to this rule) still reaches its parent. A
+// child whose parent is not this rule's any more (it moved to another rule
+// by a relabelling) reaches the rule that holds the parent now, unless that
+// rule watches the child through this informer too (its own handler tells
+// it): so the children of a kind that only the former rule watches are
+// pruned by the new one (see Children).
+func (c *Controller) childHandler(rule string, from watch.Key) watch.Handler {
+	return func(obj metav1.Object, deleted bool) {
 		ref, uid := annotation(obj, reconcile.AnnotationParent), label(obj, reconcile.LabelParentUID)
 		if ref == "" || uid == "" {
 			return
@@ -941,32 +980,43 @@ func (c *Controller) childHandler(rule string) watch.Handler {
 		if !found {
 			ns, name = "", ref
 		}
-		c.mu.Lock()
-		rs := c.rules[rule]
-		var reg *watch.Registration
-		if rs != nil {
-			if reg = rs.parentRegs[ns]; reg == nil {
-				reg = rs.parentRegs[""]
-			}
-		}
-		c.mu.Unlock()
-		if reg == nil {
-			return
-		}
 		key := name
 		if ns != "" {
 			key = ns + "/" + name
 		}
-		cached, ok, err := reg.Informer().Indexer().GetByKey(key)
-		if err != nil || !ok {
+		holds := func(rs *ruleState) bool {
+			reg := rs.parentRegs[ns]
+			if reg == nil {
+				reg = rs.parentRegs[""]
+			}
+			if reg == nil {
+				return false
+			}
+			cached, ok, err := reg.Informer().Indexer().GetByKey(key)
+			if err != nil || !ok {
+				return false
+			}
+			p, ok := cached.(metav1.Object)
+			return ok && string(p.GetUID()) == uid
+		}
+		c.mu.Lock()
+		to := ""
+		if rs := c.rules[rule]; rs != nil && holds(rs) {
+			to = rule
+		} else {
+			for _, other := range c.rules {
+				watched := slices.ContainsFunc(other.childRegistrationsLocked(), func(r *watch.Registration) bool { return r.Informer().Key() == from })
+				if other != rs && !watched && holds(other) {
+					to = other.rule.Name
+					break
+				}
+			}
+		}
+		c.mu.Unlock()
+		if to == "" {
 			return
 		}
-		if p, ok := cached.(metav1.Object); ok && string(p.GetUID()) == uid {
-			if c.watches.Writes().Echo(obj) {
-				return // kgen's own write of the child, already accounted for
-			}
-			c.enqueue(Key{Rule: rule, Namespace: ns, Name: name}, obj)
-		}
+		c.enqueue(Key{Rule: to, Namespace: ns, Name: name}, obj, deleted)
 	}
 }
 
@@ -1120,8 +1170,14 @@ type RuleState struct {
 	Synced bool
 	// Waiting says why a rule does not run yet.
 	Waiting string
-	// Failing says why an informer of the rule cannot list or watch.
-	Failing string
+	// Unsynced are the rule's running informers whose caches have not
+	// synced yet, each with the last error of its list or watch: what a
+	// rule that is not Synced waits for, and prune-only informers (which
+	// do not hold the rule back) that cannot list.
+	Unsynced []UnsyncedCache
+	// Forbidden is set when the list or watch of an unsynced informer was
+	// refused (403, or 401): kgen's RBAC lacks a kind of the rule.
+	Forbidden bool
 	// KindNotServed is set when the rule waits for a kind the API server
 	// does not serve (yet).
 	KindNotServed bool
@@ -1136,6 +1192,24 @@ type RuleState struct {
 	// rule's child kinds (see Config.Record): the rule runs, but children
 	// of a kind that leaves it while kgen is stopped may not be pruned.
 	RecordError string
+}
+
+// UnsyncedCache is an informer of a rule whose cache has not synced yet.
+type UnsyncedCache struct {
+	// Resource is what the informer lists and watches.
+	Resource watch.Key
+	// Err is the last error of its list or watch; nil if none failed (yet).
+	Err error
+}
+
+// Failing reports whether the informer's list or watch failed.
+func (u UnsyncedCache) Failing() bool { return u.Err != nil }
+
+func (u UnsyncedCache) String() string {
+	if u.Err == nil {
+		return u.Resource.String() + ": not listed yet"
+	}
+	return u.Resource.String() + ": " + u.Err.Error()
 }
 
 // State returns the state of a rule; false if the controller has no such
@@ -1156,12 +1230,27 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 			s.ReadyParents++
 		}
 	}
+	seen := map[watch.Key]bool{}
 	for _, reg := range rs.registrations() {
-		if e, bad := c.watchErrors[reg.Informer().Key()]; bad && !reg.HasSynced() {
-			s.Failing = fmt.Sprintf("%s: %v", reg.Informer().Key(), e.err)
-			break
+		key := reg.Informer().Key()
+		if reg.HasSynced() || seen[key] {
+			continue
 		}
+		seen[key] = true
+		u := UnsyncedCache{Resource: key, Err: c.watchErrors[key].err}
+		s.Forbidden = s.Forbidden || u.Err != nil && reasonOf(u.Err) == "Forbidden"
+		s.Unsynced = append(s.Unsynced, u)
 	}
+	// Failing informers first, then by what they watch.
+	slices.SortFunc(s.Unsynced, func(a, b UnsyncedCache) int {
+		if (a.Err == nil) != (b.Err == nil) {
+			if a.Err != nil {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Resource.String(), b.Resource.String())
+	})
 	s.RecordError = rs.recordErr
 	s.Pruning = pruneScopesOf(rs)
 	return s, true

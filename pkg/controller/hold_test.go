@@ -28,29 +28,30 @@ func TestHeldEvents(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		// events come while the parent is reconciled, before the write
-		// of version wrote is answered.
+		// events come while the parent is reconciled, before the writes
+		// of the versions wrote are answered.
 		events []string
-		wrote  string
+		wrote  []string
 		queued bool
 	}{
-		{name: "no event", wrote: "10"},
-		{name: "the echo of the write", events: []string{"10"}, wrote: "10"},
-		{name: "someone else's version", events: []string{"9"}, wrote: "10", queued: true},
-		{name: "someone else's, then the echo", events: []string{"9", "10"}, wrote: "10", queued: true},
+		{name: "no event", wrote: []string{"10"}},
+		{name: "the echo of the write", events: []string{"10"}, wrote: []string{"10"}},
+		{name: "the echoes of two writes", events: []string{"10", "11"}, wrote: []string{"10", "11"}},
+		{name: "someone else's version", events: []string{"9"}, wrote: []string{"10"}, queued: true},
+		{name: "someone else's, then the echo", events: []string{"9", "10"}, wrote: []string{"10"}, queued: true},
 		{name: "no write at all", events: []string{"7"}, queued: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			uid := "u-" + tc.name
 			c.hold(key)
 			for _, rv := range tc.events {
-				c.enqueue(key, child(uid, rv))
+				c.enqueue(key, child(uid, rv), false)
 			}
 			if c.queue.Len() != 0 {
 				t.Fatal("an event was queued while its parent was reconciled")
 			}
-			if tc.wrote != "" {
-				c.watches.Writes().Wrote(deployments, child(uid, tc.wrote))
+			for _, rv := range tc.wrote {
+				c.watches.Writes().Wrote(deployments, child(uid, rv))
 			}
 			c.unhold(key)
 			if got := c.queue.Len() == 1; got != tc.queued {
@@ -61,7 +62,7 @@ func TestHeldEvents(t *testing.T) {
 				c.queue.Done(k)
 			}
 			// Not held any more: an event queues at once.
-			c.enqueue(key, child(uid, "99"))
+			c.enqueue(key, child(uid, "99"), false)
 			if c.queue.Len() != 1 {
 				t.Error("an event after the reconcile was not queued")
 			}
@@ -69,4 +70,24 @@ func TestHeldEvents(t *testing.T) {
 			c.queue.Done(k)
 		})
 	}
+}
+
+// A deleted object's event queues its parent even while the parent is
+// reconciled: a delete answers with the version of the deleted event, so it
+// would pass for an echo.
+func TestHeldEventsDeleted(t *testing.T) {
+	client, m := fakeCluster()
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100)})
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	key := Key{Rule: "r", Namespace: "ns", Name: "p1"}
+	gone := object("apps/v1", "Deployment", "d", "u1", "p1")
+	gone.SetResourceVersion("10")
+	c.hold(key)
+	c.watches.Writes().Wrote(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, gone)
+	c.enqueue(key, gone, true)
+	if c.queue.Len() != 1 {
+		t.Error("a deleted object's event did not queue its parent while it was reconciled")
+	}
+	c.unhold(key)
 }

@@ -21,6 +21,7 @@ import (
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
 	kschema "kgen.dev/kgen/pkg/schema"
+	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
 
@@ -401,5 +402,66 @@ func TestStatusRecordError(t *testing.T) {
 	ready := status["conditions"].([]any)[1].(map[string]any)
 	if msg, _ := ready["message"].(string); ready["status"] != "True" || !strings.Contains(msg, "while kgen is stopped may not be pruned") || !strings.Contains(msg, "forbidden") {
 		t.Errorf("Ready = %v, want True, saying what may not be pruned and why", ready)
+	}
+}
+
+// A rule whose caches have not synced says which, and why: the reason
+// follows the typed state (Forbidden only when a list was refused), not
+// the error's text, and the message names each informer and its error.
+func TestStatusUnsyncedCaches(t *testing.T) {
+	gadgets := watch.Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}, Namespace: "ns"}
+	secrets := watch.Key{GVR: schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, Namespace: "ns"}
+	webhook := errors.New(`conversion webhook for example.com/v1, Kind=Gadget failed: Post "https://127.0.0.1:1/convert": dial tcp 127.0.0.1:1: connect: connection refused`)
+	refused := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("no RBAC"))
+	for _, tc := range []struct {
+		name      string
+		state     progress
+		reason    string
+		want, not []string
+	}{
+		{name: "not listed yet", state: progress{Running: true, Unsynced: []controller.UnsyncedCache{{Resource: gadgets}}},
+			reason: "Waiting", want: []string{"syncing", "example.com/v2, Resource=gadgets in ns"}},
+		{name: "a list fails", state: progress{Running: true, Unsynced: []controller.UnsyncedCache{{Resource: gadgets, Err: webhook}, {Resource: secrets}}},
+			reason: "Waiting", want: []string{"gadgets in ns: conversion webhook", "connection refused"}, not: []string{"secrets"}},
+		{name: "text that says forbidden is not Forbidden", state: progress{Running: true, Unsynced: []controller.UnsyncedCache{{Resource: gadgets, Err: errors.New("webhook: forbidden by policy")}}},
+			reason: "Waiting", want: []string{"forbidden by policy"}},
+		{name: "a list is refused", state: progress{Running: true, Forbidden: true, Unsynced: []controller.UnsyncedCache{{Resource: secrets, Err: refused}}},
+			reason: "Forbidden", want: []string{"v1, Resource=secrets in ns", "no RBAC"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps, Progress: tc.state, Apply: func([]*rules.Rule) {}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.image")), &obj.Object); err != nil {
+				t.Fatal(err)
+			}
+			obj.SetUID("u1")
+			obj.SetGeneration(1)
+			if !s.observe(ctx, obj, false) {
+				t.Fatal("a valid Rule object was not taken")
+			}
+			s.recompute(ctx)
+			s.mu.Lock()
+			status := s.statusLocked("obj", s.objects["obj"])
+			s.mu.Unlock()
+			ready := status["conditions"].([]any)[1].(map[string]any)
+			msg, _ := ready["message"].(string)
+			if ready["status"] != "False" || ready["reason"] != tc.reason {
+				t.Errorf("Ready = %v, want False, %s", ready, tc.reason)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q does not say %q", msg, w)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(msg, w) {
+					t.Errorf("message %q says %q", msg, w)
+				}
+			}
+		})
 	}
 }

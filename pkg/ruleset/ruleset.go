@@ -774,19 +774,28 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		if st.RecordError != "" {
 			msg += "; kgen cannot use its record of child kinds, so children of a kind that leaves the rule while kgen is stopped may not be pruned: " + st.RecordError
 		}
+		var failing, unsynced []string
+		for _, u := range st.Unsynced {
+			if u.Failing() {
+				failing = append(failing, u.String())
+			}
+			unsynced = append(unsynced, u.Resource.String())
+		}
 		switch {
-		case st.Failing != "":
+		case len(failing) > 0:
 			reason := ReasonWaiting
-			if strings.Contains(strings.ToLower(st.Failing), "forbidden") {
+			if st.Forbidden {
 				reason = ReasonForbidden
 			}
-			ready = condition(ConditionReady, false, reason, st.Failing, gen)
+			ready = condition(ConditionReady, false, reason, "caches not synced, as lists or watches fail: "+strings.Join(failing, "; "), gen)
 		case !st.Running && st.Waiting != "":
 			reason := ReasonWaiting
 			if st.KindNotServed {
 				reason = ReasonKindNotServed
 			}
 			ready = condition(ConditionReady, false, reason, st.Waiting, gen)
+		case !st.Synced && len(unsynced) > 0:
+			ready = condition(ConditionReady, false, ReasonWaiting, "its caches are syncing: waiting for "+strings.Join(unsynced, ", "), gen)
 		case !st.Synced:
 			ready = condition(ConditionReady, false, ReasonWaiting, "its caches are syncing", gen)
 		default:

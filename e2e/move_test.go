@@ -1,0 +1,186 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kgen.dev/kgen/pkg/reconcile"
+)
+
+// moveRules are two rules of one parent kind, selecting parents by the
+// value of one label (rules that may select the same parent do not load). Both make the child shared (one name, other data); only
+// move-a makes a ClusterRole (which needs kgen's finalizer on the parent)
+// and a ConfigMap NAME-a; only move-b makes a Secret NAME-b. Neither rule
+// watches the other's extra kind.
+const moveRules = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: move-a
+spec:
+  parent:
+    apiVersion: %[1]s/v1
+    kind: Gadget
+    namespaces: [%[2]s]
+    selector: {matchLabels: {tier: a}}
+  children:
+  - id: shared
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-shared"}
+      data: {from: a}
+  - id: onlya
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-a"}
+      data: {from: a}
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata: {name: "e2e-move-${parent.metadata.namespace}-${parent.metadata.name}"}
+      rules: []
+---
+apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: move-b
+spec:
+  parent:
+    apiVersion: %[1]s/v1
+    kind: Gadget
+    namespaces: [%[2]s]
+    selector: {matchLabels: {tier: b}}
+  children:
+  - id: shared
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-shared"}
+      data: {from: b}
+  - id: onlyb
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata: {name: "${parent.metadata.name}-b"}
+      stringData: {from: b}
+`
+
+// Scenario: a parent moved from one rule to another by relabelling it
+// (§6, "Identity survives routine operations"), and back. The new rule's
+// children are made; the old rule's that the new one does not make are
+// pruned, also of a kind the new rule does not watch; the child both make
+// (same id, same name) is taken over, not deleted and recreated; the
+// parent's finalizer follows the new rule; the parent ends Ready, never
+// stuck in Conflict; kgen's writes for a move are bounded.
+func TestChangeParentMovedBetweenRules(t *testing.T) {
+	const group = "move.example.com"
+	const user = "kgen-move"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startControllerWith(t, controllerOptions{User: user}, writeRules(t, fmt.Sprintf(moveRules, group, ns))).waitReady(t)
+	role := "e2e-move-" + ns + "-m"
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+	})
+
+	obj := gadget(group, ns, "m", map[string]any{})
+	obj["metadata"].(map[string]any)["labels"] = map[string]any{"tier": "a"}
+	parent := create(t, gvr, obj)
+	shared := waitFor(t, cmGVR, ns, "m-shared", dataFrom("a"))
+	waitFor(t, cmGVR, ns, "m-a", nil)
+	waitFor(t, crGVR, "", role, nil)
+	waitParent(t, gvr, ns, "m", true)
+	settle(t, user, ns)
+
+	move := func(step string, labels map[string]any, to string) []string {
+		t.Helper()
+		start := time.Now()
+		patchLabels(t, gvr, ns, "m", labels)
+		waitFor(t, cmGVR, ns, "m-shared", func(o *unstructured.Unstructured) error {
+			if o.GetUID() != shared.GetUID() {
+				return fmt.Errorf("%s: the shared child was recreated: uid %s, was %s", step, o.GetUID(), shared.GetUID())
+			}
+			if got := o.GetLabels()[reconcile.LabelRule]; got != to {
+				return fmt.Errorf("%s: rule label = %s, want %s", step, got, to)
+			}
+			if got := o.GetLabels()[reconcile.LabelParentUID]; got != string(parent.GetUID()) {
+				return fmt.Errorf("%s: parent-uid = %s, want %s", step, got, parent.GetUID())
+			}
+			return dataFrom(strings.TrimPrefix(to, "move-"))(o)
+		})
+		if to == "move-b" {
+			waitFor(t, secretGVR, ns, "m-b", nil)
+			waitGone(t, cmGVR, ns, "m-a")
+			waitGone(t, crGVR, "", role)
+		} else {
+			waitFor(t, cmGVR, ns, "m-a", nil)
+			waitFor(t, crGVR, "", role, nil)
+			waitGone(t, secretGVR, ns, "m-b")
+		}
+		waitParent(t, gvr, ns, "m", to == "move-a")
+		settle(t, user, ns)
+		var writes []string
+		for _, e := range auditOf(t, user, start) {
+			ours := e.ObjectRef.Namespace == ns || e.ObjectRef.Resource == "clusterroles" && e.ObjectRef.Name == role
+			if !ours || !isWrite(e.Verb) || e.ObjectRef.Resource == "events" {
+				continue
+			}
+			r := e.ObjectRef.Resource
+			if e.ObjectRef.Subresource != "" {
+				r += "/" + e.ObjectRef.Subresource
+			}
+			w := e.Verb + " " + r + " " + e.ObjectRef.Name
+			if e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Name == "m-shared" && (e.Verb == "create" || e.Verb == "delete") {
+				t.Errorf("%s: the shared child was written by %s", step, w)
+			}
+			writes = append(writes, w)
+		}
+		t.Logf("%s: %d writes: %v", step, len(writes), writes)
+		// Per move at most: the shared child's apply, the new child's
+		// apply, the old children's deletes (two), the finalizer, the
+		// status; with one retry each for the races of two rules' caches.
+		if len(writes) > 12 {
+			t.Errorf("%s: %d writes, want at most 12: %v", step, len(writes), writes)
+		}
+		return writes
+	}
+	move("a to b", map[string]any{"tier": "b"}, "move-b")
+	move("b to a", map[string]any{"tier": "a"}, "move-a")
+
+}
+
+// dataFrom checks a ConfigMap's data.from.
+func dataFrom(want string) func(*unstructured.Unstructured) error {
+	return func(o *unstructured.Unstructured) error {
+		if got, _, _ := unstructured.NestedString(o.Object, "data", "from"); got != want {
+			return fmt.Errorf("data.from = %q, want %q", got, want)
+		}
+		return nil
+	}
+}
+
+// waitParent waits until a parent is Ready with kgen's finalizer or without.
+func waitParent(t *testing.T, gvr schema.GroupVersionResource, ns, name string, finalizer bool) {
+	t.Helper()
+	waitFor(t, gvr, ns, name, func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		if got := slices.Contains(p.GetFinalizers(), reconcile.Finalizer); got != finalizer {
+			return fmt.Errorf("finalizers = %v, want kgen's: %v", p.GetFinalizers(), finalizer)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,176 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"testing/synctest"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/rules"
+)
+
+// moveRules are rule a (parents labelled tier=a, a ConfigMap child) and
+// rule b (tier=b, a Deployment child) of one parent kind.
+func moveRules(t *testing.T) []*rules.Rule {
+	t.Helper()
+	rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: a}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns], selector: {matchLabels: {tier: a}}}
+  children:
+`+configChild+`---
+apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: b}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns], selector: {matchLabels: {tier: b}}}
+  children:
+`+deployChild), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+func labelled(o *unstructured.Unstructured, key, value string) *unstructured.Unstructured {
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[key] = value
+	o.SetLabels(l)
+	return o
+}
+
+// startMoveRules runs rules a and b over a cluster with the objects until
+// both have synced.
+func startMoveRules(t *testing.T, objs ...*unstructured.Unstructured) *Controller {
+	t.Helper()
+	var in []runtime.Object
+	for _, o := range objs {
+		in = append(in, o)
+	}
+	client, m := fakeCluster(in...)
+	c := New(Config{Rules: moveRules(t), Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: &memRecord{scopes: map[string][]ChildScope{}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		c.queue.ShutDown()
+		c.watches.Shutdown()
+	})
+	for _, name := range []string{"a", "b"} {
+		if err := c.activate(ctx, c.rules[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "both rules to sync", func() bool {
+		a, _ := c.State("a")
+		b, _ := c.State("b")
+		return a.Synced && b.Synced
+	})
+	return c
+}
+
+// A parent moved from rule a to rule b: b's reconciles see the children a
+// made, also of a kind only a watches (to prune them), and events of those
+// children reach b.
+func TestChildrenOfMovedParent(t *testing.T) { synctest.Test(t, testChildrenOfMovedParent) }
+
+func testChildrenOfMovedParent(t *testing.T) {
+	parent := labelled(object("example.com/v1", "Gadget", "g", "p1", ""), "tier", "b")
+	made := labelled(object("v1", "ConfigMap", "g", "c1", "p1"), reconcile.LabelChild, "config")
+	c := startMoveRules(t, parent, made)
+	if got, want := childNames(c, "p1"), []string(nil); !slices.Equal(got, want) {
+		t.Errorf("children for rule r (not running) = %v, want none", got)
+	}
+	var got []string
+	for _, o := range c.Children("b", "p1") {
+		got = append(got, o.GetKind()+"/"+o.GetName())
+	}
+	if want := []string{"ConfigMap/g"}; !slices.Equal(got, want) {
+		t.Errorf("children of the parent for rule b = %v, want %v: rule a's child, which only a watches", got, want)
+	}
+
+	// An event of that child, on rule a's informer, queues the parent
+	// for rule b, which holds it now.
+	for c.queue.Len() > 0 {
+		k, _ := c.queue.Get()
+		c.queue.Done(k)
+		c.queue.Forget(k)
+	}
+	cmKey := c.rules["a"].childRegs[0].Informer().Key()
+	c.childHandler("a", cmKey)(made, false)
+	if n := c.queue.Len(); n != 1 {
+		t.Fatalf("queued %d keys, want 1", n)
+	}
+	k, _ := c.queue.Get()
+	if k != (Key{Rule: "b", Namespace: "ns", Name: "g"}) {
+		t.Errorf("queued %v, want rule b's key", k)
+	}
+	c.queue.Done(k)
+	// An informer that rule b watches too tells b itself (b's handler):
+	// rule a's handler of it does not queue b's key again.
+	c.childHandler("a", c.rules["b"].childRegs[0].Informer().Key())(made, false)
+	if n := c.queue.Len(); n != 0 {
+		t.Errorf("queued %d keys for an informer rule b has, want 0", n)
+	}
+}
+
+// While a relabelled parent is in two rules' caches, the rule whose cache
+// holds the older version does not reconcile it.
+func TestBehindAnotherRule(t *testing.T) {
+	old := labelled(object("example.com/v1", "Gadget", "g", "p1", ""), "tier", "a")
+	old.SetResourceVersion("7")
+	moved := labelled(old.DeepCopy(), "tier", "b")
+	moved.SetResourceVersion("8")
+	other := moved.DeepCopy()
+	other.SetUID(types.UID("p2")) // deleted and made again: another parent
+	for _, tc := range []struct {
+		name     string
+		inA, inB *unstructured.Unstructured
+		aBehind  bool
+		bBehind  bool
+	}{
+		{name: "moved from a to b", inA: old, inB: moved, aBehind: true},
+		{name: "moved from b to a", inA: moved, inB: old, bBehind: true},
+		{name: "one version", inA: moved, inB: moved},
+		{name: "only in b", inB: moved},
+		{name: "another parent of the name", inA: old, inB: other},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { behindCase(t, tc.inA, tc.inB, tc.aBehind, tc.bBehind) })
+		})
+	}
+}
+
+// behindCase puts a parent in rule a's and rule b's caches and checks
+// whether each rule is behind.
+func behindCase(t *testing.T, inA, inB *unstructured.Unstructured, aBehind, bBehind bool) {
+	c := startMoveRules(t)
+	for name, o := range map[string]*unstructured.Unstructured{"a": inA, "b": inB} {
+		idx := c.rules[name].parentRegs["ns"].Informer().Indexer()
+		for _, k := range idx.ListKeys() {
+			if obj, ok, _ := idx.GetByKey(k); ok {
+				_ = idx.Delete(obj)
+			}
+		}
+		if o != nil {
+			_ = idx.Add(o)
+		}
+	}
+	if inA != nil {
+		if got := c.behind("a", inA); got != aBehind {
+			t.Errorf("rule a behind = %v, want %v", got, aBehind)
+		}
+	}
+	if got := c.behind("b", inB); got != bBehind {
+		t.Errorf("rule b behind = %v, want %v", got, bBehind)
+	}
+}
