@@ -71,8 +71,9 @@ type Config struct {
 	// Metrics receives the controller's metrics; none are kept when nil.
 	Metrics *Metrics
 	// RulesLoaded, when set, tells whether every rule has been read (the
-	// files and the Rule objects): until it does, no parent is taken for
-	// one that left every rule (see sweepLeft).
+	// files and the Rule objects) and none is unreadable (pkg/ruleset's
+	// Settled): until it does, no parent is taken for one that left every
+	// rule (see sweepLeft and sweepParents).
 	RulesLoaded func() bool
 	// Sharding, when set, limits the controller to the parents assigned
 	// to this replica, and their children (see shard.go).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"maps"
 	"slices"
 	"time"
@@ -53,10 +54,11 @@ import (
 // Terminating CRD is still served until they are). A sweep that fails
 // (kgen may not list or patch the kind, the server fails) keeps the scope,
 // is logged, and is tried again with backoff, from sweepRetryBase doubling
-// to sweepRetryMax.
+// to sweepRetryMax; one that is forbidden, hourly (sweepForbiddenRetry).
 
-// Backoff of a failed sweep of a recorded parent scope.
-const sweepRetryBase, sweepRetryMax = 10 * time.Second, 10 * time.Minute
+// Backoff of a failed sweep of a recorded parent scope, and the wait after
+// a sweep that kgen is forbidden to make.
+const sweepRetryBase, sweepRetryMax, sweepForbiddenRetry = 10 * time.Second, 10 * time.Minute, time.Hour
 
 // sweepRetry is when the sweep of a parent scope may be tried again.
 type sweepRetry struct {
@@ -193,9 +195,20 @@ func (c *Controller) sweepParents(ctx context.Context) {
 			}
 			r := c.record.sweeps[s]
 			wait := min(sweepRetryBase<<min(r.failures, 16), sweepRetryMax)
+			forbidden := apierrors.IsForbidden(err)
+			if forbidden {
+				// RBAC made from the new rules no longer grants the
+				// scope: only an operator's grant helps, so the
+				// retry does not need to be frequent.
+				wait = sweepForbiddenRetry
+			}
 			c.record.sweeps[s] = sweepRetry{failures: r.failures + 1, next: time.Now().Add(wait)}
 			c.mu.Unlock()
-			logger.Error(err, "Cannot release the parents where no rule looks any more; trying again", "after", wait)
+			if forbidden {
+				logger.Error(err, "Cannot release the parents where no rule looks any more: kgen may not list or patch them there. Grant it list and patch on them until it has swept them once, or release them with kgenctl cleanup; trying again", "after", wait)
+			} else {
+				logger.Error(err, "Cannot release the parents where no rule looks any more; trying again", "after", wait)
+			}
 			continue
 		}
 		c.dropParentScope(ctx, s, due[s])

@@ -232,7 +232,13 @@ spec:
 	if c.beginSweep() {
 		t.Error("beginSweep() = true right after a failed sweep, want a backoff")
 	}
-	time.Sleep(sweepRetryBase)
+	// Forbidden: only an operator's grant helps, so it waits an hour,
+	// longer than any other failure's backoff.
+	time.Sleep(sweepRetryMax)
+	if c.beginSweep() {
+		t.Error("beginSweep() = true within the hour after a forbidden sweep")
+	}
+	time.Sleep(sweepForbiddenRetry - sweepRetryMax)
 	forbidden = false
 	if !c.beginSweep() {
 		t.Fatal("beginSweep() = false after the backoff")

@@ -274,7 +274,7 @@ func New(opts Options) (*Manager, error) {
 		Impersonate: impersonator(config),
 		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace()},
 		Prepare:     crds.Prepare, Admit: admit,
-		RulesLoaded: func() bool { return m.rules == nil || m.rules.Loaded() },
+		RulesLoaded: func() bool { return m.rules == nil || m.rules.Settled() },
 	})
 	meta, err := metadata.NewForConfig(config)
 	if err != nil {

@@ -335,6 +335,28 @@ func TestSetTypeChecks(t *testing.T) {
 		t.Errorf("Admit() = %v, want a TypeError naming the line", err)
 	}
 
+	// A Rule object that was never valid: the sweeps of parents that no
+	// rule selects wait, as it may select them.
+	broken := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(ruleDoc("broken", "parent.spec.imgae")), &broken.Object); err != nil {
+		t.Fatal(err)
+	}
+	broken.SetUID("u0")
+	broken.SetGeneration(1)
+	s.loaded.Store(true)
+	if !s.Settled() {
+		t.Fatal("Settled() = false with every rule valid")
+	}
+	if s.observe(ctx, broken, false) {
+		t.Fatal("an invalid Rule object was taken")
+	}
+	if s.Settled() {
+		t.Error("Settled() = true while a Rule object was never valid")
+	}
+	if !s.observe(ctx, broken, true) || !s.Settled() {
+		t.Error("Settled() = false once the invalid Rule object was deleted")
+	}
+
 	// A Rule object: the field path in the object.
 	obj := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.imgae")), &obj.Object); err != nil {

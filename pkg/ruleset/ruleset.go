@@ -377,6 +377,26 @@ func (s *Set) watchObjects(ctx context.Context) {
 // handled (or at once when they are not served, or not asked for).
 func (s *Set) Loaded() bool { return !s.cfg.Objects || s.loaded.Load() }
 
+// Settled reports whether every rule is loaded (see Loaded) and every Rule
+// object has a version that runs or waits to. A Rule object that has never
+// been valid (kgen started while it was invalid, or an upgraded kgen checks
+// more) may select parents that carry kgen's finalizer from an earlier run:
+// until it is fixed or deleted, nothing may be released as selected by no
+// rule. Its status and the log say why it is invalid.
+func (s *Set) Settled() bool {
+	if !s.Loaded() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.objects {
+		if o.rule == nil && o.err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // KindsChanged is told that the kinds of an API group may have changed
 // (see mapper.Watcher): Set looks for the Rule kind again at once if it
 // waits for it.
