@@ -1053,7 +1053,7 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	prev := c.watchErrors[key]
 	// A new cause is logged at once: the first answer of a failing server
 	// may not say why ("storage is (re)initializing"), a later one does.
-	log := time.Since(prev.logged) >= watchErrorLogEvery || prev.err == nil || prev.err.Error() != err.Error()
+	log := time.Since(prev.logged) >= watchErrorLogEvery || prev.err == nil || causeOf(prev.err) != causeOf(err)
 	e := watchError{err: err, logged: prev.logged}
 	if log {
 		e.logged = time.Now()
@@ -1077,6 +1077,18 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 
 // reasonOf names the cause of a failed list or watch, as the Ready
 // condition of a Rule does.
+// causeOf is what tells two failures of a list or watch apart for logging:
+// the API status code and reason, not the message, which may carry
+// resource versions that change at every retry.
+func causeOf(err error) string {
+	var api apierrors.APIStatus
+	if errors.As(err, &api) {
+		st := api.Status()
+		return fmt.Sprintf("%d %s", st.Code, st.Reason)
+	}
+	return err.Error()
+}
+
 func reasonOf(err error) string {
 	switch {
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):

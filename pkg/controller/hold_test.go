@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"errors"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
@@ -90,4 +92,20 @@ func TestHeldEventsDeleted(t *testing.T) {
 		t.Error("a deleted object's event did not queue its parent while it was reconciled")
 	}
 	c.unhold(key)
+}
+
+// Two failures of a list are one cause for logging when only their
+// messages differ (resource versions change at every retry), and two
+// when their status differs.
+func TestCauseOf(t *testing.T) {
+	gr := schema.GroupResource{Resource: "widgets"}
+	a := apierrors.NewInternalError(errors.New("conversion webhook failed at rv 10"))
+	b := apierrors.NewInternalError(errors.New("conversion webhook failed at rv 11"))
+	c := apierrors.NewServiceUnavailable("storage is (re)initializing")
+	if causeOf(a) != causeOf(b) {
+		t.Errorf("causeOf: %q != %q for the same status", causeOf(a), causeOf(b))
+	}
+	if causeOf(a) == causeOf(c) || causeOf(c) == causeOf(apierrors.NewForbidden(gr, "", nil)) {
+		t.Error("causeOf: different statuses are one cause")
+	}
 }

@@ -85,7 +85,7 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptio
 	watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 	body, err := lw.request(opts).Stream(ctx)
 	if err != nil {
-		if watchList && apierrors.IsTooManyRequests(err) {
+		if watchList && apierrors.IsTooManyRequests(err) && cacheNotReady(err.Error()) {
 			status := metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
 			if api := apierrors.APIStatus(nil); errors.As(err, &api) {
 				status = api.Status()
@@ -97,6 +97,16 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptio
 	s := &eventStream{body: body, result: make(chan apiwatch.Event), done: make(chan struct{}), watchList: watchList, fromNow: opts.ResourceVersion == ""}
 	go s.run()
 	return s, nil
+}
+
+// cacheNotReady reports whether a 429's message is the API server's
+// "storage is (re)initializing": its watch cache of the resource cannot
+// start, and a watch-list will not stream until it does. Any other 429 (API
+// Priority and Fairness throttling) is retried in place by the reflector,
+// as it should be: a list instead would cost the server more when it is
+// already overloaded.
+func cacheNotReady(message string) bool {
+	return strings.Contains(message, "storage is (re)initializing")
 }
 
 // tooLargeResourceVersion reports whether a status is the API server's
@@ -234,7 +244,7 @@ func (s *eventStream) run() {
 				s.fail(fmt.Errorf("unable to decode a watch error: %w", err))
 				return
 			}
-			if initial && (status.Code == http.StatusTooManyRequests || s.fromNow && tooLargeResourceVersion(status)) {
+			if initial && (status.Code == http.StatusTooManyRequests && cacheNotReady(status.Message) || s.fromNow && tooLargeResourceVersion(status)) {
 				*status = notStreamable(*status)
 			}
 			initial = false // reported: the end of the stream is no second failure

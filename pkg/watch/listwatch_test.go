@@ -108,7 +108,9 @@ func TestListWatch(t *testing.T) {
 // ends before that bookmark, or that the server's cache cannot serve from
 // now (too large resource version, when none was asked for), become a 503 that the reflector does not retry in place, so it lists instead; a
 // 429 to a plain watch, or after the bookmark, stays as the server sent
-// it, and a plain watch may end empty. The client never retries a 429
+// it, and so does a 429 that is throttling, not a cache that cannot start
+// (a list would cost the server more); a plain watch may end empty. The
+// client never retries a 429
 // itself: the reflector does, with its backoff, and reports it.
 func TestListWatchTooManyRequests(t *testing.T) {
 	const tooMany = `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429,"message":"storage is (re)initializing"}`
@@ -121,6 +123,11 @@ func TestListWatchTooManyRequests(t *testing.T) {
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
 			fmt.Fprint(w, tooMany)
+		case "/api/v1/namespaces/throttled/configmaps":
+			// API Priority and Fairness: not a cache that cannot start.
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429,"message":"Too many requests, please try again later."}`)
 		case "/api/v1/namespaces/stream/configmaps":
 			fmt.Fprintf(w, `{"type":"ERROR","object":%s}`+"\n", tooMany)
 		case "/api/v1/namespaces/toolarge/configmaps":
@@ -174,6 +181,7 @@ func TestListWatchTooManyRequests(t *testing.T) {
 		{ns: "toolarge", watchList: true, want: http.StatusServiceUnavailable},
 		{ns: "toolarge", watchList: true, rv: "209", want: http.StatusGatewayTimeout},
 		{ns: "answer", watchList: true, want: http.StatusServiceUnavailable},
+		{ns: "throttled", watchList: true, want: http.StatusTooManyRequests},
 		{ns: "stream", watchList: true, want: http.StatusServiceUnavailable},
 		{ns: "empty", watchList: true, want: http.StatusServiceUnavailable},
 		{ns: "cut", watchList: true, want: http.StatusServiceUnavailable},
