@@ -230,12 +230,10 @@ func New(opts Options) (*Manager, error) {
 		sharding = m.shard
 	}
 	resources := mapper.New(kube.Discovery())
-	// The parent kinds' CRDs and the published schemas: rules are checked
-	// against them when they start, and with ManageCRDs kgen applies the
-	// CRDs.
 	// The schemas the server publishes: the controller compares objects
-	// by them, and rules are checked against them when they start; one
-	// Source reads each document once for both.
+	// by them, and rules are checked against them (and the parent kinds'
+	// CRDs) when they start; one Source reads each document once for both.
+	// With ManageCRDs kgen applies the parent kinds' CRDs.
 	schemas := schema.New(kube.Discovery().OpenAPIV3())
 	crds := &ruleset.CRDs{Client: dyn, Resources: resources, Manage: opts.ManageCRDs, Types: schemas}
 	admit := crds.Check
