@@ -811,12 +811,14 @@ func TestChangeSelfTriggeringStatus(t *testing.T) {
 		}
 		return nil
 	})
-	// kgen does not react to the event of its own write when the write's
-	// answer came first, so with no other writer the count usually
-	// settles; when the event wins the race, the loop is bounded as below.
+	// kgen does not react to the event of its own write, also when the
+	// event comes before the write's answer (it holds the events of a
+	// parent being reconciled): with no other writer the status is written
+	// once. (count is left out of that write: the parent had no status to
+	// read yet.)
 	time.Sleep(8 * time.Second)
-	if n := statusWrites(); n > loopBound {
-		t.Errorf("kgen wrote the status %d times with no other writer, want at most %d: %v", n, loopBound, writesOf(t, user, ns, start))
+	if n := statusWrites(); n > 1 {
+		t.Errorf("kgen wrote the status %d times with no other writer, want 1: %v", n, writesOf(t, user, ns, start))
 	}
 	t.Logf("with no other writer, %d status writes", statusWrites())
 
@@ -830,8 +832,8 @@ func TestChangeSelfTriggeringStatus(t *testing.T) {
 				return
 			}
 			count, _, _ := unstructured.NestedInt64(p.Object, "status", "count")
-			seen, _, _ := unstructured.NestedInt64(p.Object, "status", "seen")
-			if count != seen {
+			seen, mirrored, _ := unstructured.NestedInt64(p.Object, "status", "seen")
+			if !mirrored || count != seen {
 				patch := fmt.Sprintf(`{"status":{"seen":%d}}`, count)
 				if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(ctx, "l", types.MergePatchType, []byte(patch),
 					metav1.PatchOptions{FieldManager: "mirror"}, "status"); err != nil && ctx.Err() == nil {

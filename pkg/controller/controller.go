@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -105,6 +106,10 @@ const (
 	// A failed reconcile is retried after 10 ms, doubling to 5 minutes,
 	// under an overall limit of 50 retries per second.
 	retryBase, retryMax = 10 * time.Millisecond, 5 * time.Minute
+	// A parent whose child waits for children its reconcile just wrote
+	// is reconciled again after 50 ms: the informers show a write within
+	// that, as a rule.
+	againAfter = 50 * time.Millisecond
 	// A parent whose child's name is taken by an object kgen must not
 	// touch is looked at again after 30 s, doubling to 10 minutes while the
 	// conflict stays: kgen cannot watch that object.
@@ -369,6 +374,13 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// look again later, less often while it stays.
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.conflicts.When(key))
+	case result.Again:
+		// A child waits for children this reconcile wrote: reconcile
+		// again once the cache is likely to show them (a reconcile that
+		// still does not see them asks again).
+		c.queue.Forget(key)
+		c.conflicts.Forget(key)
+		c.queue.AddAfter(key, againAfter)
 	case result.RequeueAfter > 0:
 		// Done for now: reset the backoffs, and look again later.
 		c.queue.Forget(key)
@@ -1078,15 +1090,17 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 // reasonOf names the cause of a failed list or watch, as the Ready
 // condition of a Rule does.
 // causeOf is what tells two failures of a list or watch apart for logging:
-// the API status code and reason, not the message, which may carry
-// resource versions that change at every retry.
+// their text without its numbers, which carry resource versions and
+// timings that change at every retry. The first answer of a failing server
+// may not say why ("storage is (re)initializing") where a later one, with
+// the same status, does ("...: conversion webhook ... failed").
 func causeOf(err error) string {
-	var api apierrors.APIStatus
-	if errors.As(err, &api) {
-		st := api.Status()
-		return fmt.Sprintf("%d %s", st.Code, st.Reason)
-	}
-	return err.Error()
+	return strings.Map(func(r rune) rune {
+		if unicode.IsDigit(r) {
+			return -1
+		}
+		return r
+	}, err.Error())
 }
 
 func reasonOf(err error) string {

@@ -101,11 +101,16 @@ func TestCauseOf(t *testing.T) {
 	gr := schema.GroupResource{Resource: "widgets"}
 	a := apierrors.NewInternalError(errors.New("conversion webhook failed at rv 10"))
 	b := apierrors.NewInternalError(errors.New("conversion webhook failed at rv 11"))
-	c := apierrors.NewServiceUnavailable("storage is (re)initializing")
 	if causeOf(a) != causeOf(b) {
-		t.Errorf("causeOf: %q != %q for the same status", causeOf(a), causeOf(b))
+		t.Errorf("causeOf: %q != %q for the same failure", causeOf(a), causeOf(b))
 	}
-	if causeOf(a) == causeOf(c) || causeOf(c) == causeOf(apierrors.NewForbidden(gr, "", nil)) {
-		t.Error("causeOf: different statuses are one cause")
+	// One status, a message that says more: a new cause.
+	first := apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+	later := apierrors.NewTooManyRequests("storage is (re)initializing: failed to list widgets: conversion webhook failed", 1)
+	if causeOf(first) == causeOf(later) {
+		t.Error("causeOf: a message that names the failure is the same cause as one that does not")
+	}
+	if causeOf(a) == causeOf(apierrors.NewForbidden(gr, "", nil)) {
+		t.Error("causeOf: different failures are one cause")
 	}
 }

@@ -102,6 +102,12 @@ type Result struct {
 	Conflict bool
 	// Ready reports that the parent's Ready condition is True.
 	Ready bool
+	// Again reports that a child waits for children this reconcile wrote
+	// (or knows of before the cache shows them): rendered with them it
+	// would no longer wait. Their watch events are kgen's own writes,
+	// which wake no parent, so the caller reconciles the parent again
+	// soon instead.
+	Again bool
 }
 
 // ChildLister reads a parent's children from the informer cache.
@@ -369,12 +375,17 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 
 	observedNow := Observed{Children: GroupChildren(rule, live), Inputs: inputs}
 	status := plan.Rendered.Status
-	if len(plan.Rendered.StatusOmitted) > 0 && created(outcomes) {
-		// Status fields that read a child this reconcile created can be
-		// computed now, rather than in one more status write once the
-		// cache shows the child.
-		if again, err := Render(rule, parent, observedNow, r.scope); err == nil {
-			status = again.Status
+	waits := waitsForChildren(plan.Rendered)
+	var again bool
+	if len(plan.Rendered.StatusOmitted) > 0 && created(outcomes) || waits {
+		if now, err := Render(rule, parent, observedNow, r.scope); err == nil {
+			if len(plan.Rendered.StatusOmitted) > 0 && created(outcomes) {
+				// Status fields that read a child this reconcile
+				// created can be computed now, rather than in one more
+				// status write once the cache shows the child.
+				status = now.Status
+			}
+			again = waits && rendersMore(plan.Rendered, now)
 		}
 	}
 	cond := r.readiness(rule, parent, plan.Rendered, outcomes, observedNow)
@@ -385,7 +396,33 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		res.Conflict = true
 	}
 	res.Ready = cond.Status == metav1.ConditionTrue
+	res.Again = again
 	return res, err
+}
+
+// waitsForChildren reports whether a child was not rendered because it
+// reads a child (or an object of one) that was not observed.
+func waitsForChildren(r *Rendered) bool {
+	for _, w := range r.Waiting {
+		if w.Reason == ReasonWaiting {
+			return true
+		}
+	}
+	return false
+}
+
+// rendersMore reports whether a child that before waited for other children
+// does not wait in now.
+func rendersMore(before, now *Rendered) bool {
+	for id, w := range before.Waiting {
+		if w.Reason != ReasonWaiting {
+			continue
+		}
+		if _, still := now.Waiting[id]; !still {
+			return true
+		}
+	}
+	return false
 }
 
 // created reports whether a step created its child.

@@ -881,3 +881,40 @@ func TestReconcileServiceAccountReadsAsKgen(t *testing.T) {
 		t.Errorf("the ConfigMap was not adopted: labels %v", cm.GetLabels())
 	}
 }
+
+// A child that reads another child is rendered once that one is observed.
+// The watch event of kgen's own create wakes no parent, so the reconcile
+// that creates the first asks to be run again (Result.Again); once the
+// second exists, nothing waits and nothing asks.
+func TestReconcileAgainForDependentChild(t *testing.T) {
+	dependent := strings.Replace(appRule, "  - id: deploy\n    template:\n      apiVersion: apps/v1\n      kind: Deployment\n      metadata: {name: \"${parent.metadata.name}\"}\n",
+		"  - id: deploy\n    template:\n      apiVersion: apps/v1\n      kind: Deployment\n      metadata: {name: \"${parent.metadata.name}\", annotations: {config: \"${children.config.metadata.name}\"}}\n", 1)
+	if dependent == appRule {
+		t.Fatal("the test's rule did not change")
+	}
+	h := newHarness(t, dependent)
+	res, err := h.reconcile(appParent(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Again {
+		t.Error("Again = false after creating the child another waits for")
+	}
+	if h.api.get(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "team", "web") != nil {
+		t.Fatal("the dependent child was created before the child it reads was observed")
+	}
+	res, err = h.reconcile(appParent(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Again {
+		t.Error("Again = true once nothing waits")
+	}
+	if h.api.get(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "team", "web") == nil {
+		t.Error("the dependent child was not created once the child it reads was observed")
+	}
+	// Converged: no reconcile asks for another.
+	if res, err = h.reconcile(appParent(nil)); err != nil || res.Again {
+		t.Errorf("converged: Again = %v, err = %v", res.Again, err)
+	}
+}
