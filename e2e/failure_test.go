@@ -268,9 +268,11 @@ spec:
 		t.Fatalf("no list or watch of widgets failed: the scenario did not happen")
 	}
 	// A try is a watch-list and, as it fails, a list; the reflector's
-	// backoff between tries starts at 800 ms and doubles: about six tries
-	// in 25 s. A busy loop makes hundreds.
-	if lists+watches > 20 {
+	// backoff between tries starts at 800 ms and doubles: about seven tries
+	// in the window, and the server ends some stalled watch-lists with no
+	// answer, which adds watches (runs measured 19 and 21). A busy loop
+	// makes hundreds; 40 leaves room for a loaded machine.
+	if lists+watches > 40 {
 		t.Errorf("kgen listed or watched widgets %d times in %s: not a backoff", lists+watches, elapsed.Round(time.Second))
 	}
 
