@@ -107,9 +107,10 @@ const (
 	// under an overall limit of 50 retries per second.
 	retryBase, retryMax = 10 * time.Millisecond, 5 * time.Minute
 	// A parent whose child waits for children its reconcile just wrote
-	// is reconciled again after 50 ms: the informers show a write within
-	// that, as a rule.
-	againAfter = 50 * time.Millisecond
+	// is reconciled again after 50 ms (the informers show a write within
+	// that, as a rule), doubling to 10 s while the cache does not show
+	// them.
+	againBase, againMax = 50 * time.Millisecond, 10 * time.Second
 	// A parent whose child's name is taken by an object kgen must not
 	// touch is looked at again after 30 s, doubling to 10 minutes while the
 	// conflict stays: kgen cannot watch that object.
@@ -131,9 +132,12 @@ var childSelector = reconcile.LabelManagedBy + "=" + reconcile.ManagedBy
 
 // Controller runs the rules. Create it with New and start it with Run.
 type Controller struct {
-	cfg        Config
-	queue      workqueue.TypedRateLimitingInterface[Key]
-	conflicts  workqueue.TypedRateLimiter[Key]
+	cfg       Config
+	queue     workqueue.TypedRateLimitingInterface[Key]
+	conflicts workqueue.TypedRateLimiter[Key]
+	// again backs off reconciles that ask to run again (Result.Again)
+	// while the cache does not show what they wait for.
+	again      workqueue.TypedRateLimiter[Key]
 	watches    *watch.Manager
 	reconciler *reconcile.Reconciler
 	metrics    *Metrics
@@ -247,6 +251,7 @@ func New(cfg Config) *Controller {
 			),
 			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "kgen"}),
 		conflicts: workqueue.NewTypedItemExponentialFailureRateLimiter[Key](conflictBase, conflictMax),
+		again:     workqueue.NewTypedItemExponentialFailureRateLimiter[Key](againBase, againMax),
 	}
 	c.watches = watch.New(watch.Config{
 		Client:   cfg.Client,
@@ -358,6 +363,9 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	c.hold(key)
 	result, err := c.reconcileKey(ctx, key)
 	c.unhold(key)
+	if !result.Again || err != nil {
+		c.again.Forget(key)
+	}
 	switch {
 	case err != nil && errors.Is(err, reconcile.ErrTerminal):
 		// Retrying will not help; the parent's status says why, and a
@@ -376,11 +384,13 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		c.queue.AddAfter(key, c.conflicts.When(key))
 	case result.Again:
 		// A child waits for children this reconcile wrote: reconcile
-		// again once the cache is likely to show them (a reconcile that
-		// still does not see them asks again).
+		// again once the cache is likely to show them; one that still
+		// does not see them asks again, later each time (a child the
+		// cache never shows costs a reconcile every againMax, not a
+		// busy loop).
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
-		c.queue.AddAfter(key, againAfter)
+		c.queue.AddAfter(key, c.again.When(key))
 	case result.RequeueAfter > 0:
 		// Done for now: reset the backoffs, and look again later.
 		c.queue.Forget(key)
