@@ -42,6 +42,9 @@ type Sharding interface {
 	// ends it.
 	Assign(gvr schema.GroupVersionResource, namespace, selector string, cached func() []any,
 		left func(namespace, name string, uid types.UID)) (stop func())
+	// Owner returns the live shard that the ring gives a key (shard.Key);
+	// "" while this replica knows of none.
+	Owner(key string) string
 	// Releases tells whether this replica removes kgen's finalizer from a
 	// parent of resource gvr that no rule selects: exactly one replica
 	// does, whichever shard, if any, the parent's label names.
