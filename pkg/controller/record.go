@@ -51,6 +51,12 @@ import (
 // The same Record keeps where each rule watched its parents, so that
 // parents where no rule looks any more are released (parents.go).
 //
+// Under sharding every replica writes the Record, so a write changes only
+// what this replica learned (Record.Update: scopes added, and removed),
+// on what the Record holds at that moment, and only one replica removes
+// scopes: the shard the ring gives the rule, which judges a prune-only
+// scope empty against every parent of the rule (removesFromRecord).
+//
 // A Record kgen cannot read or write (its RBAC lacks the ConfigMap, as
 // under a chart from before the record) does not stop the rules: the
 // failure is logged, at most once a minute, and in RuleState.RecordError,
