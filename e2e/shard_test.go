@@ -517,3 +517,158 @@ func TestHelmShards(t *testing.T) {
 		}
 	}
 }
+
+const leaverRules = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: leaver
+spec:
+  parent:
+    apiVersion: leave.example.com/v1
+    kind: Leaver
+    namespaces: [NAMESPACE]
+    selector: {matchLabels: {tier: web}}
+  allowCrossNamespace: [SHARED]
+  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-cm
+        namespace: SHARED
+`
+
+// No finalizer is left behind under --shards (contract §6): each parent's
+// child lives in another namespace, so it carries kgen's finalizer. A
+// replica is killed with SIGKILL, and its parents are relabelled out of
+// the rule's selector and deleted before any other replica took them:
+// they are in no live replica's cache. Once the shard is dead, the replica
+// the ring gives each parent releases it: its child is deleted, and the
+// parent goes, within two lease durations of the kill. A parent of the
+// live replica that loses both its rule's label and its shard label, then
+// is deleted, goes too (released by the replica that saw it leave, the
+// ring's owner of its key).
+func TestShardsReleaseParentsThatLeft(t *testing.T) {
+	const parents, leaseDuration = 24, 8 * time.Second
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns, shared := newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, "leave.example.com", "Leaver", "leavers")
+	applyRule(t, strings.NewReplacer("NAMESPACE", ns, "SHARED", shared).Replace(leaverRules))
+	home := newNamespace(t)
+	args := []string{"--shards", "--leader-elect-namespace", home, "--leader-elect-lease-duration", leaseDuration.String()}
+	procs := map[string]*kgenProcess{}
+	for _, id := range []string{"l1", "l2"} {
+		procs[id] = startKgen(t, "kgen-shard-"+id, append(slices.Clone(args), "--shard-id", id)...)
+	}
+	waitMembers(t, procs, 2)
+	names := make([]string, parents)
+	for i := range names {
+		names[i] = fmt.Sprintf("leaver-%02d", i)
+	}
+	err := forEach(t.Context(), names, func(ctx context.Context, name string) error {
+		_, err := env.dynamic.Resource(gvr).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "leave.example.com/v1", "kind": "Leaver",
+			"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"tier": "web"}}}}, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every parent on its shard, with kgen's finalizer and its child.
+	assigned := map[string]string{}
+	eventually(t, 90*time.Second, func() (bool, error) {
+		list, err := env.dynamic.Resource(gvr).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		cms, err := env.kube.CoreV1().ConfigMaps(shared).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		children := map[string]bool{}
+		for _, cm := range cms.Items {
+			children[cm.Name] = true
+		}
+		for _, p := range list.Items {
+			id := p.GetLabels()[shard.Label]
+			switch {
+			case id != "l1" && id != "l2":
+				return false, fmt.Errorf("parent %s is on shard %q", p.GetName(), id)
+			case !slices.Contains(p.GetFinalizers(), "kgen.dev/cleanup"):
+				return false, fmt.Errorf("parent %s has no kgen finalizer", p.GetName())
+			case !children[p.GetName()+"-cm"]:
+				return false, fmt.Errorf("parent %s has no child", p.GetName())
+			}
+			assigned[p.GetName()] = id
+		}
+		return len(list.Items) == parents, fmt.Errorf("%d parents", len(list.Items))
+	}, "every parent to have its shard, kgen's finalizer and its child")
+	var ofKilled, ofLive []string
+	for name, id := range assigned {
+		if id == "l1" {
+			ofKilled = append(ofKilled, name)
+		} else {
+			ofLive = append(ofLive, name)
+		}
+	}
+	if len(ofKilled) == 0 || len(ofLive) == 0 {
+		t.Fatalf("parents by shard: %v, want both shards", countShards(assigned))
+	}
+	sort.Strings(ofKilled)
+
+	// SIGKILL l1; its parents leave the rule and are deleted at once.
+	procs["l1"].kill()
+	killed := time.Now()
+	leave, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"tier": "batch"}}})
+	if err := forEach(t.Context(), ofKilled, func(ctx context.Context, name string) error {
+		ri := env.dynamic.Resource(gvr).Namespace(ns)
+		if _, err := ri.Patch(ctx, name, types.MergePatchType, leave, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		return ri.Delete(ctx, name, metav1.DeleteOptions{})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// One of l2's parents loses both labels, and is deleted.
+	bare := ofLive[0]
+	unlabel, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"tier": nil, shard.Label: nil}}})
+	ri := env.dynamic.Resource(gvr).Namespace(ns)
+	if _, err := ri.Patch(t.Context(), bare, types.MergePatchType, unlabel, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ri.Delete(t.Context(), bare, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gone := append(slices.Clone(ofKilled), bare)
+	eventually(t, 60*time.Second, func() (bool, error) {
+		list, err := ri.List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range list.Items {
+			if slices.Contains(gone, p.GetName()) {
+				return false, fmt.Errorf("parent %s (shard %q) is still there, finalizers %v", p.GetName(), p.GetLabels()[shard.Label], p.GetFinalizers())
+			}
+		}
+		cms, err := env.kube.CoreV1().ConfigMaps(shared).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cm := range cms.Items {
+			// (The bare parent may be released before its delete lands,
+			// and then keeps its child, as without sharding.)
+			if slices.Contains(ofKilled, strings.TrimSuffix(cm.Name, "-cm")) {
+				return false, fmt.Errorf("the child %s of a deleted parent is still there", cm.Name)
+			}
+		}
+		return true, nil
+	}, "the parents that left the rule and were deleted to go, with their children")
+	took := time.Since(killed)
+	t.Logf("the %d parents of the killed l1 and 1 of l2 that left the rule and were deleted went %s after the kill", len(ofKilled), took.Round(time.Millisecond))
+	// l1's are released once it is dead: about one lease duration, the
+	// time to take its Lease, and this machine's load.
+	if limit := 2*leaseDuration + 2*time.Second; took > limit {
+		t.Errorf("the parents took %s to go, more than %s", took.Round(time.Millisecond), limit)
+	}
+}

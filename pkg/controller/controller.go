@@ -470,9 +470,12 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 }
 
 // release handles a parent that left the rule's informer while it carried
-// kgen's finalizer: if it still exists and no rule selects it any more,
+// kgen's finalizer, or that the sharding found had left (see
+// Sharding.Assign): if it still exists and no rule selects it any more,
 // kgen's finalizer is removed from it (after deleting the children only
 // the finalizer guards, if it is being deleted), so it is never stuck.
+// Under sharding one replica does this, whichever shard had the parent
+// (see releasesHere).
 func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mapping mapper.Mapping, uid types.UID) error {
 	res := c.cfg.Client.Resource(mapping.GroupVersionResource())
 	var ri dynamic.ResourceInterface = res
@@ -487,9 +490,19 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 	case err != nil:
 		return fmt.Errorf("read %s %s, which left rule %s: %w", mapping.Resource, key.Name, key.Rule, err)
 	}
-	if parent.GetUID() != uid || !slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(parent) || c.movedAway(parent) {
+	if parent.GetUID() != uid || !slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(parent) ||
+		!c.releasesHere(mapping.GroupVersionResource(), parent) {
 		c.doneLeaving(key)
 		return nil
+	}
+	if parent.GetDeletionTimestamp() != nil {
+		// The children only the finalizer guards are deleted first, as
+		// this replica caches them: under sharding, they may still carry
+		// the shard that had the parent, and are taken over first.
+		if err := c.takeOver(ctx, rs, mapping, parent); err != nil {
+			return err
+		}
+		defer c.unsettle(uid)
 	}
 	klog.FromContext(ctx).Info("Parent left every rule; releasing it", "finalizer", reconcile.Finalizer)
 	if err := c.reconciler.Release(ctx, rs.rule, mapping, parent, c.childrenOf(rs, uid)); err != nil {

@@ -45,7 +45,12 @@
 // Sharding assigns each rule's parents, and each reconcile first asks it
 // (Sharding.Begin) whether this replica may reconcile the parent now. A
 // parent that came to this replica has its children relabelled before its
-// first reconcile here (shard.go), so none looks missing.
+// first reconcile here (shard.go), so none looks missing. A parent that no
+// rule selects any more is released by the one replica the Sharding names
+// (Sharding.Releases), also one the Sharding found (Assign's left), of a
+// dead shard; only the shard the ring gives a rule removes scopes from its
+// record, and every replica's write of the record changes only what it
+// learned (record.go).
 //
 // The controller reads only from its caches; every API request it makes is a
 // write by the reconciler, a list and watch of an informer, a read of a
@@ -54,5 +59,7 @@
 // one-off list of a recorded parent kind no rule covers (and of the
 // children of its parents being deleted), or, with
 // sharding, the list and relabelling of the children of a parent that came
-// to this replica.
+// to this replica (or that it releases while it is deleted), and the list
+// of a rule's parents by the replica that judges whether a prune-only
+// scope of the rule's record still holds children of other shards'.
 package controller

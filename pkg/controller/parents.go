@@ -95,19 +95,38 @@ func (c *Controller) saveParentScopes(ctx context.Context, rs *ruleState) error 
 func (c *Controller) writeParents(ctx context.Context, rule string) error {
 	c.mu.Lock()
 	want := slices.Clone(c.record.parents[rule])
-	same := !c.record.loaded || slices.Equal(c.record.savedParents[rule], want)
+	saved := c.record.savedParents[rule]
+	loaded := c.record.loaded
 	c.mu.Unlock()
-	if same {
+	if !loaded {
 		return nil
 	}
+	// As for child scopes (saveScopes): this replica's additions, and
+	// its removals if it may make them.
+	add := minus(want, saved)
+	var remove []ChildScope
+	if c.removesFromRecord(rule) {
+		remove = minus(saved, want)
+	}
+	if len(add) == 0 && len(remove) == 0 {
+		return nil
+	}
+	now := want
 	if c.cfg.Record != nil {
-		if err := c.cfg.Record.SaveParents(ctx, rule, want); err != nil {
+		var err error
+		if now, err = c.cfg.Record.UpdateParents(ctx, rule, add, remove); err != nil {
 			return err
 		}
 	}
 	c.mu.Lock()
-	c.record.savedParents[rule] = want
+	c.record.savedParents[rule] = now
+	if others := minus(now, want); len(others) > 0 {
+		// Written by other replicas meanwhile: swept by this one too
+		// once no rule covers them.
+		c.record.parents[rule] = sortScopes(append(c.record.parents[rule], others...))
+	}
 	c.mu.Unlock()
+	want = now
 	if len(want) == 0 {
 		klog.FromContext(ctx).Info("Nothing left to record of where the rule watched its parents", "rule", rule)
 	} else {
@@ -137,10 +156,16 @@ func (c *Controller) coveredLocked(s ChildScope) bool {
 
 // dueParentsLocked returns the recorded parent scopes that no rule covers
 // and whose sweep is not backing off, each with the rules that recorded
-// it. The caller holds c.mu.
+// it, of the rules whose record this replica removes scopes from. The
+// caller holds c.mu.
 func (c *Controller) dueParentsLocked(now time.Time) map[ChildScope][]string {
 	out := map[ChildScope][]string{}
 	for rule, scopes := range c.record.parents {
+		if !c.removesFromRecord(rule) {
+			// Under sharding, the one replica that removes the scopes
+			// sweeps them: it releases every parent there.
+			continue
+		}
 		for _, s := range scopes {
 			if c.coveredLocked(s) || now.Before(c.record.sweeps[s].next) {
 				continue

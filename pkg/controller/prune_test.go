@@ -51,36 +51,38 @@ func (m *memRecord) Load(context.Context) (Recorded, error) {
 	return out, nil
 }
 
-func (m *memRecord) Save(_ context.Context, rule string, scopes []ChildScope) error {
+func (m *memRecord) Update(_ context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failSave != nil {
-		return m.failSave
+		return nil, m.failSave
 	}
 	m.saves++
-	if len(scopes) == 0 {
-		delete(m.scopes, rule)
-	} else {
-		m.scopes[rule] = slices.Clone(scopes)
-	}
-	return nil
+	return updateScopes(m.scopes, rule, add, remove), nil
 }
 
-func (m *memRecord) SaveParents(_ context.Context, rule string, scopes []ChildScope) error {
+func (m *memRecord) UpdateParents(_ context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failSave != nil {
-		return m.failSave
+		return nil, m.failSave
 	}
 	if m.parents == nil {
 		m.parents = map[string][]ChildScope{}
 	}
-	if len(scopes) == 0 {
-		delete(m.parents, rule)
+	return updateScopes(m.parents, rule, add, remove), nil
+}
+
+// updateScopes adds and removes scopes of a rule's, as a Record's Update.
+func updateScopes(in map[string][]ChildScope, rule string, add, remove []ChildScope) []ChildScope {
+	next := sortScopes(append(slices.Clone(in[rule]), add...))
+	next = slices.DeleteFunc(next, func(s ChildScope) bool { return slices.Contains(remove, s) })
+	if len(next) == 0 {
+		delete(in, rule)
 	} else {
-		m.parents[rule] = slices.Clone(scopes)
+		in[rule] = next
 	}
-	return nil
+	return slices.Clone(next)
 }
 
 // getParents returns the parent scopes recorded for a rule.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -13,12 +14,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	clientretry "k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/pkg/shard"
 	"kgen.dev/kgen/pkg/watch"
 )
 
@@ -46,6 +50,12 @@ import (
 //
 // The same Record keeps where each rule watched its parents, so that
 // parents where no rule looks any more are released (parents.go).
+//
+// Under sharding every replica writes the Record, so a write changes only
+// what this replica learned (Record.Update: scopes added, and removed),
+// on what the Record holds at that moment, and only one replica removes
+// scopes: the shard the ring gives the rule, which judges a prune-only
+// scope empty against every parent of the rule (removesFromRecord).
 //
 // A Record kgen cannot read or write (its RBAC lacks the ConfigMap, as
 // under a chart from before the record) does not stop the rules: the
@@ -89,14 +99,18 @@ type Recorded struct {
 }
 
 // Record keeps the child and parent scopes of every rule where they
-// survive a restart of kgen. Only the leader writes it.
+// survive a restart of kgen. Only the leader writes it; under sharding,
+// every replica does (see Controller.removesFromRecord).
 type Record interface {
 	// Load returns what is recorded.
 	Load(ctx context.Context) (Recorded, error)
-	// Save records a rule's child scopes; none removes them.
-	Save(ctx context.Context, rule string, scopes []ChildScope) error
-	// SaveParents records a rule's parent scopes; none removes them.
-	SaveParents(ctx context.Context, rule string, scopes []ChildScope) error
+	// Update adds scopes to a rule's child scopes and removes others,
+	// leaving every other scope as it is, and returns what the record
+	// holds for the rule afterwards: another replica's scopes, written
+	// since this one read them, are kept.
+	Update(ctx context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error)
+	// UpdateParents does the same to a rule's parent scopes.
+	UpdateParents(ctx context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error)
 }
 
 // DefaultRecordName is the name of the ConfigMap of a ConfigMapRecord.
@@ -115,11 +129,15 @@ const DefaultRecordName = "kgen-state"
 //	  webapp_parents: |
 //	    example.com/v1 WebApp team-a
 //
-// It reads the ConfigMap with get and writes one key at a time with a JSON
-// merge patch, so writers of different rules never undo each other's keys;
-// it creates the ConfigMap, when it is missing, by a server-side apply of
-// its metadata only. Every request names the ConfigMap, so RBAC can grant
-// exactly it (resourceNames).
+// It reads the ConfigMap with get and changes one key at a time: it reads
+// the ConfigMap, adds and removes scopes in the key's value, and writes the
+// key with a JSON merge patch pinned to the resource version it read,
+// reading again and retrying if another writer changed the ConfigMap
+// meanwhile; so writers never undo each other's changes, of one rule's key
+// (replicas under sharding) or of different ones. It creates the
+// ConfigMap, when it is missing, by a server-side apply of its metadata
+// only. Every request names the ConfigMap, so RBAC can grant exactly it
+// (resourceNames).
 type ConfigMapRecord struct {
 	Client corev1client.ConfigMapsGetter
 	// Namespace is kgen's own namespace; Name is DefaultRecordName when
@@ -166,50 +184,86 @@ func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
 	return out, nil
 }
 
-// Save writes the rule's key of child scopes, creating the ConfigMap if
+// Update changes the rule's key of child scopes, creating the ConfigMap if
 // it is missing.
-func (r *ConfigMapRecord) Save(ctx context.Context, rule string, scopes []ChildScope) error {
-	if err := r.save(ctx, rule, scopes); err != nil {
-		return fmt.Errorf("record the child kinds of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
-	}
-	return nil
-}
-
-// SaveParents writes the rule's key of parent scopes, creating the
-// ConfigMap if it is missing.
-func (r *ConfigMapRecord) SaveParents(ctx context.Context, rule string, scopes []ChildScope) error {
-	if err := r.save(ctx, rule+ParentsKeySuffix, scopes); err != nil {
-		return fmt.Errorf("record the parent kinds of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
-	}
-	return nil
-}
-
-// save writes one key; no scopes remove it.
-func (r *ConfigMapRecord) save(ctx context.Context, key string, scopes []ChildScope) error {
-	var value any // null removes the key
-	if len(scopes) > 0 {
-		value = encodeScopes(scopes)
-	}
-	patch, err := json.Marshal(map[string]any{"data": map[string]any{key: value}})
+func (r *ConfigMapRecord) Update(ctx context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error) {
+	out, err := r.update(ctx, rule, add, remove)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("record the child kinds of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
 	}
+	return out, nil
+}
+
+// UpdateParents changes the rule's key of parent scopes, creating the
+// ConfigMap if it is missing.
+func (r *ConfigMapRecord) UpdateParents(ctx context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error) {
+	out, err := r.update(ctx, rule+ParentsKeySuffix, add, remove)
+	if err != nil {
+		return nil, fmt.Errorf("record the parent kinds of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
+	}
+	return out, nil
+}
+
+// update changes one key: a read, and a write pinned to what was read,
+// again while another writer wins; no write if nothing changes. A key left
+// with no scopes is removed.
+func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []ChildScope) ([]ChildScope, error) {
 	client := r.Client.ConfigMaps(r.Namespace)
-	_, err = client.Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
-	if apierrors.IsNotFound(err) && value != nil {
-		// An apply of the metadata alone creates it; two kgens that
-		// race to create it apply the same, and neither loses a key.
-		empty := []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":%q,"labels":{%q:%q}}}`,
-			r.name(), r.Namespace, reconcile.LabelManagedBy, reconcile.ManagedBy))
-		force := true
-		if _, err = client.Patch(ctx, r.name(), types.ApplyPatchType, empty, metav1.PatchOptions{FieldManager: reconcile.FieldManager, Force: &force}); err == nil {
-			_, err = client.Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
+	var out []ChildScope
+	err := clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+		cm, err := client.Get(ctx, r.name(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			if len(add) == 0 {
+				out = nil
+				return nil
+			}
+			// An apply of the metadata alone creates it; two kgens that
+			// race to create it apply the same, and neither loses a key.
+			empty := []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":%q,"labels":{%q:%q}}}`,
+				r.name(), r.Namespace, reconcile.LabelManagedBy, reconcile.ManagedBy))
+			force := true
+			if cm, err = client.Patch(ctx, r.name(), types.ApplyPatchType, empty, metav1.PatchOptions{FieldManager: reconcile.FieldManager, Force: &force}); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			return err
+		}
+		current, _ := decodeScopes(cm.Data[key])
+		current = sortScopes(current)
+		next := slices.DeleteFunc(sortScopes(append(slices.Clone(current), add...)), func(s ChildScope) bool {
+			return slices.Contains(remove, s)
+		})
+		out = next
+		if slices.Equal(current, next) {
+			return nil
+		}
+		var value any // null removes the key
+		if len(next) > 0 {
+			value = encodeScopes(next)
+		}
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": cm.ResourceVersion},
+			"data":     map[string]any{key: value},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = client.Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
+		return err
+	})
+	return out, err
+}
+
+// minus returns the scopes of a that b lacks.
+func minus(a, b []ChildScope) []ChildScope {
+	var out []ChildScope
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			out = append(out, s)
 		}
 	}
-	if err != nil && !(apierrors.IsNotFound(err) && value == nil) {
-		return err
-	}
-	return nil
+	return out
 }
 
 // encodeScopes writes scopes a line each, sorted.
@@ -517,22 +571,52 @@ func (c *Controller) saveScopes(ctx context.Context, rs *ruleState) error {
 	// them.
 	want = sortScopes(append(want, c.record.fresh[name]...))
 	c.record.want[name] = want
-	same := slices.Equal(c.record.saved[name], want)
+	saved := c.record.saved[name]
 	c.mu.Unlock()
-	if same {
+	// Only what this replica learned is written: the scopes it added, and
+	// those it judged empty, if it may remove them (removesFromRecord).
+	add := minus(want, saved)
+	var remove []ChildScope
+	if c.removesFromRecord(name) {
+		remove = minus(saved, want)
+	}
+	if len(add) == 0 && len(remove) == 0 {
 		return nil
 	}
+	now := want
 	if c.cfg.Record != nil {
-		if err := c.cfg.Record.Save(ctx, name, want); err != nil {
+		var err error
+		if now, err = c.cfg.Record.Update(ctx, name, add, remove); err != nil {
 			return err
 		}
 	}
 	c.mu.Lock()
-	c.record.saved[name] = want
+	c.record.saved[name] = now
+	if others := minus(now, want); len(others) > 0 {
+		// Scopes other replicas recorded since this one read the Record:
+		// kept, as scopes read from it are (see loadRecord).
+		c.record.fresh[name] = sortScopes(append(c.record.fresh[name], others...))
+		c.record.want[name] = sortScopes(append(c.record.want[name], others...))
+	}
 	c.mu.Unlock()
-	klog.FromContext(ctx).Info("Recorded where the rule's children may be", "rule", name, "scopes", encodeScopes(want))
+	klog.FromContext(ctx).Info("Recorded where the rule's children may be", "rule", name, "scopes", encodeScopes(now))
 	return nil
 }
+
+// removesFromRecord tells whether this replica removes scopes from a
+// rule's record, after it judged them empty or swept them: always without
+// sharding (only the leader writes the record); under sharding only the
+// shard that the ring gives the rule (the one that writes the Rule's
+// status), which judges a prune-only scope empty against every parent of
+// the rule, not only its own. The others only add scopes: so no replica
+// drops a scope that another still needs.
+func (c *Controller) removesFromRecord(rule string) bool {
+	return c.shards == nil || c.shards.Owner(shard.Key(ruleResource, "", rule)) == c.shards.ID()
+}
+
+// ruleResource is the resource of Rule objects, whose key the ring gives
+// the shard that writes a rule's status (see pkg/manager).
+var ruleResource = schema.GroupResource{Group: "kgen.dev", Resource: "rules"}
 
 // recordStarted records a started rule's scopes before any of its parents
 // is reconciled, so that a child is not made of a kind the record lacks.
@@ -565,6 +649,19 @@ func (c *Controller) prunePass(ctx context.Context) {
 	c.mu.Unlock()
 	for _, rs := range states {
 		c.watchRecorded(ctx, rs)
+		// Under sharding this replica caches only its own parents; the
+		// replica that removes scopes from the rule's record judges them
+		// against every parent of the rule (allParents), read only when
+		// its own parents have no child left in a scope that still holds
+		// some of kgen's objects.
+		var all []string
+		if c.shards != nil && c.removesFromRecord(rs.rule.Name) && c.mayBeEmpty(rs) {
+			var err error
+			if all, err = c.allParents(ctx, rs); err != nil {
+				logger.Error(err, "Cannot list the rule's parents to see whether a kind that left it still has children; trying again", "rule", rs.rule.Name)
+				all = nil
+			}
+		}
 		var dropped []*watch.Registration
 		c.mu.Lock()
 		if len(rs.pruning) > 0 {
@@ -572,7 +669,7 @@ func (c *Controller) prunePass(ctx context.Context) {
 			kept := rs.pruning[:0]
 			for _, p := range rs.pruning {
 				switch {
-				case !p.reg.HasSynced() || holdsChildOf(p.reg.Informer().Indexer(), uids):
+				case !p.reg.HasSynced() || holdsChildOf(p.reg.Informer().Indexer(), uids) || holdsChildOf(p.reg.Informer().Indexer(), all):
 					p.empty = false
 				case p.empty:
 					dropped = append(dropped, p.reg)
@@ -593,6 +690,48 @@ func (c *Controller) prunePass(ctx context.Context) {
 			c.logRecordError(ctx, rs.rule.Name, err)
 		}
 	}
+}
+
+// mayBeEmpty tells whether a prune-only informer of a rule state holds no
+// child of its cached parents but some other object (of another shard's
+// parent, or another rule's).
+func (c *Controller) mayBeEmpty(rs *ruleState) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	uids := parentUIDs(rs)
+	for _, p := range rs.pruning {
+		indexer := p.reg.Informer().Indexer()
+		if p.reg.HasSynced() && !holdsChildOf(indexer, uids) && len(indexer.ListKeys()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// allParents returns the UIDs of every parent of a rule, whichever shard
+// has it: a list of its parent kind with the rule's selector where it
+// watches, from the API server's watch cache.
+func (c *Controller) allParents(ctx context.Context, rs *ruleState) ([]string, error) {
+	c.mu.Lock()
+	mapping := rs.parent
+	namespaces := slices.Sorted(maps.Keys(rs.parentRegs))
+	c.mu.Unlock()
+	res := c.cfg.Client.Resource(mapping.GroupVersionResource())
+	var out []string
+	for _, ns := range namespaces {
+		var ri dynamic.ResourceInterface = res
+		if mapping.Namespaced && ns != "" {
+			ri = res.Namespace(ns)
+		}
+		list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: rs.rule.Parent.Selector.String(), ResourceVersion: "0"})
+		if err != nil {
+			return nil, fmt.Errorf("list the parents of rule %s: %w", rs.rule.Name, err)
+		}
+		for i := range list.Items {
+			out = append(out, string(list.Items[i].GetUID()))
+		}
+	}
+	return out, nil
 }
 
 // parentUIDs returns the UIDs of a rule state's cached parents; the caller

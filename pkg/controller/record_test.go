@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -111,8 +113,9 @@ func TestConfigMapRecord(t *testing.T) {
 			}
 			client := fake.NewClientset(objs...)
 			r := &ConfigMapRecord{Client: client.CoreV1(), Namespace: "kgen"}
-			if err := r.Save(ctx, tt.rule, tt.scopes); err != nil {
-				t.Fatalf("Save() = %v", err)
+			existing, _ := decodeScopes(tt.existing[tt.rule])
+			if _, err := r.Update(ctx, tt.rule, tt.scopes, minus(existing, tt.scopes)); err != nil {
+				t.Fatalf("Update() = %v", err)
 			}
 			got, err := client.CoreV1().ConfigMaps("kgen").Get(ctx, DefaultRecordName, metav1.GetOptions{})
 			switch {
@@ -165,10 +168,12 @@ func TestConfigMapRecordRequests(t *testing.T) {
 	if _, err := r.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Save(ctx, "web", []ChildScope{{GroupVersionKind: deployments}}); err != nil {
+	if _, err := r.Update(ctx, "web", []ChildScope{{GroupVersionKind: deployments}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"get kgen-state", "patch kgen-state", "patch kgen-state", "patch kgen-state"}
+	// Loaded; then read (missing), created by an apply, and written
+	// pinned to the apply's answer.
+	want := []string{"get kgen-state", "get kgen-state", "patch kgen-state", "patch kgen-state"}
 	if !slices.Equal(names, want) {
 		t.Errorf("requests = %v, want %v", names, want)
 	}
@@ -188,10 +193,10 @@ func TestConfigMapRecordParents(t *testing.T) {
 	client := fake.NewClientset()
 	r := &ConfigMapRecord{Client: client.CoreV1(), Namespace: "kgen"}
 	gadgetsIn := []ChildScope{{GroupVersionKind: gadgetKind, Namespace: "team-a"}, {GroupVersionKind: gadgetKind, Namespace: "team-b"}}
-	if err := r.SaveParents(ctx, "web", gadgetsIn); err != nil {
+	if _, err := r.UpdateParents(ctx, "web", gadgetsIn, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Save(ctx, "web", []ChildScope{{GroupVersionKind: deployments}}); err != nil {
+	if _, err := r.Update(ctx, "web", []ChildScope{{GroupVersionKind: deployments}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	cm, err := client.CoreV1().ConfigMaps("kgen").Get(ctx, DefaultRecordName, metav1.GetOptions{})
@@ -215,10 +220,86 @@ func TestConfigMapRecordParents(t *testing.T) {
 	if len(loaded.Children) != 1 || len(loaded.Children["web"]) != 1 {
 		t.Errorf("Load().Children = %v, want web's Deployment alone", loaded.Children)
 	}
-	if err := r.SaveParents(ctx, "web", nil); err != nil {
+	if _, err := r.UpdateParents(ctx, "web", nil, gadgetsIn); err != nil {
 		t.Fatal(err)
 	}
 	if loaded, err = r.Load(ctx); err != nil || len(loaded.Parents) != 0 || len(loaded.Children) != 1 {
 		t.Errorf("Load() = %+v, %v after the parents were removed, want web's children alone", loaded, err)
+	}
+}
+
+// Two replicas write one rule's key: each adds its scopes and removes only
+// those it removes, on what the ConfigMap holds when it writes; a write
+// pinned to a resource version another writer changed meanwhile is
+// refused (409) and made again on a fresh read, so neither undoes the
+// other.
+func TestConfigMapRecordWritersDoNotUndoEachOther(t *testing.T) {
+	ctx := context.Background()
+	secrets := ChildScope{GroupVersionKind: schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, Namespace: "team-a"}
+	deploy := ChildScope{GroupVersionKind: deployments}
+	cm := ChildScope{GroupVersionKind: configMaps, Namespace: "team-a"}
+	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: DefaultRecordName, Namespace: "kgen", ResourceVersion: "1"},
+		Data: map[string]string{"web": encodeScopes([]ChildScope{cm, deploy})}})
+	a := &ConfigMapRecord{Client: client.CoreV1(), Namespace: "kgen"}
+	// Replica b writes between a's read and a's write: b removes the
+	// ConfigMap scope it found empty and adds Secrets.
+	configmaps := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	raced := false
+	var writes int
+	client.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		writes++
+		if !raced {
+			raced = true
+			cur, err := client.Tracker().Get(configmaps, "kgen", DefaultRecordName)
+			if err != nil {
+				return true, nil, err
+			}
+			b := cur.(*corev1.ConfigMap).DeepCopy()
+			b.Data["web"] = encodeScopes([]ChildScope{deploy, secrets})
+			b.ResourceVersion = "2"
+			if err := client.Tracker().Update(configmaps, b, "kgen"); err != nil {
+				return true, nil, err
+			}
+		}
+		// The API server refuses a patch pinned to another resource
+		// version than the object's (the fake client does not).
+		var patch struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &patch); err != nil {
+			return true, nil, err
+		}
+		cur, err := client.Tracker().Get(configmaps, "kgen", DefaultRecordName)
+		if err != nil {
+			return true, nil, err
+		}
+		if rv := cur.(*corev1.ConfigMap).ResourceVersion; patch.Metadata.ResourceVersion != "" && patch.Metadata.ResourceVersion != rv {
+			return true, nil, apierrors.NewConflict(configmaps.GroupResource(), DefaultRecordName, fmt.Errorf("resourceVersion %q, not %q", rv, patch.Metadata.ResourceVersion))
+		}
+		return false, nil, nil
+	})
+	// a removes the Deployment scope it found empty.
+	got, err := a.Update(ctx, "web", nil, []ChildScope{deploy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []ChildScope{secrets}; !slices.Equal(got, want) {
+		t.Errorf("Update() = %v, want %v: b's change kept, a's made", got, want)
+	}
+	loaded, err := a.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []ChildScope{secrets}; !slices.Equal(loaded.Children["web"], want) {
+		t.Errorf("recorded %v, want %v", loaded.Children["web"], want)
+	}
+	if writes != 2 {
+		t.Errorf("%d writes, want 2: one refused, one made on a fresh read", writes)
+	}
+	// Nothing to change: no write.
+	if _, err := a.Update(ctx, "web", []ChildScope{secrets}, []ChildScope{deploy}); err != nil || writes != 2 {
+		t.Errorf("Update() of what is recorded: %v, %d writes, want none", err, writes-2)
 	}
 }

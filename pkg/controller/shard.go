@@ -34,9 +34,21 @@ type Sharding interface {
 	ID() string
 	// Assign has the sharding assign the parents of a resource in a
 	// namespace ("" for all) that match a rule's label selector; cached
-	// lists those of this shard the controller caches. It returns the
-	// function that ends it.
-	Assign(gvr schema.GroupVersionResource, namespace, selector string, cached func() []any) (stop func())
+	// lists those of this shard the controller caches. left is told of
+	// parents there that the selector no longer matches, that carry
+	// kgen's finalizer and that this replica releases (see Releases),
+	// which no informer of this replica saw leave: those of a shard that
+	// died, or that left without a shard. It returns the function that
+	// ends it.
+	Assign(gvr schema.GroupVersionResource, namespace, selector string, cached func() []any,
+		left func(namespace, name string, uid types.UID)) (stop func())
+	// Owner returns the live shard that the ring gives a key (shard.Key);
+	// "" while this replica knows of none.
+	Owner(key string) string
+	// Releases tells whether this replica removes kgen's finalizer from a
+	// parent of resource gvr that no rule selects: exactly one replica
+	// does, whichever shard, if any, the parent's label names.
+	Releases(gvr schema.GroupVersionResource, parent metav1.Object) bool
 	// Begin says whether this replica may reconcile the cached parent now;
 	// if so, done must be called when the reconcile has ended.
 	Begin(gvr schema.GroupVersionResource, parent metav1.Object) (done func(), ok bool)
@@ -89,9 +101,21 @@ func (c *Controller) assign(rule *rules.Rule, parentRegs map[string]*watch.Regis
 	}
 	var stops []func()
 	for ns, reg := range parentRegs {
-		stops = append(stops, c.shards.Assign(reg.Informer().Key().GVR, ns, rule.Parent.Selector.String(), reg.Informer().Indexer().List))
+		stops = append(stops, c.shards.Assign(reg.Informer().Key().GVR, ns, rule.Parent.Selector.String(), reg.Informer().Indexer().List,
+			func(namespace, name string, uid types.UID) {
+				c.left(Key{Rule: rule.Name, Namespace: namespace, Name: name}, uid)
+			}))
 	}
 	return stops
+}
+
+// left queues a parent that the sharding found has left the rule while
+// carrying kgen's finalizer, to be released (see Controller.release).
+func (c *Controller) left(key Key, uid types.UID) {
+	c.mu.Lock()
+	c.leaving[key] = uid
+	c.mu.Unlock()
+	c.queue.Add(key)
 }
 
 // beginShard asks the sharding whether the parent may be reconciled here
@@ -119,10 +143,13 @@ func (c *Controller) unsettle(uid types.UID) {
 	c.shards.mu.Unlock()
 }
 
-// movedAway reports whether a parent read from the API server is assigned
-// to another shard now.
-func (c *Controller) movedAway(parent metav1.Object) bool {
-	return c.shards != nil && parent.GetLabels()[reconcile.LabelShard] != c.shards.ID()
+// releasesHere reports whether this replica releases a parent, read from
+// the API server, that no rule selects: always without sharding; with it,
+// only the one replica the sharding names, whichever shard the parent's
+// label names (see Sharding.Releases). Its own shard may be dead, or
+// another than the one whose informer saw it leave.
+func (c *Controller) releasesHere(gvr schema.GroupVersionResource, parent metav1.Object) bool {
+	return c.shards == nil || c.shards.Releases(gvr, parent)
 }
 
 // takeOver relabels the children of a parent that has just come to this

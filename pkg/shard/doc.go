@@ -22,6 +22,11 @@
 //     stops new reconciles of it, the reconciles in flight end, and only
 //     then the label changes. The new shard acts only on the new label, so
 //     a parent is reconciled by one replica at a time.
+//   - Parents that leave their rule: exactly one replica releases one
+//     (Releases): the shard its label names while live, else the ring's
+//     owner of its key. The lists made when a shard dies and at each
+//     sweep leave the rule's selector out, so they also find parents that
+//     left it, which they hand to the controller (Assign's left).
 //
 // The package knows nothing of rules or children: the controller tells it
 // which parents it watches (Assign) and asks before each reconcile (Begin);

@@ -229,7 +229,7 @@ func (s *Shard) updateMembership(ctx context.Context) time.Duration {
 		s.rebalance(ctx, newlyDead)
 	}
 	if len(fresh) > 0 {
-		s.sweepScopes(ctx, fresh)
+		s.sweepScopes(ctx, fresh, false)
 	}
 	return max(next, 10*time.Millisecond)
 }

@@ -4,17 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"kgen.dev/kgen/pkg/reconcile"
 )
 
 // ref names one parent.
@@ -66,10 +71,15 @@ type scopeKey struct {
 
 // scope is a scopeKey the controller watches, and how the sharder sees its
 // parents: the controller's caches of this shard's parents, and an
-// informer of the parents no shard has.
+// informer of the parents no shard has. left tells the controller of
+// parents that left the scope's selector (see Assign).
 type scope struct {
-	key        scopeKey
+	key scopeKey
+	// selects is key.selector parsed; nil if it does not parse (it
+	// always does, for a rule's).
+	selects    labels.Selector
 	cached     map[int]func() []any
+	left       map[int]func(namespace, name string, uid types.UID)
 	nextID     int
 	unassigned cache.SharedIndexInformer
 	stop       context.CancelFunc
@@ -87,14 +97,20 @@ func (k scopeKey) with(more string) string {
 // ("" for all) that match a label selector (the rule's): it claims those
 // the ring gives it that have no shard, or a dead one, and hands its own
 // over when the ring gives them to another shard. cached lists the
-// controller's cached parents of this shard in that scope. Assign returns
-// the function that ends it.
-func (s *Shard) Assign(gvr schema.GroupVersionResource, namespace, selector string, cached func() []any) (stop func()) {
+// controller's cached parents of this shard in that scope. left is told of
+// parents of the resource and namespace that the selector no longer
+// matches, that carry kgen's finalizer and that this replica releases (see
+// Releases): no shard's informer sees them any more, so the sharder finds
+// them when a shard dies and at every sweep. Assign returns the function
+// that ends it.
+func (s *Shard) Assign(gvr schema.GroupVersionResource, namespace, selector string, cached func() []any,
+	left func(namespace, name string, uid types.UID)) (stop func()) {
 	k := scopeKey{gvr: gvr, namespace: namespace, selector: selector}
 	s.mu.Lock()
 	sc := s.scopes[k]
 	if sc == nil {
-		sc = &scope{key: k, cached: map[int]func() []any{}}
+		sc = &scope{key: k, cached: map[int]func() []any{}, left: map[int]func(string, string, types.UID){}}
+		sc.selects, _ = labels.Parse(selector)
 		s.scopes[k] = sc
 		s.startUnassignedLocked(sc)
 		// Its parents of shards that died before it was assigned are
@@ -105,11 +121,15 @@ func (s *Shard) Assign(gvr schema.GroupVersionResource, namespace, selector stri
 	id := sc.nextID
 	sc.nextID++
 	sc.cached[id] = cached
+	if left != nil {
+		sc.left[id] = left
+	}
 	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(sc.cached, id)
+		delete(sc.left, id)
 		if len(sc.cached) == 0 && s.scopes[k] == sc {
 			sc.stop()
 			delete(s.scopes, k)
@@ -426,13 +446,15 @@ func (s *Shard) rebalance(ctx context.Context, newlyDead []string) {
 			}
 		}
 		for _, id := range newlyDead {
-			s.list(ctx, sc, Label+"="+id)
+			s.find(ctx, sc, Label+"="+id)
 		}
 	}
 }
 
 // sweep queues every parent whose shard is not live: those of shards that
-// died while no replica watched, or that never were.
+// died while no replica watched, or that never were. It also finds the
+// parents that left a scope's selector without a shard, or whose shard was
+// not their ring owner, and that no informer saw go (see find).
 func (s *Shard) sweep(ctx context.Context) {
 	s.mu.Lock()
 	scopes := make([]*scope, 0, len(s.scopes))
@@ -440,12 +462,15 @@ func (s *Shard) sweep(ctx context.Context) {
 		scopes = append(scopes, sc)
 	}
 	s.mu.Unlock()
-	s.sweepScopes(ctx, scopes)
+	s.sweepScopes(ctx, scopes, true)
 }
 
 // sweepScopes queues the parents of some scopes whose shard is not live,
-// and forgets hand-overs done long ago.
-func (s *Shard) sweepScopes(ctx context.Context, scopes []*scope) {
+// and forgets hand-overs done long ago. With unlabelled, it also lists the
+// parents without a shard outside each scope's selector (none for a
+// scope without one: it selects every parent there), for those that left
+// it.
+func (s *Shard) sweepScopes(ctx context.Context, scopes []*scope, unlabelled bool) {
 	s.mu.Lock()
 	member := s.member
 	notLive := Label
@@ -464,23 +489,95 @@ func (s *Shard) sweepScopes(ctx context.Context, scopes []*scope) {
 		return
 	}
 	for _, sc := range scopes {
-		s.list(ctx, sc, notLive)
+		s.find(ctx, sc, notLive)
+		if unlabelled && sc.key.selector != "" {
+			s.find(ctx, sc, "!"+Label)
+		}
 	}
 }
 
-// list queues the parents of a scope that match more requirements, as the
-// API server's watch cache has them.
-func (s *Shard) list(ctx context.Context, sc *scope, more string) {
-	opts := metav1.ListOptions{LabelSelector: sc.key.with(more), ResourceVersion: "0"}
+// find lists the parents of a scope's resource and namespace whose labels
+// match more, as the API server's watch cache has them, without the
+// scope's selector: those the selector matches are queued to be assigned;
+// the others, which left it, are handed to the scope's left functions if
+// they carry kgen's finalizer and this replica releases them (Releases).
+// A parent that left its rule after its shard died, or that left with no
+// shard, is in no shard's cache: this is how it is found.
+func (s *Shard) find(ctx context.Context, sc *scope, more string) {
+	if sc.selects == nil {
+		more = sc.key.with(more) // assign the selector's parents at least
+	}
+	opts := metav1.ListOptions{LabelSelector: more, ResourceVersion: "0"}
 	list, err := s.cfg.Metadata.Resource(sc.key.gvr).Namespace(sc.key.namespace).List(ctx, opts)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot list parents to assign", "resource", sc.key.gvr.String(), "selector", opts.LabelSelector)
 		return
 	}
+	type leftParent struct {
+		namespace, name string
+		uid             types.UID
+	}
+	var left []leftParent
 	for i := range list.Items {
 		m := &list.Items[i]
-		s.enqueue(ref{gvr: sc.key.gvr, namespace: m.GetNamespace(), name: m.GetName()}, snapshotOf(m))
+		r := ref{gvr: sc.key.gvr, namespace: m.GetNamespace(), name: m.GetName()}
+		set := labels.Set(m.GetLabels())
+		switch {
+		case sc.selects == nil || sc.selects.Matches(set):
+			s.enqueue(r, snapshotOf(m))
+		case slices.Contains(m.GetFinalizers(), reconcile.Finalizer) && !s.inAnyScope(r, set) && s.releases(r, set[Label]):
+			left = append(left, leftParent{m.GetNamespace(), m.GetName(), m.GetUID()})
+		}
 	}
+	if len(left) == 0 {
+		return
+	}
+	s.mu.Lock()
+	tell := slices.Collect(maps.Values(sc.left))
+	s.mu.Unlock()
+	klog.FromContext(ctx).V(2).Info("Found parents that left their rule", "resource", sc.key.gvr.String(), "parents", len(left))
+	for _, p := range left {
+		for _, f := range tell {
+			f(p.namespace, p.name, p.uid)
+		}
+	}
+}
+
+// inAnyScope tells whether a parent is in the scope of any rule assigned
+// here (of any version of its resource): it has not left, or it moved to
+// another rule, and is assigned as that rule's.
+func (s *Shard) inAnyScope(r ref, set labels.Set) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, sc := range s.scopes {
+		if k.gvr.GroupResource() == r.gvr.GroupResource() && (k.namespace == "" || k.namespace == r.namespace) &&
+			(sc.selects == nil || sc.selects.Matches(set)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Releases tells whether this replica is the one that releases a parent of
+// resource gvr that no rule selects any more (removes kgen's finalizer
+// from it): the shard its label names while that shard is live (its
+// informer saw the parent leave), else the shard the ring gives the
+// parent's key. Every replica that agrees on the live shards names the
+// same one.
+func (s *Shard) Releases(gvr schema.GroupVersionResource, parent metav1.Object) bool {
+	return s.releases(ref{gvr: gvr, namespace: parent.GetNamespace(), name: parent.GetName()}, parent.GetLabels()[Label])
+}
+
+func (s *Shard) releases(r ref, shard string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.member {
+		return false
+	}
+	if slices.Contains(s.live, shard) {
+		return shard == s.cfg.ID
+	}
+	return s.ring.Owner(r.key()) == s.cfg.ID
 }
 
 // newer reports whether resource version a is later than b (see

@@ -3,7 +3,9 @@ package shard
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,7 +289,7 @@ func TestExpiredLeaseIsTakenBeforeItsParents(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.view([]string{"a"}, c)
-	t.Cleanup(f.s.Assign(webapps, ns, "", func() []any { return nil }))
+	t.Cleanup(f.s.Assign(webapps, ns, "", func() []any { return nil }, nil))
 	ctx := t.Context()
 
 	f.clock.Step(3 * time.Second)
@@ -355,10 +357,184 @@ func TestNewScopeFindsParentsOfDeadShards(t *testing.T) {
 	if got := f.shardOf(t, name); got != "c" {
 		t.Fatalf("parent's shard = %q before its scope was assigned", got)
 	}
-	t.Cleanup(f.s.Assign(webapps, ns, "", func() []any { return nil }))
+	t.Cleanup(f.s.Assign(webapps, ns, "", func() []any { return nil }, nil))
 	f.s.updateMembership(t.Context())
 	f.process(t)
 	if got := f.shardOf(t, name); got != "a" {
 		t.Errorf("parent's shard = %q, want a once its scope is assigned", got)
 	}
+}
+
+// leftOf returns a WebApp that carries kgen's finalizer (unless not) and
+// the given labels, a shard label among them unless shard is empty.
+func leftOf(name, shard string, finalizer bool, kv ...string) *metav1.PartialObjectMetadata {
+	p := parentOf(name, shard, "7")
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		p.Labels[kv[i]] = kv[i+1]
+	}
+	if finalizer {
+		p.Finalizers = []string{"kgen.dev/cleanup"}
+	}
+	return p
+}
+
+// leftRecorder collects what a scope's left function is told.
+type leftRecorder struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l *leftRecorder) left(namespace, name string, uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.names = append(l.names, namespace+"/"+name+" "+string(uid))
+}
+
+func (l *leftRecorder) got() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.names)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// A parent of a shard that died, relabelled out of its rule's selector
+// before any other shard took it, is in no replica's cache: when the shard
+// dies, the replica that the ring gives the parent finds it (a list
+// without the rule's selector) and hands it to the controller to release,
+// if it carries kgen's finalizer and no rule assigned here selects it.
+// Parents the selector still matches are claimed, as before.
+func TestDeadShardsParentsThatLeftAreFound(t *testing.T) {
+	shards := []string{"a", "b"}
+	names := namesOwnedBy(t, shards, "a", 4)
+	mine, mine2, mine3, mine4 := names[0], names[1], names[2], names[3]
+	theirs := nameOwnedBy(t, shards, "b")
+	f := newFixture(t, "a",
+		leftOf(mine, "c", true, "app", "old"),   // left the rule: found
+		leftOf(theirs, "c", true, "app", "old"), // left, but b releases it
+		leftOf(mine2, "c", false, "app", "old"), // not kgen's any more
+		leftOf(mine3, "c", true, "app", "web"),  // still selected: claimed
+		leftOf(mine4, "c", true, "app", "db"),   // moved to another rule
+	)
+	f.view(shards, lease("b", "b_1"), lease("c", "c_1"))
+	var web, db leftRecorder
+	t.Cleanup(f.s.Assign(webapps, ns, "app=web", func() []any { return nil }, web.left))
+	t.Cleanup(f.s.Assign(webapps, "", "app=db", func() []any { return nil }, db.left))
+	f.s.updateMembership(t.Context()) // the new scopes are searched: c is live
+	f.process(t)
+	if got := web.got(); len(got) > 0 {
+		t.Fatalf("left = %v while their shard is live", got)
+	}
+	// c releases its Lease (or has it taken): it is dead.
+	released := lease("c", "")
+	released.ResourceVersion = "6"
+	f.s.observeLease("c", released, false)
+	f.s.updateMembership(t.Context())
+	f.process(t)
+	if got, want := web.got(), []string{ns + "/" + mine + " uid-" + mine}; !slices.Equal(got, want) {
+		t.Errorf("left = %v, want %v", got, want)
+	}
+	// The other rule's scope finds it too (the controller releases it
+	// once).
+	if got, want := db.got(), []string{ns + "/" + mine + " uid-" + mine}; !slices.Equal(got, want) {
+		t.Errorf("the other rule was told %v left, want %v", got, want)
+	}
+	if got := f.shardOf(t, mine3); got != "a" {
+		t.Errorf("selected parent's shard = %q, want a (claimed)", got)
+	}
+	for _, name := range []string{mine, theirs, mine2} {
+		if got := f.shardOf(t, name); got != "c" {
+			t.Errorf("shard of %s, which left the rule, = %q: claimed", name, got)
+		}
+	}
+}
+
+// The sweep also finds parents that left their rule with no shard label
+// at all, outside every selector (a scope without a selector has no such
+// parents, and costs no list).
+func TestSweepFindsParentsThatLeftWithoutAShard(t *testing.T) {
+	shards := []string{"a", "b"}
+	mine := nameOwnedBy(t, shards, "a")
+	theirs := nameOwnedBy(t, shards, "b")
+	f := newFixture(t, "a",
+		leftOf(mine, "", true, "app", "old"),
+		leftOf(theirs, "", true, "app", "old"),
+	)
+	f.view(shards, lease("b", "b_1"))
+	var web leftRecorder
+	t.Cleanup(f.s.Assign(webapps, ns, "app=web", func() []any { return nil }, web.left))
+	f.s.updateMembership(t.Context())
+	f.process(t)
+	if got := web.got(); len(got) > 0 {
+		t.Fatalf("left = %v before the sweep (a new scope lists only dead shards' parents)", got)
+	}
+	f.s.sweep(t.Context())
+	if got, want := web.got(), []string{ns + "/" + mine + " uid-" + mine}; !slices.Equal(got, want) {
+		t.Errorf("left = %v, want %v", got, want)
+	}
+
+	g := newFixture(t, "a", leftOf(mine, "", true, "app", "old"))
+	g.view(shards, lease("b", "b_1"))
+	t.Cleanup(g.s.Assign(webapps, ns, "", func() []any { return nil }, web.left))
+	before := len(g.meta.Actions())
+	g.s.sweep(t.Context())
+	if got := len(g.meta.Actions()) - before; got != 1 {
+		t.Errorf("sweep of a scope without a selector sent %d requests, want 1", got)
+	}
+}
+
+// Exactly one replica releases a parent no rule selects: the shard its
+// label names while that shard is live, else the ring's owner of its key.
+func TestReleases(t *testing.T) {
+	shards := []string{"a", "b"}
+	mine := nameOwnedBy(t, shards, "a")
+	theirs := nameOwnedBy(t, shards, "b")
+	for _, tt := range []struct {
+		name, shard string
+		want        bool
+	}{
+		{mine, "a", true},
+		{mine, "b", false}, // b's informer saw it leave
+		{theirs, "a", true},
+		{theirs, "b", false},
+		{mine, "c", true}, // dead: the ring's owner
+		{theirs, "c", false},
+		{mine, "", true},
+		{theirs, "", false},
+	} {
+		f := newFixture(t, "a")
+		f.view(shards, lease("b", "b_1"), lease("c", ""))
+		if got := f.s.Releases(webapps, parentOf(tt.name, tt.shard, "1")); got != tt.want {
+			owner := "a"
+			if tt.name == theirs {
+				owner = "b"
+			}
+			t.Errorf("Releases(owner %s, label %q) = %t, want %t", owner, tt.shard, got, tt.want)
+		}
+	}
+	f := newFixture(t, "a")
+	if f.s.Releases(webapps, parentOf(mine, "", "1")) {
+		t.Error("a replica that is no member releases a parent")
+	}
+}
+
+// namesOwnedBy returns n parent names that the ring of shards gives to
+// want.
+func namesOwnedBy(t *testing.T, shards []string, want string, n int) []string {
+	t.Helper()
+	r := NewRing(shards, 0)
+	var out []string
+	for i := 0; i < 1000 && len(out) < n; i++ {
+		name := fmt.Sprintf("app-%d", i)
+		if r.Owner(Key(webapps.GroupResource(), ns, name)) == want {
+			out = append(out, name)
+		}
+	}
+	if len(out) < n {
+		t.Fatalf("fewer than %d names of 1000 go to %s", n, want)
+	}
+	return out
 }
