@@ -118,9 +118,11 @@ func (m *Mapper) RESTMapper() meta.ResettableRESTMapper { return m.rest }
 
 // Reset drops everything cached, so the next question asks the API server.
 func (m *Mapper) Reset() {
+	// Both halves under the lock: a view built between them would be read
+	// from the cache being dropped, and stay older than the RESTMapper.
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.view = nil
-	m.mu.Unlock()
 	m.rest.Reset()
 }
 
@@ -184,13 +186,24 @@ func (m *Mapper) resourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 	if err != nil {
 		return Mapping{}, fmt.Errorf("map %s: %w", gvkString(gvk), err)
 	}
+	// The RESTMapper knows the kind and the view does not: the RESTMapper
+	// read the shared cache after the view was built from it. Build the view
+	// again, from what the RESTMapper read, rather than answer without the
+	// resource's subresources (a parent without "status" gets no status).
+	m.mu.Lock()
+	if m.view == groups {
+		m.view = nil
+	}
+	m.mu.Unlock()
+	if groups, err = m.groups(); err != nil {
+		return Mapping{}, err
+	}
 	for _, e := range groups.entries {
 		if e.gvk == rm.GroupVersionKind && e.resource.Name == rm.Resource.Resource {
 			return e.mapping(), nil
 		}
 	}
-	// The RESTMapper and the discovery documents come from the same cache,
-	// so this only happens when they were refreshed between the two reads.
+	// Refreshed again between the two reads.
 	return Mapping{
 		Group: gvk.Group, Version: gvk.Version, Kind: rm.GroupVersionKind.Kind,
 		Resource:   rm.Resource.Resource,

@@ -201,6 +201,26 @@ func TestServedLater(t *testing.T) {
 	}
 }
 
+// A kind's mapping has its subresources even when the RESTMapper saw the
+// kind before the flat view did: a Reset that raced with a read left the
+// view older than the RESTMapper. Without its status subresource, the
+// parent of a just-created CRD never got a status (TestLanguageManageCRDs).
+func TestServedLaterSubresources(t *testing.T) {
+	fd := newFake(cluster())
+	m := New(fd)
+	gvk := schema.GroupVersionKind{Group: "later.example.com", Version: "v1", Kind: "Squid"}
+	if _, err := m.groups(); err != nil { // the view, built before the CRD
+		t.Fatal(err)
+	}
+	fd.Resources = append(fd.Resources, &metav1.APIResourceList{GroupVersion: "later.example.com/v1",
+		APIResources: []metav1.APIResource{res("squids", "squid", "Squid", true), sub("squids/status")}})
+	m.rest.Reset() // only the RESTMapper's half of a Reset
+	got, err := m.ResourceFor(gvk)
+	if err != nil || !got.HasSubresource("status") || got.SingularName != "squid" {
+		t.Fatalf("ResourceFor = %+v, %v; want squids with its status subresource", got, err)
+	}
+}
+
 // Odd discovery data is skipped, never a panic.
 func TestOddDiscovery(t *testing.T) {
 	lists := append(cluster(),
