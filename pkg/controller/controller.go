@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"kgen.dev/kgen/pkg/kinds"
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/pkg/watch"
@@ -838,6 +839,11 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	c.watchRecorded(ctx, rs)
 	c.metrics.setWaiting(rule.Name, false)
 	klog.FromContext(ctx).Info("Rule started; waiting for its caches", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
+	if _, builtin := kinds.Builtin(parent.GroupVersionKind().GroupKind()); !builtin && !parent.HasSubresource("status") {
+		// Not an error, but a rule's status fields and Ready condition
+		// then go nowhere: say so once.
+		klog.FromContext(ctx).Info("The parent kind has no status subresource; its parents get no status", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
+	}
 	go c.awaitSync(syncCtx, rs, regs)
 	return nil
 }
@@ -1361,6 +1367,7 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 	}
 	var keys []Key
 	if ch.Spec && !ch.All {
+		c.refreshParentMappings(ch.Group)
 		c.mu.Lock()
 		for _, rs := range c.rules {
 			uses := slices.ContainsFunc(kindsOf(rs.rule), func(gvk schema.GroupVersionKind) bool { return gvk.Group == ch.Group })
@@ -1382,6 +1389,33 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 	select {
 	case c.kick <- struct{}{}:
 	default:
+	}
+}
+
+// refreshParentMappings reads again the mapping of the parent kinds of a
+// group that running rules use: a CRD changed in place may have gained or
+// lost its status subresource, which decides whether the parents get a
+// status. A changed resource name or scope is left to the rule's watches,
+// which fail and restart the rule.
+func (c *Controller) refreshParentMappings(group string) {
+	c.mu.Lock()
+	var running []*ruleState
+	for _, rs := range c.rules {
+		if rs.active && rs.rule.Parent.GroupVersionKind.Group == group {
+			running = append(running, rs)
+		}
+	}
+	c.mu.Unlock()
+	for _, rs := range running {
+		m, err := c.cfg.Mapper.ResourceFor(rs.rule.Parent.GroupVersionKind)
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		if rs.active && m.Resource == rs.parent.Resource && m.Namespaced == rs.parent.Namespaced {
+			rs.parent = m
+		}
+		c.mu.Unlock()
 	}
 }
 

@@ -110,15 +110,20 @@ func fakeCluster(objs ...runtime.Object) (*dynamicfake.FakeDynamicClient, *mappe
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		gadgets: "GadgetList", cmResource: "ConfigMapList", depResource: "DeploymentList",
 	}, objs...)
+	return client, mapper.New(fakeDiscovery())
+}
+
+// fakeDiscovery serves Gadgets (example.com/v1, its list last),
+// ConfigMaps and Deployments.
+func fakeDiscovery() *fakediscovery.FakeDiscovery {
 	res := func(name, kind string) metav1.APIResource {
 		return metav1.APIResource{Name: name, Kind: kind, Namespaced: true, Verbs: []string{"get", "list", "watch"}}
 	}
-	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{
+	return &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{
 		{GroupVersion: "v1", APIResources: []metav1.APIResource{res("configmaps", "ConfigMap")}},
 		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{res("deployments", "Deployment")}},
 		{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{res("gadgets", "Gadget")}},
 	}}}
-	return client, mapper.New(disc)
 }
 
 func gadgetRule(t *testing.T, children string) *rules.Rule {
