@@ -253,7 +253,17 @@ type auditEvent struct {
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	StageTimestamp time.Time `json:"stageTimestamp"`
+	StageTimestamp time.Time         `json:"stageTimestamp"`
+	Annotations    map[string]string `json:"annotations"`
+}
+
+// deniedByRBAC reports whether the authorizer refused the request, as
+// opposed to an admission plugin: the API server's own admission
+// RESTMapper refreshes every 30 s, so for a while after a CRD is served,
+// it refuses an ownerReference with blockOwnerDeletion to that kind with a
+// 403 that no RBAC rule can prevent.
+func (e auditEvent) deniedByRBAC() bool {
+	return e.Annotations["authorization.k8s.io/decision"] == "forbid"
 }
 
 // auditOf returns the completed requests of a user since a time.

@@ -323,6 +323,8 @@ func TestHelmRollingUpdateHasOneWriter(t *testing.T) {
 	// something to write.
 	start := time.Now()
 	stop := make(chan struct{})
+	halt := sync.OnceFunc(func() { close(stop) })
+	t.Cleanup(halt) // also when the test fails before it halts
 	var wg sync.WaitGroup
 	var changes int
 	var lastImage string
@@ -343,7 +345,22 @@ func TestHelmRollingUpdateHasOneWriter(t *testing.T) {
 	})
 	_, err = runHelm(t, append([]string{"upgrade", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release,
 		"--wait", "--timeout", "5m", "--set-string", "podAnnotations.example\\.com/rollout=1"}, values...)...)
-	close(stop)
+	if err == nil {
+		// helm's wait ends once the new pods are ready, which may be
+		// before the old leader has gone: keep changing the parent
+		// until a new pod leads, and a moment after, so that the
+		// handover happens while there is something to write.
+		eventually(t, 60*time.Second, func() (bool, error) {
+			l, err := env.kube.CoordinationV1().Leases(release).Get(ctx, "kgen", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			holder := ptrOr(l.Spec.HolderIdentity, "")
+			return holder != "" && holder != before, fmt.Errorf("the Lease is still held by %q", holder)
+		}, "a new pod to lead")
+		time.Sleep(time.Second)
+	}
+	halt()
 	wg.Wait()
 	if err != nil {
 		dumpPods(t, release)
