@@ -335,6 +335,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	// for the ones being reconciled.
 	c.queue.ShutDownWithDrain()
 	wg.Wait()
+	// ShutDownWithDrain leaves the delaying queue's loop running (client-go
+	// stops it only in ShutDown): end it, so nothing outlives Run.
+	c.queue.ShutDown()
 	c.mu.Lock()
 	for _, rs := range c.rules {
 		if rs.stop != nil {

@@ -1,0 +1,305 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/rules"
+)
+
+// readerChild is a Deployment that reads the config child: it can be
+// rendered only once the ConfigMap is observed.
+const readerChild = `  - id: app
+    template: {apiVersion: apps/v1, kind: Deployment, metadata: {name: "${parent.metadata.name}", annotations: {config: "${children.config.metadata.name}"}}}
+`
+
+// againStep is how far the tests move the fake clock at a time: every
+// delay of the Again backoff (50 ms doubling, 10 s) is a multiple of it, so
+// the delays the tests measure are exact.
+const againStep = 10 * time.Millisecond
+
+// againCluster is a fake cluster with one Gadget, whose server-side
+// applies of children are stored as the API server would store them
+// (uid, resource version), except that while hide is set the ConfigMap
+// applies are answered but not stored: the informers never see them.
+type againCluster struct {
+	client *dynamicfake.FakeDynamicClient
+	mapper *mapper.Mapper
+
+	mu     sync.Mutex
+	hide   bool
+	rv     int
+	hidden *unstructured.Unstructured // the last ConfigMap answered and not stored
+}
+
+func newAgainCluster(hide bool) *againCluster {
+	client, m := fakeCluster(object("example.com/v1", "Gadget", "g", "p1", ""))
+	a := &againCluster{client: client, mapper: m, hide: hide, rv: 100}
+	client.PrependReactor("patch", "*", a.apply)
+	return a
+}
+
+// apply answers a server-side apply of a child: it creates the object or
+// replaces the live one (kgen is the only writer here).
+func (a *againCluster) apply(action clienttesting.Action) (bool, runtime.Object, error) {
+	p := action.(clienttesting.PatchAction)
+	gvr := p.GetResource()
+	if gvr == gadgets {
+		return false, nil, nil
+	}
+	out := &unstructured.Unstructured{}
+	if err := out.UnmarshalJSON(p.GetPatch()); err != nil {
+		return true, nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rv++
+	out.SetResourceVersion(fmt.Sprint(a.rv))
+	tracker := a.client.Tracker()
+	live, err := tracker.Get(gvr, p.GetNamespace(), p.GetName())
+	if err == nil {
+		out.SetUID(live.(metav1.Object).GetUID())
+		return true, out, tracker.Update(gvr, out, p.GetNamespace())
+	}
+	out.SetUID(types.UID(fmt.Sprintf("uid-%s-%d", gvr.Resource, a.rv)))
+	if a.hide && gvr == cmResource {
+		a.hidden = out.DeepCopy()
+		return true, out, nil
+	}
+	return true, out, tracker.Create(gvr, out, p.GetNamespace())
+}
+
+// show stops hiding ConfigMaps and stores the one last answered, as the
+// watch would have shown it.
+func (a *againCluster) show(t *testing.T) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hide = false
+	if a.hidden == nil {
+		t.Fatal("no ConfigMap was hidden")
+	}
+	if err := a.client.Tracker().Create(cmResource, a.hidden, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	a.hidden = nil
+}
+
+// hideAgain hides the ConfigMaps applied from now on.
+func (a *againCluster) hideAgain() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hide = true
+}
+
+// runAgain runs a controller with the rule of config and readerChild over
+// the cluster, with one worker, until the test ends. The bubble fails the
+// test if anything Run started outlives it.
+func runAgain(t *testing.T, a *againCluster) *Metrics {
+	t.Helper()
+	metrics := NewMetrics(prometheus.NewRegistry())
+	c := New(Config{
+		Rules: []*rules.Rule{gadgetRule(t, configChild+readerChild)}, Client: a.client, Mapper: a.mapper,
+		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: metrics,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return metrics
+}
+
+// reconcilesOf returns how many reconciles of rule r ended, whatever their
+// result, as controller_runtime_reconcile_total counts them.
+func reconcilesOf(m *Metrics) int {
+	n := 0.0
+	for _, result := range []string{resultSuccess, resultError, resultRequeue, resultRequeueAfter} {
+		n += testutil.ToFloat64(m.reconciles.WithLabelValues("r", result))
+	}
+	return int(n)
+}
+
+// againClock moves a synctest bubble's fake clock in steps of againStep and
+// notes when reconciles ran.
+type againClock struct {
+	m     *Metrics
+	seen  int
+	start time.Time
+}
+
+// firstWrite steps the clock until a reconcile has written a child, and
+// measures time from then on. (Reconciles before the rule's caches synced
+// count in the metrics too, but do nothing.)
+func firstWrite(t *testing.T, a *againCluster, m *Metrics) *againClock {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(writes(a.client)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("waited a minute (fake time) for the parent's first write")
+		}
+		time.Sleep(againStep)
+		synctest.Wait()
+	}
+	return &againClock{m: m, seen: reconcilesOf(m), start: time.Now()}
+}
+
+// advance lets what is due now run, then steps the clock by d, and returns
+// when, since the first write, the reconciles that ran meanwhile did.
+func (c *againClock) advance(d time.Duration) []time.Duration {
+	var at []time.Duration
+	note := func() {
+		synctest.Wait()
+		for n := reconcilesOf(c.m); c.seen < n; c.seen++ {
+			at = append(at, time.Since(c.start))
+		}
+	}
+	note()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		time.Sleep(againStep)
+		note()
+	}
+	return at
+}
+
+// gapsBetween returns the time between each reconcile and the one before it;
+// the first is measured from prev.
+func gapsBetween(prev time.Duration, at []time.Duration) []time.Duration {
+	out := make([]time.Duration, 0, len(at))
+	for _, t := range at {
+		out = append(out, t-prev)
+		prev = t
+	}
+	return out
+}
+
+// againDelays returns the first n delays of the Again backoff: 50 ms,
+// doubling, at most 10 s.
+func againDelays(n int) []time.Duration {
+	out := make([]time.Duration, n)
+	d := againBase
+	for i := range out {
+		out[i] = min(d, againMax)
+		d *= 2
+	}
+	return out
+}
+
+// A parent whose second child reads its first is reconciled again after a
+// reconcile that wrote the first (Result.Again), with no event from
+// outside: the echo of kgen's own write queues nothing. While the cache
+// never shows the first child, the parent is retried later each time, up
+// to every 10 s: no busy loop, and no giving up.
+func TestAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// hide keeps the ConfigMap out of the informers' sight.
+		hide bool
+		// delays are those between the reconciles that follow the first,
+		// over a minute.
+		delays []time.Duration
+		writes []string
+	}{{
+		name:   "the cache shows the child",
+		delays: againDelays(1),
+		writes: []string{"patch configmaps g", "patch deployments g"},
+	}, {
+		name: "the cache never shows the child",
+		hide: true,
+		// 50 ms, 100 ms, ... 6.4 s (12.75 s in all), then every 10 s:
+		// 12 retries in a minute, and more to come.
+		delays: againDelays(12),
+		writes: []string{"patch configmaps g"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := newAgainCluster(tc.hide)
+				clk := firstWrite(t, a, runAgain(t, a))
+				if got, want := writes(a.client), tc.writes[:1]; !slices.Equal(got, want) {
+					t.Errorf("the first reconcile wrote %v, want %v", got, want)
+				}
+				got := gapsBetween(0, clk.advance(time.Minute))
+				if !slices.Equal(got, tc.delays) {
+					t.Errorf("delays between reconciles over a minute = %v, want %v", got, tc.delays)
+				}
+				if got := writes(a.client); !slices.Equal(got, tc.writes) {
+					t.Errorf("writes = %v, want %v", got, tc.writes)
+				}
+			})
+		})
+	}
+}
+
+// Once the child a parent waited for shows in the cache, the Again backoff
+// of the parent is forgotten: the next wait starts at 50 ms again, not
+// where the last one stopped.
+func TestAgainForgotten(t *testing.T) { synctest.Test(t, testAgainForgotten) }
+
+func testAgainForgotten(t *testing.T) {
+	a := newAgainCluster(true)
+	clk := firstWrite(t, a, runAgain(t, a))
+	// Retried after 50, 100 and 200 ms; the next is due 400 ms later.
+	hidden := againDelays(3)
+	at := clk.advance(totalOf(hidden))
+	if got := gapsBetween(0, at); !slices.Equal(got, hidden) {
+		t.Fatalf("delays while the child is hidden = %v, want %v", got, hidden)
+	}
+	// The cache shows it now. Its event is the echo of kgen's own write:
+	// the retry that was due finds it and writes the second child.
+	a.show(t)
+	at = clk.advance(time.Second)
+	if got, want := gapsBetween(totalOf(hidden), at), againDelays(4)[3:]; !slices.Equal(got, want) {
+		t.Fatalf("delays after the child showed = %v, want %v: the retry that was due, and no more", got, want)
+	}
+	if got, want := writes(a.client), []string{"patch configmaps g", "patch deployments g"}; !slices.Equal(got, want) {
+		t.Fatalf("writes = %v, want %v", got, want)
+	}
+	if at := clk.advance(30 * time.Second); len(at) != 0 {
+		t.Fatalf("reconciles at %v with nothing to wait for", at)
+	}
+
+	// The ConfigMap is deleted and its new copy is hidden: the deletion
+	// queues the parent at once, and the retries start over at 50 ms.
+	a.hideAgain()
+	if err := a.client.Tracker().Delete(cmResource, "ns", "g"); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Since(clk.start)
+	at = clk.advance(totalOf(againDelays(2)))
+	if len(at) == 0 || at[0] != deleted {
+		t.Fatalf("reconciles at %v after the child was deleted at %v, want one at once", at, deleted)
+	}
+	if got, want := gapsBetween(at[0], at[1:]), againDelays(2); !slices.Equal(got, want) {
+		t.Errorf("delays of the second wait = %v, want %v: the first wait's backoff was not forgotten", got, want)
+	}
+}
+
+// totalOf returns the sum of durations.
+func totalOf(ds []time.Duration) time.Duration {
+	var s time.Duration
+	for _, d := range ds {
+		s += d
+	}
+	return s
+}
