@@ -164,7 +164,8 @@ func (m *Metrics) reconciled(rule string, start time.Time, result reconcile.Resu
 		if errors.Is(err, reconcile.ErrTerminal) {
 			m.terminal.WithLabelValues(rule).Inc()
 		}
-	case result.RequeueAfter > 0:
+	case result.RequeueAfter > 0 || result.Again || result.Conflict:
+		// Each is queued again after a delay (processNextWorkItem).
 		label = resultRequeueAfter
 	}
 	m.reconciles.WithLabelValues(rule, label).Inc()
