@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -147,6 +148,9 @@ type Controller struct {
 
 	// kick wakes the activation loop early, after a kind went away.
 	kick chan struct{}
+	// kindsChanges counts KindsChanged calls, so that a rule that was
+	// starting during one reads its parent mapping again.
+	kindsChanges atomic.Uint64
 
 	mu    sync.Mutex
 	rules map[string]*ruleState
@@ -739,6 +743,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 			return c.setWaiting(rs, err)
 		}
 	}
+	changes := c.kindsChanges.Load()
 	parent, err := c.cfg.Mapper.ResourceFor(rule.Parent.GroupVersionKind)
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("parent kind %s: %w", rule.Parent.GroupVersionKind, err))
@@ -842,10 +847,16 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	c.watchRecorded(ctx, rs)
 	c.metrics.setWaiting(rule.Name, false)
 	klog.FromContext(ctx).Info("Rule started; waiting for its caches", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
-	if _, builtin := kinds.Builtin(parent.GroupVersionKind().GroupKind()); !builtin && !parent.HasSubresource("status") {
-		// Not an error, but a rule's status fields and Ready condition
-		// then go nowhere: say so once.
-		klog.FromContext(ctx).Info("The parent kind has no status subresource; its parents get no status", "rule", rule.Name, "parent", parent.GroupVersionResource().String())
+	if !parent.HasSubresource("status") {
+		// Not an error, but the rule's status fields and Ready condition
+		// then go nowhere: said at each start of the rule.
+		logStatusSubresource(klog.FromContext(ctx), rule.Name, parent)
+	}
+	if c.kindsChanges.Load() != changes {
+		// The kinds changed while the rule started: its parent mapping
+		// may be older than the change, which refreshParents (run for it)
+		// skipped, the rule not being active yet.
+		c.refreshParents(func(r *ruleState) bool { return r == rs })
 	}
 	go c.awaitSync(syncCtx, rs, regs)
 	return nil
@@ -1354,11 +1365,15 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 // KindsChanged is told that the kinds of an API group may have changed: a
 // CustomResourceDefinition or APIService was added, changed or removed (see
 // mapper.Watcher). Waiting rules are tried again at once. When a definition
-// changed, what is known of the group's schemas is dropped, and the parents
-// of the running rules that use a kind of the group are reconciled again
-// under the new schemas; a change of unknown groups (after the watch was
-// interrupted) drops every schema but reconciles nothing.
+// changed, what is known of the group's schemas is dropped, the running
+// rules whose parent kind is of the group read its mapping again (see
+// refreshParents), and the parents of the running rules that use a kind of
+// the group are reconciled again under the new schemas; a change of
+// unknown groups (after the watch was interrupted) drops every schema and
+// reads every parent mapping again, but reconciles nothing. It does not
+// block: what reads discovery runs on its own goroutine.
 func (c *Controller) KindsChanged(ch mapper.Change) {
+	c.kindsChanges.Add(1)
 	if ch.Spec {
 		if f, ok := c.cfg.Schemas.(interface{ ForgetGroup(string) }); ok {
 			group := ch.Group
@@ -1367,27 +1382,12 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 			}
 			f.ForgetGroup(group)
 		}
-	}
-	var keys []Key
-	if ch.Spec && !ch.All {
-		c.refreshParentMappings(ch.Group)
-		c.mu.Lock()
-		for _, rs := range c.rules {
-			uses := slices.ContainsFunc(kindsOf(rs.rule), func(gvk schema.GroupVersionKind) bool { return gvk.Group == ch.Group })
-			if !rs.synced || !uses {
-				continue
+		go func() {
+			c.refreshParents(func(rs *ruleState) bool { return ch.All || rs.rule.Parent.GroupVersionKind.Group == ch.Group })
+			if !ch.All {
+				c.requeueUsers(ch.Group)
 			}
-			for _, reg := range rs.parentRegs {
-				for _, key := range reg.Informer().Indexer().ListKeys() {
-					ns, name, _ := cache.SplitMetaNamespaceKey(key)
-					keys = append(keys, Key{Rule: rs.rule.Name, Namespace: ns, Name: name})
-				}
-			}
-		}
-		c.mu.Unlock()
-	}
-	for _, k := range keys {
-		c.queue.Add(k)
+		}()
 	}
 	select {
 	case c.kick <- struct{}{}:
@@ -1395,16 +1395,39 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 	}
 }
 
-// refreshParentMappings reads again the mapping of the parent kinds of a
-// group that running rules use: a CRD changed in place may have gained or
-// lost its status subresource, which decides whether the parents get a
-// status. A changed resource name or scope is left to the rule's watches,
-// which fail and restart the rule.
-func (c *Controller) refreshParentMappings(group string) {
+// requeueUsers queues every parent of the synced rules that use a kind of
+// the group.
+func (c *Controller) requeueUsers(group string) {
+	var keys []Key
+	c.mu.Lock()
+	for _, rs := range c.rules {
+		uses := slices.ContainsFunc(kindsOf(rs.rule), func(gvk schema.GroupVersionKind) bool { return gvk.Group == group })
+		if !rs.synced || !uses {
+			continue
+		}
+		for _, reg := range rs.parentRegs {
+			for _, key := range reg.Informer().Indexer().ListKeys() {
+				ns, name, _ := cache.SplitMetaNamespaceKey(key)
+				keys = append(keys, Key{Rule: rs.rule.Name, Namespace: ns, Name: name})
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, k := range keys {
+		c.queue.Add(k)
+	}
+}
+
+// refreshParents reads again the parent mapping of the running rules that
+// match: a CRD changed in place may have gained or lost its status
+// subresource, which decides whether the parents get a status. A changed
+// resource name or scope is left to the rule's watches, which fail and
+// restart the rule.
+func (c *Controller) refreshParents(match func(*ruleState) bool) {
 	c.mu.Lock()
 	var running []*ruleState
 	for _, rs := range c.rules {
-		if rs.active && rs.rule.Parent.GroupVersionKind.Group == group {
+		if rs.active && match(rs) {
 			running = append(running, rs)
 		}
 	}
@@ -1415,10 +1438,29 @@ func (c *Controller) refreshParentMappings(group string) {
 			continue
 		}
 		c.mu.Lock()
-		if rs.active && m.Resource == rs.parent.Resource && m.Namespaced == rs.parent.Namespaced {
+		same := rs.active && m.Resource == rs.parent.Resource && m.Namespaced == rs.parent.Namespaced
+		had := rs.parent.HasSubresource("status")
+		if same {
 			rs.parent = m
 		}
 		c.mu.Unlock()
+		if same && had != m.HasSubresource("status") {
+			logStatusSubresource(klog.Background(), rs.rule.Name, m)
+		}
+	}
+}
+
+// logStatusSubresource says whether the parents of a rule get a status,
+// when the parent kind is a custom resource: a status subresource decides
+// it. Said when a rule starts without one, and when a CRD gains or loses it.
+func logStatusSubresource(logger klog.Logger, rule string, parent mapper.Mapping) {
+	if _, builtin := kinds.Builtin(parent.GroupVersionKind().GroupKind()); builtin {
+		return
+	}
+	if parent.HasSubresource("status") {
+		logger.Info("The parent kind has a status subresource; its parents get a status", "rule", rule, "parent", parent.GroupVersionResource().String())
+	} else {
+		logger.Info("The parent kind has no status subresource; its parents get no status", "rule", rule, "parent", parent.GroupVersionResource().String())
 	}
 }
 

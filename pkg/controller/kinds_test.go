@@ -42,16 +42,59 @@ func testParentMappingFollowsCRD(t *testing.T) {
 	kind := gadgets.APIResources[0]
 	for _, step := range []struct {
 		resources []metav1.APIResource
+		change    mapper.Change
 		want      bool
 	}{
-		{[]metav1.APIResource{kind, {Name: "gadgets/status"}}, true},
-		{[]metav1.APIResource{kind}, false},
+		{[]metav1.APIResource{kind, {Name: "gadgets/status"}}, mapper.Change{Group: "example.com", Spec: true}, true},
+		{[]metav1.APIResource{kind}, mapper.Change{Group: "example.com", Spec: true}, false},
+		// Another group's change leaves the mapping alone...
+		{[]metav1.APIResource{kind, {Name: "gadgets/status"}}, mapper.Change{Group: "other.example.com", Spec: true}, false},
+		// ...and a change after the watch was interrupted reads it again.
+		{[]metav1.APIResource{kind, {Name: "gadgets/status"}}, mapper.Change{All: true, Spec: true}, true},
 	} {
 		gadgets.APIResources = step.resources
 		m.Reset() // as the Watcher does before it tells its subscribers
-		c.KindsChanged(mapper.Change{Group: "example.com", Spec: true})
+		c.KindsChanged(step.change)
+		synctest.Wait() // KindsChanged reads discovery on its own goroutine
 		if got := status(); got != step.want {
-			t.Errorf("with %d resources in example.com/v1: the parent mapping has status = %v, want %v", len(step.resources), got, step.want)
+			t.Errorf("after %+v with %d resources in example.com/v1: the parent mapping has status = %v, want %v", step.change, len(step.resources), got, step.want)
 		}
+	}
+}
+
+// A CRD that gains its status subresource while its rule is starting (after
+// the rule read the mapping, before it runs): the rule does not keep the
+// older mapping.
+func TestParentMappingChangedWhileStarting(t *testing.T) {
+	synctest.Test(t, testParentMappingChangedWhileStarting)
+}
+
+func testParentMappingChangedWhileStarting(t *testing.T) {
+	client, _ := fakeCluster(object("example.com/v1", "Gadget", "g", "p1", ""))
+	disc := fakeDiscovery()
+	m := mapper.New(disc)
+	var c *Controller
+	admit := func(context.Context, *rules.Rule) error {
+		gadgets := disc.Resources[2]
+		gadgets.APIResources = append(gadgets.APIResources, metav1.APIResource{Name: "gadgets/status"})
+		m.Reset()
+		c.KindsChanged(mapper.Change{Group: "example.com", Spec: true})
+		synctest.Wait() // the refresh ran, and skipped the rule: not running yet
+		return nil
+	}
+	c = New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100),
+		Record: &memRecord{scopes: map[string][]ChildScope{}}, Admit: admit})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer c.queue.ShutDown()
+	defer c.watches.Shutdown()
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	got := c.rules["r"].parent.HasSubresource("status")
+	c.mu.Unlock()
+	if !got {
+		t.Error("the rule kept the parent mapping it read before the CRD gained its status subresource")
 	}
 }

@@ -186,11 +186,38 @@ func (m *Mapper) resourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 	if err != nil {
 		return Mapping{}, fmt.Errorf("map %s: %w", gvkString(gvk), err)
 	}
-	// The RESTMapper knows the kind and the view does not: the RESTMapper
-	// read the shared cache after the view was built from it. Build the view
-	// again, from what the RESTMapper read, rather than answer without the
-	// resource's subresources (a parent without "status" gets no status).
+	// The RESTMapper also answers kinds the view does not list (a kind in
+	// lower case, a List kind, an empty version): take the view's entry of
+	// the resource it found, under the kind as the RESTMapper names it.
+	find := func(d *discovered) (Mapping, bool) {
+		for _, e := range d.entries {
+			if e.gvk.GroupVersion() == rm.Resource.GroupVersion() && e.resource.Name == rm.Resource.Resource {
+				m := e.mapping()
+				m.Kind = rm.GroupVersionKind.Kind
+				return m, true
+			}
+		}
+		return Mapping{}, false
+	}
+	if mapping, ok := find(groups); ok {
+		return mapping, nil
+	}
+	bare := Mapping{
+		Group: gvk.Group, Version: gvk.Version, Kind: rm.GroupVersionKind.Kind,
+		Resource:   rm.Resource.Resource,
+		Namespaced: rm.Scope.Name() == meta.RESTScopeNameNamespace,
+	}
+	// The view lacks the resource: the RESTMapper may have read the shared
+	// cache after the view was built from it. Build the view again, from
+	// what the RESTMapper read, rather than answer without the resource's
+	// subresources (a parent without "status" gets no status). Once per
+	// view and resource: the RESTMapper also makes up resources discovery
+	// never lists (configmaplists for a ConfigMapList).
 	m.mu.Lock()
+	if groups.unlisted[rm.Resource] {
+		m.mu.Unlock()
+		return bare, nil
+	}
 	if m.view == groups {
 		m.view = nil
 	}
@@ -198,17 +225,13 @@ func (m *Mapper) resourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 	if groups, err = m.groups(); err != nil {
 		return Mapping{}, err
 	}
-	for _, e := range groups.entries {
-		if e.gvk == rm.GroupVersionKind && e.resource.Name == rm.Resource.Resource {
-			return e.mapping(), nil
-		}
+	if mapping, ok := find(groups); ok {
+		return mapping, nil
 	}
-	// Refreshed again between the two reads.
-	return Mapping{
-		Group: gvk.Group, Version: gvk.Version, Kind: rm.GroupVersionKind.Kind,
-		Resource:   rm.Resource.Resource,
-		Namespaced: rm.Scope.Name() == meta.RESTScopeNameNamespace,
-	}, nil
+	m.mu.Lock()
+	groups.unlisted[rm.Resource] = true
+	m.mu.Unlock()
+	return bare, nil
 }
 
 // Resolve returns every resource the reference may mean, the preferred first.
@@ -347,6 +370,10 @@ type discovered struct {
 	groupVersions int
 	// byGVK holds, for each kind, the first resource that serves it.
 	byGVK map[schema.GroupVersionKind]*entry
+	// unlisted holds the resources the RESTMapper named and the view
+	// lacked even when built again (see resourceFor); guarded by
+	// Mapper.mu.
+	unlisted map[schema.GroupVersionResource]bool
 }
 
 // groups reads the (cached) discovery documents. A partial failure, such as
@@ -361,7 +388,7 @@ func (m *Mapper) groups() (*discovered, error) {
 	if err != nil && len(groupResources) == 0 {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	d := &discovered{byGVK: map[schema.GroupVersionKind]*entry{}}
+	d := &discovered{byGVK: map[schema.GroupVersionKind]*entry{}, unlisted: map[schema.GroupVersionResource]bool{}}
 	for _, g := range groupResources {
 		versions := make([]string, 0, len(g.Group.Versions))
 		if pv := g.Group.PreferredVersion.Version; pv != "" {

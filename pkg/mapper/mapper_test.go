@@ -221,6 +221,38 @@ func TestServedLaterSubresources(t *testing.T) {
 	}
 }
 
+// Kinds the RESTMapper answers and the view does not list by name (a kind
+// in lower case, a List kind) are answered from the view as it is: it is
+// not rebuilt for every such question.
+func TestRESTMapperOnlyKinds(t *testing.T) {
+	m := New(newFake(cluster()))
+	view, err := m.groups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.ResourceFor(schema.GroupVersionKind{Version: "v1", Kind: "configmap"})
+	if err != nil || got.Resource != "configmaps" || got.SingularName != "configmap" {
+		t.Errorf("ResourceFor(v1/configmap) = %+v, %v; want configmaps from the view", got, err)
+	}
+	if m.view != view {
+		t.Error("ResourceFor(v1/configmap) rebuilt the view")
+	}
+	// The RESTMapper makes up configmaplists: the view is built again once
+	// to look for it, not at every question.
+	for range 3 {
+		if got, err := m.ResourceFor(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMapList"}); err != nil || got.Resource != "configmaplists" {
+			t.Errorf("ResourceFor(v1/ConfigMapList) = %+v, %v", got, err)
+		}
+	}
+	if m.view == view {
+		t.Error("the view was not built again for a resource it lacked")
+	}
+	again := m.view
+	if _, err := m.ResourceFor(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMapList"}); err != nil || m.view != again {
+		t.Errorf("ResourceFor(v1/ConfigMapList) built the view again (err %v)", err)
+	}
+}
+
 // Odd discovery data is skipped, never a panic.
 func TestOddDiscovery(t *testing.T) {
 	lists := append(cluster(),
