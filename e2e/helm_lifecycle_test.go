@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,7 +327,7 @@ func TestHelmRollingUpdateHasOneWriter(t *testing.T) {
 	halt := sync.OnceFunc(func() { close(stop) })
 	t.Cleanup(halt) // also when the test fails before it halts
 	var wg sync.WaitGroup
-	var changes int
+	var changes atomic.Int64 // image i is nginx:1.(100+i)
 	var lastImage string
 	wg.Go(func() {
 		for {
@@ -335,38 +336,46 @@ func TestHelmRollingUpdateHasOneWriter(t *testing.T) {
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
-			image := fmt.Sprintf("nginx:1.%d", 100+changes)
+			image := fmt.Sprintf("nginx:1.%d", 100+changes.Load())
 			patch := fmt.Appendf(nil, `{"spec":{"image":%q}}`, image)
 			if _, err := env.dynamic.Resource(webappGVR).Namespace(ns).Patch(context.Background(), "busy", types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
-				changes++
+				changes.Add(1)
 				lastImage = image
 			}
 		}
 	})
 	_, err = runHelm(t, append([]string{"upgrade", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release,
 		"--wait", "--timeout", "5m", "--set-string", "podAnnotations.example\\.com/rollout=1"}, values...)...)
-	if err == nil {
-		// helm's wait ends once the new pods are ready, which may be
-		// before the old leader has gone: keep changing the parent
-		// until a new pod leads, and a moment after, so that the
-		// handover happens while there is something to write.
-		eventually(t, 60*time.Second, func() (bool, error) {
-			l, err := env.kube.CoordinationV1().Leases(release).Get(ctx, "kgen", metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			holder := ptrOr(l.Spec.HolderIdentity, "")
-			return holder != "" && holder != before, fmt.Errorf("the Lease is still held by %q", holder)
-		}, "a new pod to lead")
-		time.Sleep(time.Second)
-	}
-	halt()
-	wg.Wait()
 	if err != nil {
+		halt()
+		wg.Wait()
 		dumpPods(t, release)
 		t.Fatalf("helm upgrade: %v", err)
 	}
-	t.Logf("the parent changed %d times during the rollout", changes)
+	// helm's wait ends once the new pods are ready, which may be before
+	// the old leader has gone: keep changing the parent until a new pod
+	// leads and has followed a change made after it took the Lease, so
+	// that the handover happens while there is something to write.
+	eventually(t, 60*time.Second, func() (bool, error) {
+		l, err := env.kube.CoordinationV1().Leases(release).Get(ctx, "kgen", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		holder := ptrOr(l.Spec.HolderIdentity, "")
+		return holder != "" && holder != before, fmt.Errorf("the Lease is still held by %q", holder)
+	}, "a new pod to lead")
+	led := 100 + changes.Load() // no image from here on was made before the new leader led
+	waitFor(t, cmGVR, ns, "busy-config", func(o *unstructured.Unstructured) error {
+		image, _, _ := unstructured.NestedString(o.Object, "data", "image")
+		var i int64
+		if _, err := fmt.Sscanf(image, "nginx:1.%d", &i); err != nil || i < led {
+			return fmt.Errorf("image %q, want nginx:1.%d or later", image, led)
+		}
+		return nil
+	})
+	halt()
+	wg.Wait()
+	t.Logf("the parent changed %d times during the rollout", changes.Load())
 	waitFor(t, cmGVR, ns, "busy-config", func(o *unstructured.Unstructured) error { return expect(o, lastImage, "data", "image") })
 	after := waitLeader(t, release, "kgen")
 	lease, err = env.kube.CoordinationV1().Leases(release).Get(ctx, "kgen", metav1.GetOptions{})

@@ -715,11 +715,18 @@ spec:
 	}, "the child to read the new field")
 	// What kgenctl rbac printed was enough: the authorizer refused nothing.
 	// (The child's first create may be refused by the server's admission
-	// for a few seconds after the CRD is served; kgen retries it.)
+	// for up to 30 s after the CRD is served; kgen retries it.)
+	allowed := 0
 	for _, e := range auditOf(t, user, start) {
 		if e.deniedByRBAC() {
 			t.Errorf("kgen's request was refused: %s %s %s/%s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name)
 		}
+		if e.Annotations["authorization.k8s.io/decision"] == "allow" {
+			allowed++
+		}
+	}
+	if allowed == 0 {
+		t.Error("no request of kgen's has an authorization decision in the audit log: the check above cannot see a refusal")
 	}
 }
 
