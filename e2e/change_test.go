@@ -436,6 +436,57 @@ func TestChangeCRDSchemaFollowed(t *testing.T) {
 	})
 }
 
+// Scenario: a parent CRD without the status subresource gains it in place.
+// Its parents get a status from then on, with no restart of kgen and no
+// change to a parent (kgen reconciles the parents of the changed group).
+func TestChangeCRDGainsStatusSubresource(t *testing.T) {
+	const group = "gainstatus.example.com"
+	ns := newNamespace(t)
+	crd := gadgetCRD(group, true)
+	crd.Spec.Versions[0].Subresources = nil
+	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+	if _, err := crds.Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = crds.Delete(context.Background(), crd.Name, metav1.DeleteOptions{}) })
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err == nil, err
+	}, "%s to be served", gvr)
+	startController(t, nil, gadgetRule(t, "gainstatus", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+  status:
+    child: ${children.config.metadata.name}
+`)).waitReady(t)
+	create(t, gvr, gadget(group, ns, "s", map[string]any{}))
+	waitFor(t, cmGVR, ns, "s", nil)
+	if p := get(t, gvr, ns, "s"); p == nil || p.Object["status"] != nil {
+		t.Fatalf("the parent has a status while its CRD has no status subresource: %v", p)
+	}
+
+	eventually(t, 30*time.Second, func() (bool, error) {
+		cur, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cur.Spec.Versions[0].Subresources = &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}
+		_, err = crds.Update(t.Context(), cur, metav1.UpdateOptions{})
+		return err == nil, err
+	}, "the CRD update")
+	waitFor(t, gvr, ns, "s", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return expect(p, "s", "status", "child")
+	})
+}
+
 // applyCondition has another controller apply one condition to a Gadget's
 // status.
 func applyCondition(t *testing.T, gvr schema.GroupVersionResource, ns, name, manager string, cond map[string]any, force bool) error {
