@@ -102,22 +102,11 @@ func (c *Controller) writeParents(ctx context.Context, rule string) error {
 	if !loaded {
 		return nil
 	}
-	// As for child scopes (saveScopes): this replica's additions, and
-	// its removals if it may make them.
-	add := minus(want, saved)
-	var remove []ChildScope
-	if c.removesFromRecord(rule) {
-		remove = minus(saved, want)
-	}
-	if len(add) == 0 && len(remove) == 0 {
-		return nil
-	}
-	now := want
-	if c.cfg.Record != nil {
-		var err error
-		if now, err = c.cfg.Record.UpdateParents(ctx, rule, add, remove); err != nil {
-			return err
-		}
+	now, wrote, err := c.writeScopes(rule, want, saved, func(r Record, add, remove []ChildScope) ([]ChildScope, error) {
+		return r.UpdateParents(ctx, rule, add, remove)
+	})
+	if err != nil || !wrote {
+		return err
 	}
 	c.mu.Lock()
 	c.record.savedParents[rule] = now

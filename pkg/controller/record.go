@@ -573,22 +573,11 @@ func (c *Controller) saveScopes(ctx context.Context, rs *ruleState) error {
 	c.record.want[name] = want
 	saved := c.record.saved[name]
 	c.mu.Unlock()
-	// Only what this replica learned is written: the scopes it added, and
-	// those it judged empty, if it may remove them (removesFromRecord).
-	add := minus(want, saved)
-	var remove []ChildScope
-	if c.removesFromRecord(name) {
-		remove = minus(saved, want)
-	}
-	if len(add) == 0 && len(remove) == 0 {
-		return nil
-	}
-	now := want
-	if c.cfg.Record != nil {
-		var err error
-		if now, err = c.cfg.Record.Update(ctx, name, add, remove); err != nil {
-			return err
-		}
+	now, wrote, err := c.writeScopes(name, want, saved, func(r Record, add, remove []ChildScope) ([]ChildScope, error) {
+		return r.Update(ctx, name, add, remove)
+	})
+	if err != nil || !wrote {
+		return err
 	}
 	c.mu.Lock()
 	c.record.saved[name] = now
@@ -601,6 +590,31 @@ func (c *Controller) saveScopes(ctx context.Context, rs *ruleState) error {
 	c.mu.Unlock()
 	klog.FromContext(ctx).Info("Recorded where the rule's children may be", "rule", name, "scopes", encodeScopes(now))
 	return nil
+}
+
+// writeScopes writes to the Record what this replica learned of a rule's
+// scopes, with update (Record.Update or UpdateParents): the scopes it wants
+// that saved (what the Record held when last read or written) lacks, and
+// those saved holds that it no longer wants, if it may remove them
+// (removesFromRecord). It returns what the Record holds now, and whether
+// there was anything to write.
+func (c *Controller) writeScopes(rule string, want, saved []ChildScope, update func(r Record, add, remove []ChildScope) ([]ChildScope, error)) ([]ChildScope, bool, error) {
+	add := minus(want, saved)
+	var remove []ChildScope
+	if c.removesFromRecord(rule) {
+		remove = minus(saved, want)
+	}
+	if len(add) == 0 && len(remove) == 0 {
+		return saved, false, nil
+	}
+	if c.cfg.Record == nil {
+		return want, true, nil
+	}
+	now, err := update(c.cfg.Record, add, remove)
+	if err != nil {
+		return nil, false, err
+	}
+	return now, true, nil
 }
 
 // removesFromRecord tells whether this replica removes scopes from a
