@@ -22,13 +22,7 @@ func testParentMappingFollowsCRD(t *testing.T) {
 	disc := fakeDiscovery()
 	m := mapper.New(disc)
 	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: &memRecord{scopes: map[string][]ChildScope{}}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	activateRule(t, c)
 	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
 	status := func() bool {
 		c.mu.Lock()
@@ -84,13 +78,7 @@ func testParentMappingChangedWhileStarting(t *testing.T) {
 	}
 	c = New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100),
 		Record: &memRecord{scopes: map[string][]ChildScope{}}, Admit: admit})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	activateRule(t, c)
 	c.mu.Lock()
 	got := c.rules["r"].parent.HasSubresource("status")
 	c.mu.Unlock()

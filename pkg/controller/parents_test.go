@@ -266,13 +266,7 @@ func testRecordParentScopes(t *testing.T) {
 	dropped := ChildScope{GroupVersionKind: gadgetKind, Namespace: "dropped"}
 	rec := &memRecord{scopes: map[string][]ChildScope{}, parents: map[string][]ChildScope{"r": {dropped}}}
 	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	ctx := activateRule(t, c)
 	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
 	watched := ChildScope{GroupVersionKind: gadgetKind, Namespace: "ns"}
 	if got, want := rec.getParents("r"), []ChildScope{dropped, watched}; !slices.Equal(got, want) {

@@ -164,6 +164,22 @@ func object(apiVersion, kind, name string, uid, parentUID string) *unstructured.
 	return o
 }
 
+// activateRule starts rule r of a controller a test made, and stops its
+// queue, informers and context when the test ends. It returns the context.
+func activateRule(t *testing.T, c *Controller) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		c.watches.Shutdown()
+		c.queue.ShutDown()
+		cancel()
+	})
+	if err := c.activate(ctx, c.rules["r"]); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
 // waitState polls the controller's state of rule r until ok accepts it.
 func waitState(t *testing.T, c *Controller, what string, ok func(RuleState) bool) RuleState {
 	t.Helper()
@@ -204,13 +220,7 @@ func testPruneOnlyScopeAfterRestart(t *testing.T) {
 	}}}
 	rule := gadgetRule(t, configChild)
 	c := New(Config{Rules: []*rules.Rule{rule}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	ctx := activateRule(t, c)
 	s := waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
 	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
 		t.Errorf("Pruning = %v, want %v", s.Pruning, want)
@@ -254,13 +264,7 @@ func testPruneOnlyScopeLive(t *testing.T) {
 	rec := &memRecord{scopes: map[string][]ChildScope{}}
 	v1 := gadgetRule(t, configChild+deployChild)
 	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	ctx := activateRule(t, c)
 	waitState(t, c, "version 1 to sync", func(s RuleState) bool { return s.Synced })
 	want := []ChildScope{{GroupVersionKind: deployments, Namespace: "ns"}, {GroupVersionKind: configMaps, Namespace: "ns"}}
 	if got, saves := rec.get("r"); !slices.Equal(got, want) || saves != 1 {
@@ -304,13 +308,7 @@ func testRuleRunsWithoutItsRecord(t *testing.T) {
 	rec := &memRecord{scopes: map[string][]ChildScope{"r": {old}}, failLoad: forbidden}
 	v1 := gadgetRule(t, configChild+deployChild)
 	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	ctx := activateRule(t, c)
 	s := waitState(t, c, "the rule to run without its record", func(s RuleState) bool { return s.Synced })
 	if !strings.Contains(s.RecordError, "forbidden") || len(s.Unsynced) > 0 {
 		t.Errorf("state %+v, want RecordError saying forbidden and nothing failing", s)
@@ -394,13 +392,7 @@ func testRecordReadByAWrite(t *testing.T) {
 	old := ChildScope{GroupVersionKind: deployments, Namespace: "ns"}
 	rec := &memRecord{scopes: map[string][]ChildScope{"r": {old}}, failLoad: errors.New("unavailable")}
 	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	ctx := activateRule(t, c)
 	waitState(t, c, "the rule to run", func(s RuleState) bool { return s.Synced })
 	rec.mu.Lock()
 	rec.failLoad = nil

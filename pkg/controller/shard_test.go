@@ -119,13 +119,7 @@ spec:
 	// of the way, so only the sharding's word makes parents leave.
 	c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Sharding: shards,
 		RulesLoaded: func() bool { return false }})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	ctx := activateRule(t, c)
 	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
 	for _, name := range []string{"gone", "bare", "theirs"} {
 		shards.tell("ns", name, types.UID("uid-"+name))
@@ -190,13 +184,7 @@ func testShardedRecordScopes(t *testing.T, owner string) {
 	rule := gadgetRule(t, configChild)
 	shards := &fakeSharding{id: "a", owner: owner, releases: func(metav1.Object) bool { return false }}
 	c := New(Config{Rules: []*rules.Rule{rule}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec, Sharding: shards})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	ctx := activateRule(t, c)
 	s := waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
 	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
 		t.Fatalf("Pruning = %v, want %v", s.Pruning, want)

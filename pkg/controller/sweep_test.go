@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -57,13 +56,7 @@ spec:
 	}
 	var loaded atomic.Bool
 	c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), RulesLoaded: loaded.Load})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer c.queue.ShutDown()
-	defer c.watches.Shutdown()
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
+	activateRule(t, c)
 	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
 	leaving := func() []string {
 		c.mu.Lock()
