@@ -303,14 +303,19 @@ func TestChangeRenameOntoTakenName(t *testing.T) {
 // served.
 func newKeyedCRD(t *testing.T, group string) schema.GroupVersionResource {
 	t.Helper()
-	crd := gadgetCRD(group, true)
-	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+	return serveCRD(t, gadgetCRD(group, true))
+}
+
+// serveCRD creates a CRD of Gadgets at v1, deleted when the test ends, and
+// waits until it is served.
+func serveCRD(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition) schema.GroupVersionResource {
+	t.Helper()
+	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+	if _, err := crds.Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
-	})
-	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
+	t.Cleanup(func() { _ = crds.Delete(context.Background(), crd.Name, metav1.DeleteOptions{}) })
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: "v1", Resource: "gadgets"}
 	eventually(t, 30*time.Second, func() (bool, error) {
 		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
 		return err == nil, err
@@ -381,16 +386,8 @@ func TestChangeCRDSchemaFollowed(t *testing.T) {
 	const group = "schema.example.com"
 	ns := newNamespace(t)
 	crd := gadgetCRD(group, false)
+	gvr := serveCRD(t, crd)
 	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
-	if _, err := crds.Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = crds.Delete(context.Background(), crd.Name, metav1.DeleteOptions{}) })
-	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
-	eventually(t, 30*time.Second, func() (bool, error) {
-		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
-		return err == nil, err
-	}, "%s to be served", gvr)
 	startController(t, nil, gadgetRule(t, "schema", group, `  children:
   - id: config
     template:
@@ -444,16 +441,8 @@ func TestChangeCRDGainsStatusSubresource(t *testing.T) {
 	ns := newNamespace(t)
 	crd := gadgetCRD(group, true)
 	crd.Spec.Versions[0].Subresources = nil
+	gvr := serveCRD(t, crd)
 	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
-	if _, err := crds.Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = crds.Delete(context.Background(), crd.Name, metav1.DeleteOptions{}) })
-	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
-	eventually(t, 30*time.Second, func() (bool, error) {
-		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
-		return err == nil, err
-	}, "%s to be served", gvr)
 	startController(t, nil, gadgetRule(t, "gainstatus", group, `  children:
   - id: config
     template:
