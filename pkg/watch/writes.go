@@ -21,8 +21,8 @@ import (
 // and Deleted; readers call Latest and Created.
 //
 // Under load the caches can trail the writes by thousands of objects, so
-// remembered objects are kept compact (an *Object) and decoded only when
-// read.
+// remembered objects are kept compact (an *Object, its JSON without managed
+// fields) and decoded only when read.
 type Writes struct {
 	mu      sync.Mutex
 	objects map[types.UID]written
@@ -77,11 +77,10 @@ func NewWrites() *Writes {
 // Wrote records an object of resource gvr as the server returned it after a
 // write. It drops the object's managed fields, as the caches do.
 func (w *Writes) Wrote(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
-	c, err := Compact(obj)
+	o, err := compactWritten(obj)
 	if err != nil {
 		return // then the cache alone tells; at worst the write is made once more
 	}
-	o := c.(*Object)
 	key := nameKey{gvr, o.Namespace, o.Name}
 	w.mu.Lock()
 	w.objects[o.UID] = written{obj: o, gvr: gvr, at: w.now()}
