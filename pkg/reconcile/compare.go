@@ -2,10 +2,12 @@ package reconcile
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"hash"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -73,7 +75,35 @@ func UpToDate(desired, live *unstructured.Unstructured, kind *schema.Field) bool
 	if templateHash(desired) != templateHash(live) {
 		return false
 	}
-	return Matches(desired.Object, live.Object, kind)
+	return Matches(storedForm(desired).Object, live.Object, kind)
+}
+
+// storedForm returns desired as the API server stores it where that differs
+// in a way Matches cannot know from the schema: a Secret's stringData is
+// write-only, and stored base64-encoded in data, where it replaces a key of
+// the same name. Other objects are returned as they are.
+func storedForm(desired *unstructured.Unstructured) *unstructured.Unstructured {
+	if desired.GetAPIVersion() != "v1" || desired.GetKind() != "Secret" {
+		return desired
+	}
+	strs, ok := desired.Object["stringData"].(map[string]any)
+	if !ok {
+		return desired
+	}
+	out := &unstructured.Unstructured{Object: maps.Clone(desired.Object)}
+	delete(out.Object, "stringData")
+	data, _ := desired.Object["data"].(map[string]any)
+	data = maps.Clone(data)
+	if data == nil {
+		data = map[string]any{}
+	}
+	for k, v := range strs {
+		if s, ok := v.(string); ok {
+			data[k] = base64.StdEncoding.EncodeToString([]byte(s))
+		}
+	}
+	out.Object["data"] = data
+	return out
 }
 
 // Matches reports whether every field of want is in got with an equal

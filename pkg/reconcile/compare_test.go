@@ -70,6 +70,40 @@ func TestUpToDate(t *testing.T) {
 	}
 }
 
+// A Secret's stringData is stored base64-encoded in data, where it wins
+// over a data key of the same name: stored so, the Secret is up to date.
+func TestUpToDateSecretStringData(t *testing.T) {
+	desired := withHash(obj(map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "s"},
+		"stringData": map[string]any{"password": "hunter2", "both": "string"},
+		"data":       map[string]any{"raw": "cmF3", "both": "ZGF0YQ=="},
+	}))
+	stored := func(data map[string]any) *unstructured.Unstructured {
+		live := obj(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "s"}, "type": "Opaque", "data": data})
+		live.SetAnnotations(desired.GetAnnotations())
+		return live
+	}
+	for _, tt := range []struct {
+		name string
+		data map[string]any
+		want bool
+	}{
+		{"as stored", map[string]any{"password": "aHVudGVyMg==", "raw": "cmF3", "both": "c3RyaW5n"}, true},
+		{"a stringData key changed", map[string]any{"password": "b3RoZXI=", "raw": "cmF3", "both": "c3RyaW5n"}, false},
+		{"a stringData key missing", map[string]any{"raw": "cmF3", "both": "c3RyaW5n"}, false},
+		{"data's value where stringData wins", map[string]any{"password": "aHVudGVyMg==", "raw": "cmF3", "both": "ZGF0YQ=="}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := UpToDate(desired, stored(tt.data), nil); got != tt.want {
+				t.Errorf("UpToDate = %t, want %t", got, tt.want)
+			}
+		})
+	}
+	if _, ok := desired.Object["stringData"]; !ok {
+		t.Error("UpToDate changed the desired object")
+	}
+}
+
 // A parent that moves to another replica relabels its children: the
 // template hash leaves kgen.dev/shard out, so the relabelled child is still
 // up to date, while any other label counts.

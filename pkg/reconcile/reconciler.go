@@ -224,7 +224,7 @@ func (r *Reconciler) judge(desired, live *unstructured.Unstructured) Op {
 	if templateHash(desired) != templateHash(live) {
 		return OpUpdate
 	}
-	if Matches(desired.Object, live.Object, kind) || r.normal.same(live.GetUID(), templateHash(desired), Project(desired.Object, live.Object, kind)) {
+	if Matches(storedForm(desired).Object, live.Object, kind) || r.normal.same(live.GetUID(), templateHash(desired), Project(desired.Object, live.Object, kind)) {
 		return OpKeep
 	}
 	return OpRepair
