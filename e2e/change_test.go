@@ -914,6 +914,13 @@ func TestChangeEventPolicy(t *testing.T) {
       metadata:
         name: ${parent.metadata.name}
       data: {k: v}
+  - id: extra
+    includeWhen: ["${parent.metadata.?labels.?extra.orValue('') == 'yes'}"]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-extra
 `)
 	r := startController(t, nil, rulesFile)
 	r.waitReady(t)
@@ -945,6 +952,50 @@ func TestChangeEventPolicy(t *testing.T) {
 		}
 		return false, fmt.Errorf("no Repaired event for the deleted child")
 	}, "a Repaired event for the deleted child")
+	// A child that a label turns on was never deleted: no Repaired event
+	// for its creation, though the parent's generation is unchanged.
+	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "e", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"extra":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "e-extra", nil)
+	// kgen's events reach the API server in order: once a later one shows,
+	// an event for e-extra's creation would show too.
+	repairedEvents := func() []corev1.Event {
+		list, err := env.kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=e,reason=Repaired"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	if err := env.kube.CoreV1().ConfigMaps(ns).Delete(t.Context(), "e", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		for _, e := range repairedEvents() {
+			if strings.Contains(e.Message, "/e (child config): it was deleted") && e.Count >= 2 {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("the second deletion of e is not reported yet")
+	}, "a second Repaired event for e")
+	for _, e := range repairedEvents() {
+		if strings.Contains(e.Message, "e-extra") {
+			t.Errorf("Repaired event %q for a child that was only created", e.Message)
+		}
+	}
+	// Deleted, e-extra is repaired.
+	if err := env.kube.CoreV1().ConfigMaps(ns).Delete(t.Context(), "e-extra", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		for _, e := range repairedEvents() {
+			if strings.Contains(e.Message, "e-extra (child extra): it was deleted") {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no Repaired event for the deleted child e-extra")
+	}, "a Repaired event for e-extra")
 	patchSpec(t, gvr, ns, "e", map[string]any{"keep": false})
 	waitGone(t, cmGVR, ns, "e")
 	waitEvent(t, ns, "e", "Deleted", 10*time.Second)

@@ -950,6 +950,7 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 				c.leaving[key] = obj.GetUID()
 			}
 			c.mu.Unlock()
+			c.reconciler.Forget(obj.GetUID())
 			c.forgetReads(key)
 			c.unsettle(obj.GetUID())
 			c.queue.Add(key)

@@ -90,6 +90,13 @@ func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstru
 	return fmt.Sprintf("belongs to %s %s, which exists", gvk.Kind, where)
 }
 
+// ownManager reports whether a field manager is one of kgen's own: kgen,
+// and kgen-<part> (kgen-finalizer, kgen-shard), which never change what a
+// template sets.
+func ownManager(name string) bool {
+	return name == FieldManager || strings.HasPrefix(name, FieldManager+"-")
+}
+
 // lastWriter names who most recently changed an object other than kgen,
 // from its managed fields, as " (changed by NAME)"; "" when they do not say.
 // It reads the object: the cache keeps no managed fields.
@@ -104,7 +111,7 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 	var newest *metav1.ManagedFieldsEntry
 	fields := live.GetManagedFields()
 	for i, e := range fields {
-		if e.Manager == FieldManager || e.Manager == finalizerManager || e.Subresource == "status" || e.Time == nil {
+		if ownManager(e.Manager) || e.Subresource == "status" || e.Time == nil {
 			continue
 		}
 		if newest == nil || e.Time.After(newest.Time.Time) {

@@ -182,6 +182,7 @@ type Reconciler struct {
 	scope  Scoper
 	normal *normalized
 	status *statusGuard
+	seen   *seenChildren
 }
 
 // New returns a Reconciler.
@@ -196,7 +197,7 @@ func New(cfg Config) *Reconciler {
 		cfg.ParallelWrites = DefaultParallelWrites
 	}
 	cfg.Recorder = filteredRecorder{EventRecorder: cfg.Recorder, policy: cfg.Events}
-	return &Reconciler{cfg: cfg, events: cfg.Events, scope: resourceScoper{cfg.Resources}, normal: newNormalized(cfg.Now), status: newStatusGuard(cfg.Now)}
+	return &Reconciler{cfg: cfg, events: cfg.Events, scope: resourceScoper{cfg.Resources}, normal: newNormalized(cfg.Now), status: newStatusGuard(cfg.Now), seen: newSeenChildren()}
 }
 
 // resourceScoper answers scope questions from discovery.
@@ -296,10 +297,6 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			errs = append(errs, finalizerErr)
 		}
 	}
-	// The parent's current generation was reconciled before: a child that
-	// is missing now was deleted, and creating it again repairs drift.
-	current, _, _ := unstructured.NestedMap(parent.Object, "status")
-	known := current != nil && observedGeneration(current) == parent.GetGeneration()
 	var live []*unstructured.Unstructured // the children as they now are
 	live = append(live, plan.Keep...)
 	failed := map[string]bool{} // ids with a step that did not succeed
@@ -323,7 +320,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			continue
 		}
 		write := func() {
-			results[i], stepErrs[i] = r.writeChild(ctx, rule, parent, step, known && len(plan.Superseded[step.ID]) == 0)
+			results[i], stepErrs[i] = r.writeChild(ctx, rule, parent, step)
 		}
 		if r.cfg.ParallelWrites == 1 {
 			write() // in order
@@ -373,6 +370,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		errs = append(errs, r.setFinalizer(ctx, mapping, parent, false))
 	}
 
+	r.seen.set(parent.GetUID(), live)
 	observedNow := Observed{Children: GroupChildren(rule, live), Inputs: inputs}
 	status := plan.Rendered.Status
 	waits := waitsForChildren(plan.Rendered)
@@ -467,7 +465,7 @@ func classify(errs []error) error {
 }
 
 // writeChild creates, applies or keeps one child, as its step says.
-func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *unstructured.Unstructured, step Step, known bool) (outcome, error) {
+func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *unstructured.Unstructured, step Step) (outcome, error) {
 	logger := klog.FromContext(ctx)
 	out := outcome{step: step, live: step.Live}
 	desired := step.Object
@@ -509,7 +507,8 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		case err == nil:
 			r.wrote(gvr, created, desired, kind)
 			logger.V(2).Info("Created child", "child", step.ID, "object", ref)
-			if known {
+			if r.seen.had(parent.GetUID(), refOf(step.ID, desired)) {
+				// It existed after the last reconcile: someone deleted it.
 				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s): it was deleted, and is created again", ref, step.ID)
 			} else {
 				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventCreated, "Created %s (child %s)", ref, step.ID)
@@ -757,7 +756,7 @@ func parentRef(parent *unstructured.Unstructured) string {
 // finalize deletes the children Kubernetes will not garbage-collect for a
 // parent that is being deleted, then releases the parent.
 func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, observed []*unstructured.Unstructured) (Result, error) {
-	r.status.forget(parent.GetUID())
+	r.Forget(parent.GetUID())
 	if !slices.Contains(parent.GetFinalizers(), Finalizer) {
 		return Result{}, nil // owner references do the rest
 	}
@@ -781,13 +780,20 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 	return Result{}, r.setFinalizer(ctx, mapping, parent, false)
 }
 
+// Forget drops what the Reconciler remembers of a parent that is gone or
+// left its rule.
+func (r *Reconciler) Forget(parent types.UID) {
+	r.status.forget(parent)
+	r.seen.forget(parent)
+}
+
 // Release removes kgen's finalizer from a parent that no rule selects any
 // more (relabelled, or its rule's scope narrowed or removed). Its children
 // stay; if the parent is being deleted, the children that only the
 // finalizer guards are deleted first, as when a rule still selected it.
 // children are the parent's children as cached, possibly none.
 func (r *Reconciler) Release(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, children []*unstructured.Unstructured) error {
-	r.status.forget(parent.GetUID())
+	r.Forget(parent.GetUID())
 	if parent.GetDeletionTimestamp() != nil && slices.Contains(parent.GetFinalizers(), Finalizer) {
 		// No later reconcile will come for a parent no rule selects: the
 		// deletes are made, and the finalizer goes at once.

@@ -292,6 +292,19 @@ func TestReconcileChanges(t *testing.T) {
 			}
 		},
 	}, {
+		name: "drift repaired, blaming none of kgen's own managers",
+		change: func(h *harness) {
+			// A label removed leaves no entry; kgen-shard relabelled the
+			// child last.
+			cm := h.api.get(cmGVK, "team", "web-config")
+			cm.Object["data"].(map[string]any)["a"] = "changed"
+			cm.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kgen", Operation: metav1.ManagedFieldsOperationApply, Time: &metav1.Time{Time: h.now}},
+				{Manager: "kgen-shard", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: h.now.Add(time.Minute)}}})
+			h.api.add(cm)
+		},
+		writes: []string{"patch configmaps team/web-config"},
+		events: []string{"Normal Repaired Repaired configmaps team/web-config (child config)"},
+	}, {
 		name: "a deleted child is recreated",
 		change: func(h *harness) {
 			h.api.mu.Lock()
@@ -300,6 +313,27 @@ func TestReconcileChanges(t *testing.T) {
 		},
 		writes: []string{"patch configmaps team/web-config"},
 		events: []string{"Normal Repaired Repaired configmaps team/web-config (child config): it was deleted, and is created again"},
+	}, {
+		name: "a child the rule gained is created, not repaired",
+		change: func(h *harness) {
+			h.rule = parseRule(t, strings.Replace(appRule, "  status:\n", `  - id: extra
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-extra"}
+  status:
+`, 1))
+		},
+		writes: []string{"patch configmaps team/web-extra"},
+	}, {
+		name: "a child created once more after a restart is not taken for repaired",
+		change: func(h *harness) {
+			h.api.mu.Lock()
+			delete(h.api.objects, objKey{gvrOf(cmGVK), "team", "web-config"})
+			h.api.mu.Unlock()
+			h.restart() // nothing says it existed
+		},
+		writes: []string{"patch configmaps team/web-config"},
 	}, {
 		name: "quantities the server stored canonically, and status churn, are no change",
 		change: func(h *harness) {
