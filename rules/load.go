@@ -495,9 +495,51 @@ func (l *loader) gvk(n *yaml.Node, f map[string]entry, w where) (schema.GroupVer
 			gv = parsed
 		default:
 			kind = s
+			if msg := unknownBuiltinKind(gv, kind); msg != "" && gv.Version != "" {
+				l.errorf(e.valNode, w.key(key), "%s", msg)
+				ok = false
+			}
 		}
 	}
 	return gv.WithKind(kind), ok
+}
+
+// unknownBuiltinKind returns an error message for a kind that a group only
+// kube-apiserver serves does not have: the core group ("v1") or one whose
+// name has no dot (apps, batch, …), which no CustomResourceDefinition may
+// use. "" for any other kind.
+func unknownBuiltinKind(gv schema.GroupVersion, kind string) string {
+	if strings.Contains(gv.Group, ".") {
+		return ""
+	}
+	if _, ok := kinds.Builtin(schema.GroupKind{Group: gv.Group, Kind: kind}); ok {
+		return ""
+	}
+	var known []string
+	for gk := range kinds.Builtins() {
+		if gk.Group == gv.Group {
+			known = append(known, gk.Kind)
+		}
+	}
+	if len(known) == 0 {
+		return "" // not a built-in group after all
+	}
+	slices.Sort(known)
+	group := gv.Group
+	if group == "" {
+		group = "the core group (v1)"
+	}
+	msg := fmt.Sprintf("%s has no kind %q", group, kind)
+	best, bestDist := "", 3
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(kind), strings.ToLower(k)); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best != "" {
+		msg += fmt.Sprintf(": did you mean %q?", best)
+	}
+	return msg
 }
 
 // parentType declares the parent's type for the rule's expressions when its

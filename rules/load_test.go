@@ -146,6 +146,16 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`rules.yaml:8:38: rule "r": child "a": template.kind: must be a literal, not an expression: kgen watches children by kind, so kinds must be known when the rules load`},
 		},
 		{
+			name: "a kind the core group does not have",
+			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMapp, metadata: {name: a}}\n",
+			want: []string{`rules.yaml:8:38: rule "r": child "a": template.kind: the core group (v1) has no kind "ConfigMapp": did you mean "ConfigMap"?`},
+		},
+		{
+			name: "a kind a built-in group does not have",
+			yaml: header + "  - id: a\n    template: {apiVersion: apps/v1, kind: Deploy, metadata: {name: a}}\n",
+			want: []string{`rules.yaml:8:43: rule "r": child "a": template.kind: apps has no kind "Deploy"`},
+		},
+		{
 			name: "template without name",
 			yaml: header + "  - id: a\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {labels: {a: b}}}\n",
 			want: []string{`rules.yaml:8:59: rule "r": child "a": template.metadata: name is required`},

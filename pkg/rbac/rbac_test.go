@@ -49,8 +49,11 @@ func rule(name, parentKind, parentExtra, specExtra string, children ...string) s
 		kind, extra, _ := strings.Cut(c, ":")
 		kind, ns, _ := strings.Cut(kind, "@")
 		apiVersion := "v1"
-		if strings.HasPrefix(kind, "Role") {
+		switch {
+		case strings.HasPrefix(kind, "Role"):
 			apiVersion = "rbac.authorization.k8s.io/v1"
+		case strings.HasPrefix(kind, "Unknown"):
+			apiVersion = "example.com/v1" // the core group's kinds are all known
 		}
 		meta := fmt.Sprintf(`{name: "x%d"}`, i)
 		if ns != "" {
