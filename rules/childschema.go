@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/cel-go/cel"
@@ -202,6 +203,38 @@ func (l *loader) checkExpression(t *kschema.Type, e *Expression) {
 		return
 	}
 	l.errs = append(l.errs, e.error(fmt.Errorf("%s wants %s here, but the expression's type is %s", l.shapeName, describeTypes(t.Types), cel.FormatCELType(e.outputType))))
+}
+
+// checkLiteral reports a literal scalar whose JSON type cannot be its
+// field's, where literals are checked (status fields: a child's literals
+// are left to the API server, which names the field when kgen applies the
+// child; a status write it refuses fails for every parent alike). Null
+// fits anything, as it sets nothing.
+func (l *loader) checkLiteral(t *kschema.Type, v any, n *yaml.Node, w where) {
+	if !l.literals || t == nil || len(t.Types) == 0 {
+		return
+	}
+	var got string
+	switch v.(type) {
+	case string:
+		got = "string"
+	case int64:
+		got = "integer"
+	case float64:
+		got = "number"
+	case bool:
+		got = "boolean"
+	default:
+		return
+	}
+	if slices.ContainsFunc(t.Types, func(want string) bool { return jsonFits(got, want) }) {
+		return
+	}
+	shown := n.Value
+	if s, ok := v.(string); ok {
+		shown = strconv.Quote(s)
+	}
+	l.errorf(n, w, "%s wants %s here, not %s %s", l.shapeName, describeTypes(t.Types), describeTypes([]string{got}), shown)
 }
 
 // checkText reports interpolated text where the field cannot be a string.

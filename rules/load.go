@@ -224,6 +224,14 @@ type loader struct {
 	// shapeName names the schema a template is checked against, in
 	// errors ("the schema of apps/v1 Deployment").
 	shapeName string
+	// parentShape is the schema of the rule's parent kind where the
+	// cluster (or --crd) gives it, for its status fields; nil when it is
+	// not known, or only from spec.parent.schema, whose status kgen makes
+	// from the rule's status fields.
+	parentShape *kschema.Type
+	// literals is set while literal scalars are checked against their
+	// fields too, as for status fields (see checkLiteral).
+	literals bool
 }
 
 // parse decodes every document of a file into rules. Rules with errors are
@@ -458,7 +466,7 @@ func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
 		l.errorf(l.resolve(n), w, "children is required")
 	}
 	if e, ok := f["status"]; ok {
-		l.status(r, e.valNode, w.key("status"))
+		l.status(r, e.valNode, w.key("status"), l.statusShape(r, e.keyNode, w))
 	}
 	l.graph(r)
 }
@@ -553,6 +561,7 @@ func (l *loader) parentType(r *Rule, f map[string]entry, w where) {
 	var props *apiextensionsv1.JSONSchemaProps
 	var published *kschema.Type
 	source := fmt.Sprintf("the schema of %s %s", gvk.GroupVersion(), gvk.Kind)
+	l.parentShape = nil
 	if l.c.opts.Schemas != nil {
 		if p, ok := l.c.opts.Schemas(gvk); ok && p != nil {
 			props = p
@@ -563,7 +572,12 @@ func (l *loader) parentType(r *Rule, f map[string]entry, w where) {
 			published = t
 		}
 	}
-	if props == nil && published == nil && r.Parent.Schema != nil {
+	switch {
+	case props != nil:
+		l.parentShape = kschema.TypeOf(props)
+	case published != nil:
+		l.parentShape = published
+	case r.Parent.Schema != nil:
 		props, source = r.Parent.objectSchema(nil), "spec.parent.schema"
 	}
 	var t *apiservercel.DeclType
@@ -1103,12 +1117,37 @@ func isParentNamespace(n *yaml.Node) bool {
 
 var reservedStatus = []string{"conditions", "observedGeneration"}
 
-func (l *loader) status(r *Rule, n *yaml.Node, w where) {
+// statusShape returns the schema of the parent's status, as far as it is
+// known (see loader.parentShape), for checking the rule's status fields
+// against it: a status field the parent's schema has no place for, or a
+// value that cannot fit its field, would make every status write of every
+// parent fail. It reports a parent schema without a status. Nil checks
+// nothing: a built-in parent kind, whose status fields are an error of
+// their own (uniqueParents), or an unknown schema.
+func (l *loader) statusShape(r *Rule, key *yaml.Node, w where) *kschema.Type {
+	gvk := r.Parent.GroupVersionKind
+	if _, builtin := kinds.Builtin(gvk.GroupKind()); builtin || l.parentShape == nil {
+		return nil
+	}
+	l.shapeName = fmt.Sprintf("the schema of %s %s", gvk.GroupVersion(), gvk.Kind)
+	t := l.checkKey(l.parentShape, "status", key, w)
+	if t == nil || len(t.Types) > 0 && !t.Is("object") {
+		return nil
+	}
+	l.shapeName = fmt.Sprintf("the status schema of %s %s", gvk.GroupVersion(), gvk.Kind)
+	return t
+}
+
+// status decodes spec.status, checking each field against the parent's
+// status schema t (nil when not known).
+func (l *loader) status(r *Rule, n *yaml.Node, w where, t *kschema.Type) {
 	n = l.resolve(n)
 	if n.Kind != yaml.MappingNode {
 		l.errorf(n, w, "must be a mapping of status fields")
 		return
 	}
+	l.literals = t != nil
+	defer func() { l.literals = false }()
 	for _, e := range l.entries(n, w) {
 		if slices.Contains(reservedStatus, e.key) {
 			l.errorf(e.keyNode, w, "status field %q is written by kgen itself", e.key)
@@ -1116,8 +1155,12 @@ func (l *loader) status(r *Rule, n *yaml.Node, w where) {
 		}
 		fw := w.key(e.key)
 		fw.rule = r.Name
-		if t := l.compileTemplate(e.valNode, fw, nil); t != nil {
-			r.Status = append(r.Status, &StatusField{Name: e.key, Value: t})
+		var field *kschema.Type
+		if t != nil {
+			field = l.checkKey(t, e.key, e.keyNode, w)
+		}
+		if v := l.compileTemplate(e.valNode, fw, field); v != nil {
+			r.Status = append(r.Status, &StatusField{Name: e.key, Value: v})
 		}
 	}
 }
@@ -1191,6 +1234,7 @@ func (l *loader) node(n *yaml.Node, w where, t *kschema.Type) *node {
 			l.errorf(n, w, "%v", err)
 			return nil
 		}
+		l.checkLiteral(t, v, n, w)
 		return &node{kind: literalNode, lit: v}
 	}
 	l.errorf(n, w, "unsupported YAML node")
@@ -1206,8 +1250,10 @@ func (l *loader) stringNode(n *yaml.Node, w where, t *kschema.Type) *node {
 	}
 	switch {
 	case len(segs) == 0:
+		l.checkLiteral(t, "", n, w)
 		return &node{kind: literalNode, lit: ""}
 	case len(segs) == 1 && !segs[0].expr:
+		l.checkLiteral(t, segs[0].text, n, w)
 		return &node{kind: literalNode, lit: segs[0].text}
 	}
 	var parts []part

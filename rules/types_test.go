@@ -96,7 +96,7 @@ func TestTypedExpressions(t *testing.T) {
 // An expression that is right for the schema evaluates on objects as the API
 // server returns them.
 func TestTypedEvaluation(t *testing.T) {
-	doc := header + "  - id: a\n" + cm("a") + "  status:\n    v: '${parent.spec.image + \":\" + string(parent.spec.replicas) + \" \" + parent.spec.tags.join(\",\") + \" \" + string(parent.spec.?values.?x.orValue(0))}'\n"
+	doc := header + "  - id: a\n" + cm("a") + "      data:\n        v: '${parent.spec.image + \":\" + string(parent.spec.replicas) + \" \" + parent.spec.tags.join(\",\") + \" \" + string(parent.spec.?values.?x.orValue(0))}'\n"
 	rs, err := Parse("rules.yaml", []byte(doc), Options{Schemas: schemas(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,11 @@ func TestTypedEvaluation(t *testing.T) {
 	parent := map[string]any{"metadata": map[string]any{"name": "a"}, "spec": map[string]any{
 		"image": "nginx", "replicas": int64(2), "tags": []any{"a", "b"}, "values": map[string]any{"x": int64(7)},
 	}}
-	got, _, err := rs[0].Status[0].Value.Evaluate(NewVars(parent, nil, nil))
+	obj, _, err := rs[0].Children[0].Template.Evaluate(NewVars(parent, nil, nil))
+	var got any
+	if m, ok := obj.(map[string]any); ok {
+		got = m["data"].(map[string]any)["v"]
+	}
 	if err != nil || got != "nginx:2 a,b 7" {
 		t.Errorf("Evaluate() = %v, %v", got, err)
 	}

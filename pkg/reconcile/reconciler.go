@@ -393,7 +393,10 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	if err == nil && cond.Reason == ReasonConflict {
 		res.Conflict = true
 	}
-	res.Ready = cond.Status == metav1.ConditionTrue
+	// Ready only once the parent shows it: a status write that failed
+	// leaves the parent's last condition, or (see writeStatus) a False
+	// one.
+	res.Ready = cond.Status == metav1.ConditionTrue && statusErr == nil
 	res.Again = again
 	return res, err
 }

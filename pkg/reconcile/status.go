@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -86,17 +88,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 		}
 	}
 	gen := parent.GetGeneration()
-	ready.ObservedGeneration = gen
-	ready.LastTransitionTime = metav1.NewTime(r.cfg.Now().Truncate(time.Second))
 	currentReady, index := findCondition(current)
-	if currentReady != nil && currentReady["status"] == string(ready.Status) {
-		// metav1.Condition: the time changes only on a transition.
-		if t, ok := currentReady["lastTransitionTime"].(string); ok {
-			if parsed, err := parseTime(t); err == nil {
-				ready.LastTransitionTime = parsed
-			}
-		}
-	}
+	ready = stamp(ready, currentReady, gen, r.cfg.Now())
 	want := statusOf(conditionMap(ready), gen, fields)
 	have := statusOf(currentReady, observedGeneration(current), current)
 	if sameStatus(want, have) {
@@ -125,35 +118,114 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 		return Result{RequeueAfter: wait}, nil
 	}
 
+	keyed := keyedConditions(r.kind(parent.GroupVersionKind()))
+	updated, err := r.sendStatus(ctx, mapping, parent, keyed, current, index, want, ready, fields)
+	refused := ""
+	if err != nil && len(fields) > 0 {
+		refused = refusedStatus(err)
+	}
+	if refused != "" {
+		// The rule's status fields do not fit the parent's schema (it
+		// changed since the rule was checked against it, or was not
+		// known then): no write with them can succeed, and the parent
+		// must not keep a Ready condition it no longer earns. Write
+		// Ready alone, saying why, and retry the whole status with
+		// backoff, since a change of the schema or the rule mends it.
+		fallback := stamp(readyCondition(ReasonInvalid, "the rule's status fields do not fit the parent's schema, so kgen writes only this condition: "+refused), currentReady, gen, r.cfg.Now())
+		only := statusOf(conditionMap(fallback), gen, nil)
+		if !sameStatus(only, have) {
+			var fallbackErr error
+			if updated, fallbackErr = r.sendStatus(ctx, mapping, parent, keyed, current, index, only, fallback, map[string]any{}); fallbackErr != nil {
+				return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
+			}
+			r.status.wrote(parent.GetUID(), only.digest(), inputs)
+			r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
+		}
+		r.status.refused(parent.GetUID(), want.digest())
+		return Result{}, fmt.Errorf("write status of %s (kgen wrote only its Ready condition, False, as the rule's status fields do not fit the parent's schema): %w", describeObject(mapping, parent), err)
+	}
+	if err != nil {
+		if (apierrors.IsConflict(err) || apierrors.IsInvalid(err)) && !keyed {
+			// The JSON patch's tests failed: the parent changed since it
+			// was cached. Its event brings the change, and another
+			// reconcile.
+			return Result{RequeueAfter: time.Second}, nil
+		}
+		return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
+	}
+	r.status.wrote(parent.GetUID(), want.digest(), inputs)
+	r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
+	return Result{}, nil
+}
+
+// stamp completes a Ready condition about to be written: the parent's
+// generation, and the time of its last transition, which stays that of
+// the parent's current Ready condition while the status is unchanged.
+func stamp(ready metav1.Condition, currentReady map[string]any, gen int64, now time.Time) metav1.Condition {
+	ready.ObservedGeneration = gen
+	ready.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+	if currentReady != nil && currentReady["status"] == string(ready.Status) {
+		// metav1.Condition: the time changes only on a transition.
+		if t, ok := currentReady["lastTransitionTime"].(string); ok {
+			if parsed, err := parseTime(t); err == nil {
+				ready.LastTransitionTime = parsed
+			}
+		}
+	}
+	return ready
+}
+
+// sendStatus writes want (the Ready condition ready, generation and
+// fields) to the parent's status: by server-side apply of kgen's part
+// where its conditions are keyed by type, and else by a JSON patch.
+func (r *Reconciler) sendStatus(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, keyed bool, current map[string]any, index int, want parentStatus, ready metav1.Condition, fields map[string]any) (*unstructured.Unstructured, error) {
 	client := r.resource(mapping, parent.GetNamespace())
-	var updated *unstructured.Unstructured
-	var err error
-	if keyedConditions(r.kind(parent.GroupVersionKind())) {
+	if keyed {
 		patch := &unstructured.Unstructured{Object: map[string]any{"status": want.applyConfiguration()}}
 		patch.SetAPIVersion(parent.GetAPIVersion())
 		patch.SetKind(parent.GetKind())
 		patch.SetName(parent.GetName())
 		patch.SetNamespace(parent.GetNamespace())
 		patch.SetUID(parent.GetUID())
-		updated, err = client.ApplyStatus(ctx, parent.GetName(), patch, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
-	} else {
-		var body []byte
-		body, err = json.Marshal(jsonPatch(parent, current, index, ready, gen, fields))
-		if err == nil {
-			updated, err = client.Patch(ctx, parent.GetName(), types.JSONPatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "status")
-		}
-		if apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
-			// The parent changed since it was cached: its event brings
-			// the change, and another reconcile.
-			return Result{RequeueAfter: time.Second}, nil
-		}
+		return client.ApplyStatus(ctx, parent.GetName(), patch, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	}
+	body, err := json.Marshal(jsonPatch(parent, current, index, ready, parent.GetGeneration(), fields))
 	if err != nil {
-		return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
+		return nil, err
 	}
-	r.status.wrote(parent.GetUID(), want.digest(), inputs)
-	r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
-	return Result{}, nil
+	return client.Patch(ctx, parent.GetName(), types.JSONPatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+}
+
+// typedPatchError is how the API server refuses a server-side apply that
+// does not fit the schema: "failed to create typed patch object (GVK
+// namespace/name): .status.mode: field not declared in schema".
+var typedPatchError = regexp.MustCompile(`(?s)failed to create typed patch object \([^)]*\): (.*)$`)
+
+// refusedStatus returns what the API server said when it refused a status
+// write because a value does not fit the parent's schema: a server-side
+// apply it could not type (a field the schema does not declare, a value of
+// another type), or a validation failure that names status fields (422
+// with its causes). "" for every other error, among them a JSON patch
+// whose tests failed (422 naming no field).
+func refusedStatus(err error) string {
+	var api apierrors.APIStatus
+	if !errors.As(err, &api) {
+		return ""
+	}
+	s := api.Status()
+	if m := typedPatchError.FindStringSubmatch(s.Message); m != nil {
+		return strings.TrimPrefix(strings.TrimSpace(m[1]), ".")
+	}
+	if s.Reason != metav1.StatusReasonInvalid || s.Details == nil {
+		return ""
+	}
+	var msgs []string
+	for _, c := range s.Details.Causes {
+		if c.Field == "status" || strings.HasPrefix(c.Field, "status.") {
+			msgs = append(msgs, c.Field+": "+c.Message)
+		}
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // keyedConditions reports whether a kind's status.conditions is a list
@@ -315,6 +387,7 @@ type statusGuard struct {
 
 type statusHistory struct {
 	written    Digest    // what kgen last wrote
+	refusal    Digest    // what the API server last refused (see refused)
 	inputs     Digest    // what it was computed from
 	at         time.Time // when
 	loops      []time.Time
@@ -342,6 +415,9 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest) (allowed b
 		return false, h.until.Sub(now), ""
 	}
 	switch {
+	case want == h.refusal:
+		// Trying again what the server refused, as the controller's
+		// backoff says: a retry, not a loop.
 	case want == h.written && have != h.written:
 		// kgen would write again what it wrote, and someone else changed it.
 		h.overwrites = append(recent(h.overwrites, now, contendedWindow), now)
@@ -384,6 +460,22 @@ func (g *statusGuard) wrote(uid types.UID, written, inputs Digest) {
 		g.parents[uid] = h
 	}
 	h.written, h.inputs, h.at = written, inputs, g.now()
+	if written == h.refusal {
+		h.refusal = Digest{}
+	}
+}
+
+// refused records that the API server refused to write want, so that
+// trying it again is not taken for a loop.
+func (g *statusGuard) refused(uid types.UID, want Digest) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.parents[uid]
+	if h == nil {
+		h = &statusHistory{}
+		g.parents[uid] = h
+	}
+	h.refusal, h.at = want, g.now()
 }
 
 // forget drops what is known of a parent that is going.

@@ -1,0 +1,90 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// typedStatusCRD is the CRD of a Gadget whose status keeps no unknown
+// fields: its conditions, observedGeneration and, with child, a string
+// field child.
+func typedStatusCRD(group string, child bool) *apiextensionsv1.CustomResourceDefinition {
+	crd := gadgetCRD(group, true)
+	status := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]
+	status.XPreserveUnknownFields = nil
+	if child {
+		status.Properties["child"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
+	}
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"] = status
+	return crd
+}
+
+// Scenario: a rule's status fields must fit its parent's status schema. A
+// Rule object with a status field the parent's CRD does not declare is not
+// accepted, naming spec.status.<field>. A running rule whose parent's CRD
+// later loses a status field the rule writes leaves no stale Ready on its
+// parents: each says Ready False naming the field, and the Rule does not
+// count it among its ready parents.
+func TestChangeStatusFieldRejected(t *testing.T) {
+	const group = "statusfield.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	crd := typedStatusCRD(group, true)
+	gvr := serveCRD(t, crd)
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+
+	applyRule(t, gadgetRuleDoc("statusfield-unknown", group, "Gadget", ns+"-other", configChild("c")+"  status:\n    mode: api\n"))
+	waitRuleStatus(t, "statusfield-unknown", accepted("False", "spec.status.mode", `the status schema of `+group+`/v1 Gadget has no field "mode"`, "its fields: child, conditions, observedGeneration"))
+
+	applyRule(t, gadgetRuleDoc("statusfield", group, "Gadget", ns, configChild("c")+"  status:\n    child: ${children.config.metadata.name}\n"))
+	waitRuleStatus(t, "statusfield", accepted("True"))
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return expect(p, "g", "status", "child")
+	})
+	waitRuleStatus(t, "statusfield", counts(1, 1))
+
+	// The CRD loses status.child; the API server drops it from what it
+	// serves once the new schema is in effect.
+	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+	eventually(t, 30*time.Second, func() (bool, error) {
+		cur, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		next := typedStatusCRD(group, false)
+		next.ResourceVersion = cur.ResourceVersion
+		_, err = crds.Update(t.Context(), next, metav1.UpdateOptions{})
+		return err == nil, err
+	}, "the CRD update")
+	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+		if v, found, _ := unstructured.NestedFieldNoCopy(p.Object, "status", "child"); found {
+			return fmt.Errorf("status.child = %v, want it pruned by the new schema", v)
+		}
+		return nil
+	})
+	// A change of the parent makes kgen write its status again.
+	patchSpec(t, gvr, ns, "g", map[string]any{"touch": "1"})
+	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+		c := readyCondition(p)
+		if c == nil || c["status"] != "False" || c["reason"] != "InvalidSpec" || c["observedGeneration"] != int64(2) {
+			return fmt.Errorf("Ready = %v, want False, InvalidSpec, for generation 2", c)
+		}
+		if msg := fmt.Sprint(c["message"]); !strings.Contains(msg, "status.child") {
+			return fmt.Errorf("Ready message %q does not name status.child", msg)
+		}
+		return nil
+	})
+	waitRuleStatus(t, "statusfield", counts(1, 0))
+}

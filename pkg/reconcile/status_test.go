@@ -1,0 +1,155 @@
+package reconcile
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// typedPatchRefusal is the API server's answer to a server-side apply of
+// a status field its schema does not declare (a 500 with no reason).
+func typedPatchRefusal() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
+		Message: "failed to create typed patch object (example.com/v1, Kind=App team/web): .status.configName: field not declared in schema"}}
+}
+
+// validationRefusal is the API server's answer to a status field of the
+// wrong type (422, naming the field).
+func validationRefusal() error {
+	return apierrors.NewInvalid(schema.GroupKind{Group: "example.com", Kind: "App"}, "web", field.ErrorList{
+		field.Invalid(field.NewPath("status", "configName"), int64(1), "status.configName in body must be of type integer: \"string\""),
+	})
+}
+
+// A status write the API server refuses because the rule's status fields do
+// not fit the parent's schema leaves no stale Ready on the parent: kgen
+// writes its Ready condition alone, False with reason InvalidSpec, naming
+// the field, and retries the whole status with backoff (an error), without
+// taking the retries for a status loop. Once the server takes the status
+// again, the full status is written.
+func TestStatusRefused(t *testing.T) {
+	tests := []struct {
+		name     string
+		atomic   bool  // conditions not keyed: a JSON patch
+		err      error // the first refusal
+		refusals int   // status writes refused, the fallback's among them
+		// fallback is whether Ready is written alone; want the words of
+		// its message.
+		fallback bool
+		want     string
+	}{
+		{name: "apply of an undeclared field", err: typedPatchRefusal(), refusals: 1,
+			fallback: true, want: "status.configName: field not declared in schema"},
+		{name: "patch of a field of another type", atomic: true, err: validationRefusal(), refusals: 1,
+			fallback: true, want: "status.configName: Invalid value: 1: status.configName in body must be of type integer"},
+		{name: "apply of a field of another type", err: validationRefusal(), refusals: 1,
+			fallback: true, want: "status.configName: Invalid value"},
+		{name: "the Ready condition alone refused too", err: typedPatchRefusal(), refusals: 2},
+		{name: "another error", err: apierrors.NewInternalError(errors.New("etcd is down")), refusals: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, appRule, func(c *Config) { c.Schemas = fakeSchemas{atomicConditions: tt.atomic} })
+			h.converge(appParent(nil))
+			if c := h.ready(); c["status"] != "True" {
+				t.Fatalf("Ready = %v after converging, want True", c)
+			}
+			refusals := 0
+			h.api.PrependReactor("patch", "apps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() != "status" || refusals == tt.refusals {
+					return false, nil, nil
+				}
+				refusals++
+				return true, nil, tt.err
+			})
+			p := h.setSpec(map[string]any{"image": "nginx:2"})
+			res, err := h.reconcile(p)
+			if err == nil || errors.Is(err, ErrTerminal) {
+				t.Fatalf("Reconcile() error = %v, want one to retry", err)
+			}
+			if res.Ready {
+				t.Error("Result.Ready = true although the parent's status could not be written")
+			}
+			c := h.ready()
+			if !tt.fallback {
+				if c["status"] != "True" || c["observedGeneration"] != int64(1) {
+					t.Errorf("Ready = %v, want the one written before (no second write)", c)
+				}
+				return
+			}
+			if c["status"] != "False" || c["reason"] != ReasonInvalid || !strings.Contains(c["message"].(string), tt.want) || c["observedGeneration"] != int64(2) {
+				t.Errorf("Ready = %v, want False, %s, for generation 2, naming %q", c, ReasonInvalid, tt.want)
+			}
+			if body := string(h.api.lastBody("patch", "status")); setsConfigName(body) {
+				t.Errorf("the Ready condition alone was written with the status fields: %s", body)
+			}
+			// Retries of the refused status are not a status loop, and
+			// rewrite nothing while the parent shows the failure.
+			h.api.PrependReactor("patch", "apps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return a.GetSubresource() == "status" && setsConfigName(string(a.(clienttesting.PatchAction).GetPatch())), nil, tt.err
+			})
+			h.api.resetRequests()
+			for range 2 * loopAfter {
+				h.now = h.now.Add(time.Second)
+				res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+				if err == nil || res.RequeueAfter > 0 {
+					t.Fatalf("retry: Reconcile() = %+v, %v; want an error to retry with backoff", res, err)
+				}
+			}
+			if w := h.api.writes(); len(w) > 0 {
+				t.Errorf("retries wrote %q, want nothing while the parent shows the failure", w)
+			}
+			if got := h.drain(); len(got) > 0 {
+				t.Errorf("events = %q, want none (a refused status is not a loop)", got)
+			}
+			// The schema takes the status again.
+			h.api.ReactionChain = h.api.ReactionChain[1:]
+			res, err = h.reconcile(h.api.get(appGVK, "team", "web"))
+			if err != nil || !res.Ready {
+				t.Fatalf("Reconcile() = %+v, %v once the status fits", res, err)
+			}
+			if c := h.ready(); c["status"] != "True" {
+				t.Errorf("Ready = %v once the status fits, want True", c)
+			}
+		})
+	}
+}
+
+// setsConfigName tells whether a status write (an applied configuration
+// or a JSON patch) sets the rule's status field configName.
+func setsConfigName(body string) bool {
+	return strings.Contains(body, `"configName":`) || strings.Contains(body, `"/status/configName"`)
+}
+
+// Only refusals that name the status, as the API server words them, make
+// kgen write Ready alone.
+func TestRefusedStatus(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "undeclared field", err: typedPatchRefusal(), want: "status.configName: field not declared in schema"},
+		{name: "validation", err: validationRefusal(), want: "status.configName: Invalid value: 1: status.configName in body must be of type integer: \"string\""},
+		{name: "wrapped", err: errors.Join(errors.New("write"), typedPatchRefusal()), want: "status.configName: field not declared in schema"},
+		{name: "a JSON patch test failed", err: apierrors.NewGenericServerResponse(422, "patch", schema.GroupResource{}, "", "testing value /metadata/resourceVersion failed: test failed", 0, false)},
+		{name: "a spec field", err: apierrors.NewInvalid(schema.GroupKind{Kind: "App"}, "web", field.ErrorList{field.Required(field.NewPath("spec", "image"), "")})},
+		{name: "unavailable", err: apierrors.NewServiceUnavailable("busy")},
+		{name: "not from the server", err: errors.New("connection refused")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := refusedStatus(tt.err); got != tt.want {
+				t.Errorf("refusedStatus() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
