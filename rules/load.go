@@ -832,6 +832,11 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		return
 	}
 	firstAt := map[string]*yaml.Node{}
+	// Two children that render one object always, whatever the parent,
+	// would write it over each other forever. Those that differ only once
+	// rendered, or that includeWhen or forEach may keep apart, are left to
+	// Render.
+	sameAt := map[sameObject]*Child{}
 	for i, item := range n.Content {
 		item = l.resolve(item)
 		iw := w.index(i)
@@ -883,9 +888,10 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		if e, ok := f["forEach"]; ok {
 			l.x.each = l.forEach(c, e.valNode, cw.key("forEach"))
 		}
+		var nameNode *yaml.Node
 		if e, ok := f["template"]; ok {
 			l.x.random = c.UpdatePolicy == UpdateCreateOnly
-			l.template(r, c, e.valNode, cw.key("template"))
+			nameNode = l.template(r, c, e.valNode, cw.key("template"))
 			l.x.random = false
 		} else {
 			l.errorf(item, cw, "template is required")
@@ -897,11 +903,38 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 			c.ReadyWhen = l.conditions(e.valNode, cw.key("readyWhen"), readyExpr)
 		}
 		l.x = ruleEnv
+		if nameNode != nil && c.ID != "" && len(c.ForEach) == 0 && len(c.IncludeWhen) == 0 {
+			key := sameObject{c.GroupVersionKind.GroupKind(), c.namespaceKey(), nameNode.Value}
+			if first := sameAt[key]; first != nil {
+				l.errorf(nameNode, cw.key("template").key("metadata").key("name"),
+					"renders the same %s as child %q (line %d): give each child a name of its own", c.GroupVersionKind.Kind, first.ID, first.Pos.Line)
+			} else {
+				sameAt[key] = c
+			}
+		}
 		r.Children = append(r.Children, c)
 		if c.ID != "" {
 			r.byID[c.ID] = c
 		}
 	}
+}
+
+// sameObject is what tells, in the rules file, that two children render
+// one object: the group and kind of their templates and the text of their
+// metadata.namespace (see Child.namespaceKey) and metadata.name.
+type sameObject struct {
+	kind            schema.GroupKind
+	namespace, name string
+}
+
+// namespaceKey is the text of the template's metadata.namespace, the same
+// for the two ways of saying "the parent's namespace" (absent, and
+// ${parent.metadata.namespace}).
+func (c *Child) namespaceKey() string {
+	if c.namespace == nsAbsent || c.namespace == nsParent {
+		return ""
+	}
+	return c.namespaceSource
 }
 
 var forEachName = regexp.MustCompile(`^[a-z][a-zA-Z0-9_]*$`)
@@ -995,12 +1028,13 @@ func (l *loader) conditionList(nodes []*yaml.Node, w where, kind exprKind, notSt
 	return out
 }
 
-// template checks and compiles a child's template.
-func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
+// template checks and compiles a child's template into c. It returns the
+// node of its metadata.name when that is a string, or nil.
+func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) (nameValue *yaml.Node) {
 	n = l.resolve(n)
 	if n.Kind != yaml.MappingNode {
 		l.errorf(n, w, "must be a mapping: a full Kubernetes object")
-		return
+		return nil
 	}
 	top := map[string]entry{}
 	for _, e := range l.entries(n, w) {
@@ -1022,9 +1056,12 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 			l.errorf(m, mw, "name is required")
 		} else if s, ok := l.str(e.valNode, mw.key("name")); ok && s == "" {
 			l.errorf(e.valNode, mw.key("name"), "must not be empty")
+		} else if ok {
+			nameValue = l.resolve(e.valNode)
 		}
 		if e, ok := meta["namespace"]; ok {
 			v := l.resolve(e.valNode)
+			c.namespaceSource = v.Value
 			switch {
 			case isParentNamespace(v):
 				c.namespace = nsParent
@@ -1074,6 +1111,7 @@ func (l *loader) template(r *Rule, c *Child, n *yaml.Node, w where) {
 			}
 		}
 	}
+	return nameValue
 }
 
 // roleRef checks the roleRef of a RoleBinding or ClusterRoleBinding

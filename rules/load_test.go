@@ -375,6 +375,16 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`rules.yaml:1:1: a rule must be a mapping with apiVersion, kind, metadata and spec`},
 		},
 		{
+			name: "two children, one object",
+			yaml: header + "  - id: a\n" + cm("${parent.metadata.name}-x") + "  - id: b\n" + cm("${parent.metadata.name}-x"),
+			want: []string{`rules.yaml:16:24: rule "r": child "b": template.metadata.name: renders the same ConfigMap as child "a" (line 7): give each child a name of its own`},
+		},
+		{
+			name: "two children, one object in the parent's namespace, said two ways",
+			yaml: header + "  - id: a\n" + cm("x") + "  - id: b\n" + strings.Replace(cm("x"), "{name: ", "{namespace: \"${parent.metadata.namespace}\", name: ", 1),
+			want: []string{`rules.yaml:16:67: rule "r": child "b": template.metadata.name: renders the same ConfigMap as child "a" (line 7): give each child a name of its own`},
+		},
+		{
 			name: "several errors at once",
 			yaml: header + "  - id: a\n" + cm("${parnt}") + "  - id: A\n" + cm("${1 + 'a'}"),
 			want: []string{

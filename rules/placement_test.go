@@ -67,9 +67,9 @@ func placementRule(kind, parentExtra, specExtra string, children ...string) stri
 	for _, c := range children {
 		id, k, _ := strings.Cut(c, " ")
 		k, ns, _ := strings.Cut(k, "@")
-		meta := "{name: x}"
+		meta := "{name: " + id + "}" // a name of its own: two children may not render one object
 		if ns != "" {
-			meta = "{name: x, namespace: '" + ns + "'}"
+			meta = "{name: " + id + ", namespace: '" + ns + "'}"
 		}
 		fmt.Fprintf(&b, "  - id: %s\n    template: {apiVersion: v1, kind: %s, metadata: %s}\n", id, k, meta)
 	}

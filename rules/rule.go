@@ -276,10 +276,12 @@ type Child struct {
 	// is missing.
 	Inputs []string
 
-	// namespace is what the template's metadata.namespace is, and
-	// namespaceLiteral its value when it is a literal.
+	// namespace is what the template's metadata.namespace is,
+	// namespaceLiteral its value when it is a literal, and namespaceSource
+	// its text as written.
 	namespace        namespaceForm
 	namespaceLiteral string
+	namespaceSource  string
 	templatedRoleRef bool
 }
 

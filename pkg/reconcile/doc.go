@@ -7,10 +7,12 @@
 // order to apply them, one per object of a forEach child (identity
 // ChildKey: id, namespace, name), the children to prune because their
 // includeWhen is false, the children that wait for a child they read or a
-// missing input, and the rule's status fields. Ready judges an observed
-// object by its child's readyWhen. Errors that come from the rule or the
-// parent's data are *RenderError values matching ErrInvalid: retrying does
-// not fix them, a change to the parent or the rules does.
+// missing input, and the rule's status fields. Two desired objects that are
+// one object (group, kind, namespace, name) are an error, whichever ids
+// render them. Ready judges an observed object by its child's readyWhen.
+// Errors that come from the rule or the parent's data are *RenderError
+// values matching ErrInvalid: retrying does not fix them, a change to the
+// parent or the rules does.
 //
 // A Scoper (kinds.Scoper) is all Render needs to know of the cluster:
 // whether a kind is namespaced. kinds.Static answers without a cluster, for

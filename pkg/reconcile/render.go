@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"kgen.dev/kgen/pkg/kinds"
@@ -187,6 +189,10 @@ func (e *RenderError) Is(target error) bool { return target == ErrInvalid }
 // (ReasonInputMissing). scope tells the scope of the parent's and
 // children's kinds.
 //
+// Two rendered objects that are one object (the same group, kind,
+// namespace and name), of two child ids or of two elements of a forEach
+// child, are an error: each would be written as the other's, forever.
+//
 // An error that comes from the rule or the parent is a *RenderError matching
 // ErrInvalid; an error of the Scoper is returned wrapped as it is. Render
 // stops at the first error.
@@ -206,6 +212,7 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 	r.vars = rules.NewVars(parent.Object, r.present, nil).WithInputs(inputs)
 	out := &Rendered{Waiting: map[string]Wait{}, StatusOmitted: map[string]string{}}
 	excluded := map[string]bool{}
+	objects := map[objectKey]Child{} // every rendered object, to find two of one
 	for _, c := range rule.Order() {
 		if dep := firstOf(c.DependsOn, excluded); dep != "" {
 			excluded[c.ID] = true
@@ -256,6 +263,11 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 		rendered, err := r.children(c, included)
 		if err != nil {
 			return nil, err
+		}
+		for _, child := range rendered {
+			if err := r.unique(objects, child); err != nil {
+				return nil, err
+			}
 		}
 		out.Children = append(out.Children, rendered...)
 	}
@@ -490,6 +502,38 @@ func (r *renderer) children(c *rules.Child, elements []map[string]any) ([]Child,
 	}
 	r.present[c.ID], r.exists[c.ID] = list, all
 	return out, nil
+}
+
+// objectKey identifies an object in the cluster: its group and kind (not
+// its version: apps/v1 and apps/v1beta2 Deployments are the same objects),
+// namespace and name.
+type objectKey struct {
+	schema.GroupKind
+	Namespace, Name string
+}
+
+// unique records a rendered object in objects, and fails when a child of
+// another id rendered the same object before. Two ids would each write
+// the object as theirs, over and over; the objects of one forEach child
+// are told apart in children already.
+func (r *renderer) unique(objects map[objectKey]Child, child Child) error {
+	key := objectKey{GroupKind: child.Object.GroupVersionKind().GroupKind(), Namespace: child.Object.GetNamespace(), Name: child.Object.GetName()}
+	first, dup := objects[key]
+	if !dup {
+		objects[key] = child
+		return nil
+	}
+	return r.invalid("", "children %s and %s both render %s: give each child a name of its own",
+		r.describeID(first), r.describeID(child), describeChild(child.Object))
+}
+
+// describeID names a rendered child by its id, and by its element for a
+// forEach child: `"one"`, `"cm" (forEach element 2)`.
+func (r *renderer) describeID(c Child) string {
+	if rc := r.rule.Child(c.ID); rc != nil && len(rc.ForEach) > 0 {
+		return fmt.Sprintf("%q (forEach element %d)", c.ID, c.Index)
+	}
+	return strconv.Quote(c.ID)
 }
 
 func describeChild(obj *unstructured.Unstructured) string {
