@@ -1356,3 +1356,61 @@ func TestChangeParentsNamespaceLeftWhileStopped(t *testing.T) {
 	}
 	waitGone(t, gvr, b, "g")
 }
+
+// Scenario (contract §7, audit s5 #3): a parent deleted while kgen was
+// stopped, whose rule was removed meanwhile, while another rule of its
+// kind (another selector) stays. The restarted kgen finds it through that
+// rule, which watches neither the parent nor the kind and namespace of its
+// cross-namespace child: kgen's record of where the removed rule made
+// children leads it there, so the child only kgen's finalizer guarded is
+// deleted before the finalizer goes, and then the parent is gone.
+func TestChangeDeletedParentLeftRuleWhileStopped(t *testing.T) {
+	const group = "deletedleft.example.com"
+	ns, remote := newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	t.Cleanup(func() {
+		_, _ = env.dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), "doomed", types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	ruleA := gadgetRule(t, "deletedleft-a", group, fmt.Sprintf(`    namespaces: [%s]
+    selector: {matchLabels: {tier: a}}
+  allowCrossNamespace: [%s]
+  children:
+  - id: remote
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-remote", namespace: %s}
+      data: {x: "1"}
+`, ns, remote, remote))
+	ruleB := gadgetRule(t, "deletedleft-b", group, fmt.Sprintf(`    namespaces: [%s]
+    selector: {matchLabels: {tier: b}}
+  children:
+  - id: config
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}"}}
+`, ns))
+	first := startController(t, nil, ruleA, ruleB)
+	first.waitReady(t)
+	obj := gadget(group, ns, "doomed", map[string]any{})
+	obj["metadata"].(map[string]any)["labels"] = map[string]any{"tier": "a"}
+	create(t, gvr, obj)
+	waitFor(t, gvr, ns, "doomed", hasFinalizer(true))
+	waitFor(t, cmGVR, remote, "doomed-remote", nil)
+	waitRecord(t, metav1.NamespaceDefault, "deletedleft-a", "v1 ConfigMap "+remote+"\n")
+	first.stop()
+
+	// While kgen is away the parent is deleted (kgen's finalizer holds
+	// it), and its rule is removed.
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := get(t, gvr, ns, "doomed"); p == nil || p.GetDeletionTimestamp() == nil {
+		t.Fatalf("the parent is not Terminating on kgen's finalizer: %v", p)
+	}
+	second := startController(t, nil, ruleB)
+	second.waitReady(t)
+	waitGone(t, gvr, ns, "doomed")
+	if get(t, cmGVR, remote, "doomed-remote") != nil {
+		t.Error("the parent went, and the child only kgen's finalizer guarded stays")
+	}
+}

@@ -513,7 +513,7 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 		defer c.unsettle(uid)
 	}
 	klog.FromContext(ctx).Info("Parent left every rule; releasing it", "finalizer", reconcile.Finalizer)
-	if err := c.reconciler.Release(ctx, rs.rule, mapping, parent, c.childrenOf(rs, uid)); err != nil {
+	if err := c.releaseParent(ctx, rs.rule, mapping, parent, c.childrenOf(rs, uid)); err != nil {
 		return err
 	}
 	c.doneLeaving(key)
@@ -1486,7 +1486,7 @@ func (c *Controller) retire(ctx context.Context, rs *ruleState) {
 				}
 				pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(parent)))
 				children := c.childrenOf(rs, parent.GetUID())
-				err = retry(ctx, func() error { return c.reconciler.Release(pctx, rs.rule, mapping, parent, children) })
+				err = retry(ctx, func() error { return c.releaseParent(pctx, rs.rule, mapping, parent, children) })
 				if err != nil {
 					logger.Error(err, "Cannot release a parent the rule no longer selects; kgenctl cleanup releases it", "parent", klog.KObj(parent))
 					continue
