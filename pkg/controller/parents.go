@@ -374,6 +374,9 @@ func (c *Controller) listChildren(ctx context.Context, parent *unstructured.Unst
 			ri = res.Namespace(s.Namespace)
 		}
 		list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if apierrors.IsNotFound(err) {
+			continue // no longer served: no child of it is left
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list the children of %s in %s: %w", klog.KObj(parent), s, err)
 		}
