@@ -1407,3 +1407,121 @@ func TestChangeParentsNamespaceLeftWhileStopped(t *testing.T) {
 	}
 	waitGone(t, gvr, b, "g")
 }
+
+// Scenario (contract §7, audit s5 #3): a parent deleted while kgen was
+// stopped, whose rule was removed meanwhile, while another rule of its
+// kind (another selector) stays. The restarted kgen finds it through that
+// rule, which watches neither the parent nor the kind and namespace of its
+// cross-namespace child: kgen's record of where the removed rule made
+// children leads it there, so the child only kgen's finalizer guarded is
+// deleted before the finalizer goes, and then the parent is gone.
+func TestChangeDeletedParentLeftRuleWhileStopped(t *testing.T) {
+	const group = "deletedleft.example.com"
+	ns, remote := newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	t.Cleanup(func() {
+		_, _ = env.dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), "doomed", types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	ruleA := gadgetRule(t, "deletedleft-a", group, fmt.Sprintf(`    namespaces: [%s]
+    selector: {matchLabels: {tier: a}}
+  allowCrossNamespace: [%s]
+  children:
+  - id: remote
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-remote", namespace: %s}
+      data: {x: "1"}
+`, ns, remote, remote))
+	ruleB := gadgetRule(t, "deletedleft-b", group, fmt.Sprintf(`    namespaces: [%s]
+    selector: {matchLabels: {tier: b}}
+  children:
+  - id: config
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}"}}
+`, ns))
+	first := startController(t, nil, ruleA, ruleB)
+	first.waitReady(t)
+	obj := gadget(group, ns, "doomed", map[string]any{})
+	obj["metadata"].(map[string]any)["labels"] = map[string]any{"tier": "a"}
+	create(t, gvr, obj)
+	waitFor(t, gvr, ns, "doomed", hasFinalizer(true))
+	waitFor(t, cmGVR, remote, "doomed-remote", nil)
+	waitRecord(t, metav1.NamespaceDefault, "deletedleft-a", "v1 ConfigMap "+remote+"\n")
+	first.stop()
+
+	// While kgen is away the parent is deleted (kgen's finalizer holds
+	// it), and its rule is removed.
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := get(t, gvr, ns, "doomed"); p == nil || p.GetDeletionTimestamp() == nil {
+		t.Fatalf("the parent is not Terminating on kgen's finalizer: %v", p)
+	}
+	second := startController(t, nil, ruleB)
+	second.waitReady(t)
+	waitGone(t, gvr, ns, "doomed")
+	if get(t, cmGVR, remote, "doomed-remote") != nil {
+		t.Error("the parent went, and the child only kgen's finalizer guarded stays")
+	}
+}
+
+// Scenario (contract §6, audit s5 #2): a parent deleted while its rule
+// waits, because the CRD of one of its child kinds was deleted. No parent
+// is ever stuck Terminating because of kgen: the waiting rule still
+// finalizes it, deleting its cross-namespace child (a kind that is served)
+// and skipping the kind that is not served (nothing of it can exist), then
+// releasing the finalizer.
+func TestChangeParentDeletedWhileRuleWaits(t *testing.T) {
+	const group, childGroup = "waitdel.example.com", "waitdelchild.example.com"
+	ns, remote := newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	things := serveCRD(t, gadgetCRD(childGroup, false))
+	t.Cleanup(func() {
+		_, _ = env.dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), "p", types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	kgen := startController(t, nil, gadgetRule(t, "waitdel", group, fmt.Sprintf(`    namespaces: [%s]
+  allowCrossNamespace: [%s]
+  children:
+  - id: remote
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-remote", namespace: %s}
+      data: {x: "1"}
+  - id: thing
+    template:
+      apiVersion: %s/v1
+      kind: Gadget
+      metadata: {name: "${parent.metadata.name}-thing"}
+      spec: {a: 1}
+`, ns, remote, remote, childGroup)))
+	kgen.waitReady(t)
+	create(t, gvr, gadget(group, ns, "p", map[string]any{}))
+	waitFor(t, gvr, ns, "p", hasFinalizer(true))
+	waitFor(t, cmGVR, remote, "p-remote", nil)
+	waitFor(t, things, ns, "p-thing", nil)
+
+	if err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(t.Context(), "gadgets."+childGroup, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kgen.waitRule(t, 60*time.Second, "waitdel", func(s controller.RuleState) error {
+		if s.Running || !s.KindNotServed {
+			return fmt.Errorf("state %+v, want waiting for a kind not served", s)
+		}
+		return nil
+	})
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, func() (bool, error) {
+		if p := get(t, gvr, ns, "p"); p != nil {
+			return false, fmt.Errorf("parent still there, finalizers %v", p.GetFinalizers())
+		}
+		return true, nil
+	}, "the parent deleted while its rule waits to go")
+	if get(t, cmGVR, remote, "p-remote") != nil {
+		t.Error("the parent went, and the child only kgen's finalizer guarded stays")
+	}
+}

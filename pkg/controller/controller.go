@@ -207,6 +207,12 @@ type ruleState struct {
 	// record (see parents.go).
 	parentScopes []ChildScope
 
+	// waitRegs watch the parents of a rule that could not start, by
+	// namespace, while its parent kind waitParent is served: its deleted
+	// parents are finalized meanwhile (see waiting.go).
+	waitRegs   map[string]*watch.Registration
+	waitParent mapper.Mapping
+
 	// stop ends the wait for the rule's informers to sync.
 	stop context.CancelFunc
 	// kindNotServed is set while the rule waits for a kind to be served.
@@ -438,7 +444,11 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 	if reg == nil || !synced {
 		// Not running, or its caches are not complete yet (existing
 		// children would look missing): the rule's start queues every
-		// parent once its caches have synced.
+		// parent once its caches have synced. A rule that waits still
+		// finalizes its deleted parents (waiting.go).
+		if ok {
+			return reconcile.Result{}, c.finalizeWaiting(ctx, key, rs)
+		}
 		return reconcile.Result{}, nil
 	}
 	parent, err := reg.Informer().Get(key.Namespace, key.Name)
@@ -513,7 +523,7 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 		defer c.unsettle(uid)
 	}
 	klog.FromContext(ctx).Info("Parent left every rule; releasing it", "finalizer", reconcile.Finalizer)
-	if err := c.reconciler.Release(ctx, rs.rule, mapping, parent, c.childrenOf(rs, uid)); err != nil {
+	if err := c.releaseParent(ctx, rs.rule, mapping, parent, c.childrenOf(rs, uid)); err != nil {
 		return err
 	}
 	c.doneLeaving(key)
@@ -671,11 +681,12 @@ func childrenIn(regs []*watch.Registration, parent types.UID) []*unstructured.Un
 var _ reconcile.ChildLister = (*Controller)(nil)
 
 // activateLoop starts waiting rules now and whenever it is kicked or the
-// retry interval passes, until ctx is done. After each pass it retires the
-// old versions of changed rules, prunes (record.go), and starts a sweep of
-// recorded parent kinds no rule covers when one is due (parents.go). It also
-// has the reconciler forget, hourly, what it remembers of objects long
-// unseen.
+// retry interval passes, until ctx is done; the deleted parents of rules
+// that still wait are queued to be finalized (waiting.go). After each pass
+// it retires the old versions of changed rules, prunes (record.go), and
+// starts a sweep of recorded parent kinds no rule covers when one is due
+// (parents.go). It also has the reconciler forget, hourly, what it
+// remembers of objects long unseen.
 func (c *Controller) activateLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	// Sweeps of recorded parent kinds run beside the loop, one at a
@@ -711,6 +722,8 @@ func (c *Controller) activateLoop(ctx context.Context) {
 			default:
 				logger.V(2).Info("Rule is still waiting", "rule", rs.rule.Name, "reason", err.Error())
 			}
+			// A rule that waits still finalizes its deleted parents.
+			c.watchWaiting(ctx, rs)
 		}
 		// The successors of changed rules hold their informers now, so
 		// the old versions can let go of theirs: an informer both use is
@@ -723,6 +736,7 @@ func (c *Controller) activateLoop(ctx context.Context) {
 			c.retire(ctx, rs)
 		}
 		c.prunePass(ctx)
+		c.queueWaitingDeleted()
 		if c.beginSweep() {
 			sweeps.Go(func() { c.sweepParents(ctx) })
 		}
@@ -1497,7 +1511,7 @@ func (c *Controller) retire(ctx context.Context, rs *ruleState) {
 				}
 				pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(parent)))
 				children := c.childrenOf(rs, parent.GetUID())
-				err = retry(ctx, func() error { return c.reconciler.Release(pctx, rs.rule, mapping, parent, children) })
+				err = retry(ctx, func() error { return c.releaseParent(pctx, rs.rule, mapping, parent, children) })
 				if err != nil {
 					logger.Error(err, "Cannot release a parent the rule no longer selects; kgenctl cleanup releases it", "parent", klog.KObj(parent))
 					continue
@@ -1507,6 +1521,7 @@ func (c *Controller) retire(ctx context.Context, rs *ruleState) {
 		}
 	}
 	c.deactivate(rs, errors.New("the rule changed"))
+	c.unwatchWaiting(rs)
 	if !replaced {
 		c.metrics.forgetRule(rs.rule.Name)
 		c.metrics.removeRule(rs.rule.Name)

@@ -11,7 +11,11 @@
 // retries with client-go's backoff while the parents wait. A rule whose kind
 // stops being served (its CRD deleted) has its informers released and waits
 // again. Ready reports whether every rule that can run has synced: waiting
-// and failing rules do not make the controller unready.
+// and failing rules do not make the controller unready. A waiting rule
+// still finalizes its deleted parents: it watches its parents (the
+// informers it would run with), lists the children only kgen's finalizer
+// guards of a parent being deleted, deletes them and releases the parent;
+// a kind it may not list keeps the finalizer, and says so (waiting.go).
 //
 // Before a rule starts, the Prepare and Admit hooks of Config may make its
 // parent kind served (a CRD kgen manages) and refuse it (its expressions do
@@ -37,7 +41,9 @@
 // Children are indexed by their parent's UID, not by rule, so a renamed rule
 // or a parent moved between rules keeps its children. A parent that leaves a
 // rule's informer while it carries kgen's finalizer is read once and released
-// if no rule selects it any more. A parent whose child's name is taken by an
+// if no rule selects it any more; one being deleted first loses the children
+// only kgen's finalizer guards, listed where the Record says the rules that
+// watched it made children. A parent whose child's name is taken by an
 // object kgen may not touch is looked at again with a backoff of its own.
 //
 // With Config.Sharding ('kgenctl run --shards', pkg/shard) the parent and
@@ -57,7 +63,8 @@
 // parent that left a rule, a read the reconciler makes on a rare path
 // (a conflict, a drift repair), the get and patches of the record, the
 // one-off list of a recorded parent kind no rule covers (and of the
-// children of its parents being deleted), or, with
+// children of its parents being deleted), the lists of the children of a
+// parent being deleted that left every rule or whose rule waits, or, with
 // sharding, the list and relabelling of the children of a parent that came
 // to this replica (or that it releases while it is deleted), and the list
 // of a rule's parents by the replica that judges whether a prune-only

@@ -43,10 +43,10 @@ import (
 // watches, or would watch once its kinds are served, its namespace) is
 // swept once: listed without a watch, a page at a time, and each parent
 // in it that carries kgen's finalizer and that no rule selects is released
-// by the reconciler's Release, as retire releases one (the children only
+// by releaseParent, as retire and release release one (the children only
 // the finalizer guards are deleted first if the parent is being deleted;
 // they are listed by the parent's UID in the child scopes recorded for the
-// rules that watched the scope). Then the scope leaves the record. This is
+// rules that watched the parent). Then the scope leaves the record. This is
 // a one-off at start, or after a live change of the rules leaves a scope
 // uncovered: in steady state it makes no request.
 //
@@ -290,36 +290,68 @@ func (c *Controller) sweepScope(ctx context.Context, s ChildScope, recordedBy []
 	// current version if it is still loaded (for its ServiceAccount),
 	// else by its name alone, as kgen itself.
 	var rule *rules.Rule
-	var childScopes []ChildScope
 	c.mu.Lock()
 	for _, name := range recordedBy {
 		if rs := c.rules[name]; rs != nil && rule == nil {
 			rule = rs.rule
 		}
-		childScopes = append(childScopes, c.record.want[name]...)
 	}
 	c.mu.Unlock()
 	if rule == nil {
 		rule = &rules.Rule{Name: recordedBy[0]}
 	}
-	childScopes = sortScopes(childScopes)
 	var errs []error
 	for _, p := range held {
 		pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(p)))
-		var children []*unstructured.Unstructured
-		if p.GetDeletionTimestamp() != nil {
-			if children, err = c.listChildren(ctx, p, childScopes); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		}
-		if err := retry(ctx, func() error { return c.reconciler.Release(pctx, rule, m, p, children) }); err != nil {
+		if err := retry(ctx, func() error { return c.releaseParent(pctx, rule, m, p, nil) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		klog.FromContext(pctx).Info("Released a parent no rule selects any more", "finalizer", reconcile.Finalizer)
 	}
 	return errors.Join(errs...)
+}
+
+// releaseParent releases a parent that no rule selects any more
+// (Reconciler.Release): kgen's finalizer goes, and its children stay. If
+// the parent is being deleted, the children only the finalizer guards are
+// deleted first: those given (as a rule's caches hold them), and those the
+// API server lists by the parent's UID where the record says a rule that
+// watched the parent made children (recordedChildScopes). The rule that
+// made them may be gone, and its child kinds and namespaces watched by no
+// rule: a parent left behind by a removed rule on a kind that another rule
+// still watches is released by that rule, whose caches do not hold them.
+func (c *Controller) releaseParent(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, cached []*unstructured.Unstructured) error {
+	children := cached
+	if parent.GetDeletionTimestamp() != nil && slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) {
+		listed, err := c.listChildren(ctx, parent, c.recordedChildScopes(parent))
+		if err != nil {
+			return err
+		}
+		children = listed
+		for _, o := range cached {
+			if !slices.ContainsFunc(listed, func(l *unstructured.Unstructured) bool { return l.GetUID() == o.GetUID() }) {
+				children = append(children, o)
+			}
+		}
+	}
+	return c.reconciler.Release(ctx, rule, mapping, parent, children)
+}
+
+// recordedChildScopes returns where the rules whose record says they
+// watched a parent's kind where the parent is may have made children:
+// their recorded child scopes, and those learned since kgen started.
+func (c *Controller) recordedChildScopes(parent *unstructured.Unstructured) []ChildScope {
+	at := ChildScope{GroupVersionKind: parent.GroupVersionKind(), Namespace: parent.GetNamespace()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ChildScope
+	for rule, scopes := range c.record.parents {
+		if slices.ContainsFunc(scopes, func(s ChildScope) bool { return s.covers(at) }) {
+			out = append(out, c.record.want[rule]...)
+		}
+	}
+	return sortScopes(out)
 }
 
 // listChildren reads a parent's children from the API server, in the child
@@ -342,6 +374,9 @@ func (c *Controller) listChildren(ctx context.Context, parent *unstructured.Unst
 			ri = res.Namespace(s.Namespace)
 		}
 		list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if apierrors.IsNotFound(err) {
+			continue // no longer served: no child of it is left
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list the children of %s in %s: %w", klog.KObj(parent), s, err)
 		}

@@ -277,3 +277,61 @@ func testRecordParentScopes(t *testing.T) {
 		t.Errorf("recorded parents after the sweep = %v, want %v", got, want)
 	}
 }
+
+// A parent being deleted that left every rule while kgen was stopped (its
+// rule was removed), found by the start-up sweep of another rule of its
+// kind, first loses the children only kgen's finalizer guards, though that
+// rule does not watch them: the record says where the removed rule made
+// children. Then its finalizer goes, and its other finalizers stay.
+func TestReleaseDeletedParentOfRemovedRule(t *testing.T) {
+	synctest.Test(t, testReleaseDeletedParentOfRemovedRule)
+}
+
+func testReleaseDeletedParentOfRemovedRule(t *testing.T) {
+	doomed := gadgetWith("doomed", true, true)
+	doomed.SetLabels(map[string]string{"tier": "gone"})
+	remote := object("v1", "ConfigMap", "doomed-remote", "uid-doomed-remote", "uid-doomed")
+	remote.SetNamespace("team-b")
+	remote.SetAnnotations(map[string]string{reconcile.AnnotationParent: "ns/doomed"})
+	client, m := fakeCluster(doomed, remote)
+	applyFinalizers(client)
+	// The removed rule "gone" watched Gadgets in ns and made ConfigMaps in
+	// team-b; rule r watches Gadgets in ns too, and ConfigMaps only there.
+	rec := &memRecord{
+		scopes:  map[string][]ChildScope{"gone": {{GroupVersionKind: configMaps, Namespace: "team-b"}}},
+		parents: map[string][]ChildScope{"gone": {{GroupVersionKind: gadgetKind, Namespace: "ns"}}},
+	}
+	rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns], selector: {matchLabels: {tier: web}}}
+  children:
+`+configChild), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx := activateRule(t, c)
+	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+	key := Key{Rule: "r", Namespace: "ns", Name: "doomed"}
+	waitFor(t, "the sweep to find the parent that left", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.leaving[key]
+		return ok
+	})
+	if _, err := c.reconcileKey(ctx, key); err != nil {
+		t.Fatalf("reconcile %s: %v", key, err)
+	}
+	if _, err := client.Tracker().Get(cmResource, "team-b", "doomed-remote"); !apierrors.IsNotFound(err) {
+		t.Errorf("the child only the finalizer guarded: get = %v, want it deleted", err)
+	}
+	obj, err := client.Tracker().Get(gadgets, "ns", "doomed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := obj.(*unstructured.Unstructured).GetFinalizers(), []string{"other.example.com/keep"}; !slices.Equal(got, want) {
+		t.Errorf("finalizers = %v, want %v", got, want)
+	}
+}

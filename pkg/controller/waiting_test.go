@@ -1,0 +1,178 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/rules"
+)
+
+// A rule that waits (a child kind not served, or one kgen may not list)
+// still finalizes its deleted parents: the children only kgen's finalizer
+// guards are deleted, then the finalizer goes (other finalizers stay). A
+// kind that is not served is skipped, and so is a forbidden kind whose
+// children the parent owns (the garbage collector deletes them); a
+// forbidden kind whose children only the finalizer guards keeps the
+// finalizer, with a Warning event, until kgen may list it. A parent that
+// is not being deleted keeps the finalizer and its children.
+func TestFinalizeWhileRuleWaits(t *testing.T) {
+	const remoteConfig = `  - id: remote
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}-remote", namespace: team-b}}
+`
+	// client-go's HandleError, which an informer's failing list calls,
+	// sleeps after an error until 1ms after the last one, measured from a
+	// time taken when the process started: in a synctest bubble, whose
+	// clock starts in 2000, it would sleep for decades, holding the
+	// informer's error handler (and so onWatchError). Errors are logged
+	// only.
+	handlers := utilruntime.ErrorHandlers
+	utilruntime.ErrorHandlers = handlers[:1]
+	t.Cleanup(func() { utilruntime.ErrorHandlers = handlers })
+	for _, tc := range []struct {
+		name string
+		// children of the rule, as under spec.children
+		children string
+		// remote is the resource of the child in team-b, forbidden the
+		// resource kgen may not list until the test grants it
+		remote, forbidden schema.GroupVersionResource
+		// kept is set when the finalizer must stay while forbidden
+		kept bool
+	}{{
+		name: "child kind not served",
+		children: remoteConfig + `  - id: widget
+    template: {apiVersion: example.com/v1, kind: Widget, metadata: {name: "${parent.metadata.name}"}}
+`,
+		remote: cmResource,
+	}, {
+		name:      "forbidden child kind the parent owns",
+		children:  remoteConfig + deployChild,
+		remote:    cmResource,
+		forbidden: depResource,
+	}, {
+		name: "forbidden child kind only the finalizer guards",
+		children: configChild + `  - id: remote
+    template: {apiVersion: apps/v1, kind: Deployment, metadata: {name: "${parent.metadata.name}-remote", namespace: team-b}}
+`,
+		remote:    depResource,
+		forbidden: depResource,
+		kept:      true,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testFinalizeWhileRuleWaits(t, tc.children, tc.remote, tc.forbidden, tc.kept) })
+		})
+	}
+}
+
+func testFinalizeWhileRuleWaits(t *testing.T, children string, remote, forbidden schema.GroupVersionResource, kept bool) {
+	remoteOf := func(parent string) *unstructured.Unstructured {
+		kind := map[schema.GroupVersionResource]string{cmResource: "ConfigMap", depResource: "Deployment"}[remote]
+		o := object(remote.GroupVersion().String(), kind, parent+"-remote", "uid-"+parent+"-remote", "uid-"+parent)
+		o.SetNamespace("team-b")
+		labels := o.GetLabels()
+		labels[reconcile.LabelChild] = "remote"
+		o.SetLabels(labels)
+		o.SetAnnotations(map[string]string{reconcile.AnnotationParent: "ns/" + parent})
+		return o
+	}
+	client, m := fakeCluster(gadgetWith("doomed", true, true), gadgetWith("alive", true, false), remoteOf("doomed"), remoteOf("alive"))
+	applyFinalizers(client)
+	var denied atomic.Bool
+	denied.Store(!forbidden.Empty())
+	client.PrependReactor("list", forbidden.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
+		if denied.Load() {
+			return true, nil, apierrors.NewForbidden(forbidden.GroupResource(), "", nil)
+		}
+		return false, nil, nil
+	})
+	rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
+  allowCrossNamespace: [team-b]
+  children:
+`+children), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder := record.NewFakeRecorder(1000)
+	c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: recorder, Workers: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	finalizers := func(name string) []string {
+		obj, err := client.Tracker().Get(gadgets, "ns", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*unstructured.Unstructured).GetFinalizers()
+	}
+	exists := func(name string) bool {
+		_, err := client.Tracker().Get(remote, "team-b", name)
+		return err == nil
+	}
+	released := func() bool { return !slices.Contains(finalizers("doomed"), reconcile.Finalizer) }
+	if kept {
+		warned := func() bool {
+			for {
+				select {
+				case e := <-recorder.Events:
+					if strings.HasPrefix(e, "Warning "+reconcile.ReasonForbidden+" ") && strings.Contains(e, "403") {
+						return true
+					}
+				default:
+					return false
+				}
+			}
+		}
+		for deadline := time.Now().Add(time.Minute); !warned(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("waited 1m for a Warning event on the parent kgen may not finalize")
+			}
+		}
+		time.Sleep(time.Minute)
+		if released() || !exists("doomed-remote") {
+			t.Fatalf("finalizers %v, child exists %v while kgen may not list its kind; want both kept", finalizers("doomed"), exists("doomed-remote"))
+		}
+		denied.Store(false)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for !released() || exists("doomed-remote") {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10m for the deleted parent to be finalized: finalizers %v, child exists %v", finalizers("doomed"), exists("doomed-remote"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got, want := finalizers("doomed"), []string{"other.example.com/keep"}; !slices.Equal(got, want) {
+		t.Errorf("finalizers of the deleted parent = %v, want %v", got, want)
+	}
+	synctest.Wait()
+	if got := finalizers("alive"); !slices.Contains(got, reconcile.Finalizer) {
+		t.Errorf("finalizers of the parent not being deleted = %v, want kgen's kept", got)
+	}
+	if !exists("alive-remote") {
+		t.Error("the child of the parent not being deleted was deleted")
+	}
+}
