@@ -40,9 +40,9 @@ import (
 //   - finalizeWaiting lists the parent's children that only the finalizer
 //     guards from the API server, by its UID, where the rule's children
 //     cannot be owned by the parent and where its record says earlier
-//     versions made children (guardedScopes). A kind that is not served is
-//     skipped: nothing of it can exist. Then they are deleted (or let go,
-//     for deletionPolicy Orphan) and the finalizer removed
+//     versions made children (guardedScopes). A kind that is served in no
+//     version is skipped: nothing of it can exist. Then they are deleted
+//     (or let go, for deletionPolicy Orphan) and the finalizer removed
 //     (Reconciler.Release);
 //   - a kind kgen may not list (403) leaves kgen unable to know or delete
 //     those children: nothing is deleted and the finalizer stays. The
@@ -218,8 +218,9 @@ func (c *Controller) finalizeWaiting(ctx context.Context, key Key, rs *ruleState
 	// Where earlier versions of the rule made children is in the record,
 	// which no rule may have read yet if none ran since kgen started.
 	if err := c.loadRecord(ctx); err != nil {
-		// What the rule makes now is still found.
-		c.logRecordError(ctx, rs.rule.Name, err)
+		// Without it, children an earlier version made would be missed
+		// and left behind once the finalizer goes: try again later.
+		return fmt.Errorf("finalize %s while rule %s waits: read the record of where rules made children: %w", klog.KObj(parent), rs.rule.Name, err)
 	}
 	children, err := c.listChildren(ctx, parent, c.guardedScopes(rs.rule, parent))
 	if apierrors.IsForbidden(err) {
