@@ -680,6 +680,24 @@ func childrenIn(regs []*watch.Registration, parent types.UID) []*unstructured.Un
 
 var _ reconcile.ChildLister = (*Controller)(nil)
 
+// cachedParents returns whether a parent of that UID is in the cache of a
+// rule's parents.
+func (c *Controller) cachedParents() func(types.UID) bool {
+	live := map[types.UID]bool{}
+	c.mu.Lock()
+	for _, rs := range c.rules {
+		for _, reg := range rs.parentRegs {
+			for _, obj := range reg.Informer().Indexer().List() {
+				if m, ok := obj.(metav1.Object); ok {
+					live[m.GetUID()] = true
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+	return func(uid types.UID) bool { return live[uid] }
+}
+
 // activateLoop starts waiting rules now and whenever it is kicked or the
 // retry interval passes, until ctx is done; the deleted parents of rules
 // that still wait are queued to be finalized (waiting.go). After each pass
@@ -746,7 +764,7 @@ func (c *Controller) activateLoop(ctx context.Context) {
 		case <-ticker.C:
 		case <-c.kick:
 		case <-sweep.C:
-			c.reconciler.Sweep()
+			c.reconciler.Sweep(c.cachedParents())
 		}
 	}
 }

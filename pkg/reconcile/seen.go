@@ -60,3 +60,15 @@ func (s *seenChildren) forget(parent types.UID) {
 	defer s.mu.Unlock()
 	delete(s.parents, parent)
 }
+
+// retain forgets the parents live does not accept: a parent may go without
+// a Forget (a reconcile that ended after it was deleted, a rule removed).
+func (s *seenChildren) retain(live func(types.UID) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range s.parents {
+		if !live(uid) {
+			delete(s.parents, uid)
+		}
+	}
+}

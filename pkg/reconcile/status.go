@@ -570,7 +570,15 @@ func (n *normalized) sweep(olderThan time.Duration) {
 // Sweep drops what the Reconciler remembers of parents and children it has
 // not looked at for a while; call it now and then (the controller does,
 // hourly).
-func (r *Reconciler) Sweep() {
+//
+// What it remembers of a parent's children (see seenChildren) is not
+// dropped by age, since a quiet parent needs it as much as a busy one:
+// live, when not nil, tells which parents still exist, and the children
+// of the others are forgotten.
+func (r *Reconciler) Sweep(live func(types.UID) bool) {
 	r.status.sweep(time.Hour)
 	r.normal.sweep(24 * time.Hour)
+	if live != nil {
+		r.seen.retain(live)
+	}
 }
