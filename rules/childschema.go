@@ -106,15 +106,7 @@ func (l *loader) checkKey(t *kschema.Type, key string, at *yaml.Node, w where) *
 	}
 	fields := slices.Sorted(maps.Keys(t.Properties))
 	msg := fmt.Sprintf("%s has no field %q here", l.shapeName, key)
-	best, bestDist := "", 3
-	for _, f := range fields {
-		if d := editDistance(strings.ToLower(key), strings.ToLower(f)); d < bestDist {
-			best, bestDist = f, d
-		}
-	}
-	if best != "" {
-		msg += fmt.Sprintf(": did you mean %q?", best)
-	}
+	msg += didYouMean(key, fields)
 	if len(fields) <= 20 {
 		msg += fmt.Sprintf(" (its fields: %s)", strings.Join(fields, ", "))
 	}

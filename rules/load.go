@@ -538,15 +538,7 @@ func unknownBuiltinKind(gv schema.GroupVersion, kind string) string {
 		group = "the core group (v1)"
 	}
 	msg := fmt.Sprintf("%s has no kind %q", group, kind)
-	best, bestDist := "", 3
-	for _, k := range known {
-		if d := editDistance(strings.ToLower(kind), strings.ToLower(k)); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	if best != "" {
-		msg += fmt.Sprintf(": did you mean %q?", best)
-	}
+	msg += didYouMean(kind, known)
 	return msg
 }
 
@@ -555,13 +547,13 @@ func unknownBuiltinKind(gv schema.GroupVersion, kind string) string {
 // from spec.parent.schema.
 func (l *loader) parentType(r *Rule, f map[string]entry, w where) {
 	gvk := r.Parent.GroupVersionKind
+	l.parentShape = nil // not the previous rule's
 	if gvk.Kind == "" {
 		return
 	}
 	var props *apiextensionsv1.JSONSchemaProps
 	var published *kschema.Type
 	source := fmt.Sprintf("the schema of %s %s", gvk.GroupVersion(), gvk.Kind)
-	l.parentShape = nil
 	if l.c.opts.Schemas != nil {
 		if p, ok := l.c.opts.Schemas(gvk); ok && p != nil {
 			props = p

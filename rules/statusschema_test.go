@@ -88,6 +88,7 @@ properties:
 			want: `rules.yaml:13:16: rule "r": spec.status.endpoint.hots: the status schema of example.com/v1 App has no field "hots" here: did you mean "host"? (its fields: host, port)`},
 		{name: "a string literal into an integer", status: "    availableReplicas: \"not-an-int\"\n",
 			want: `rules.yaml:13:24: rule "r": spec.status.availableReplicas: the status schema of example.com/v1 App wants an integer here, not a string "not-an-int"`},
+		{name: "a whole number written as a float into an integer", status: "    availableReplicas: 3.0\n"},
 		{name: "a boolean literal into a string", status: "    url: true\n",
 			want: `spec.status.url: the status schema of example.com/v1 App wants a string here, not a boolean true`},
 		{name: "an integer literal into a boolean", status: "    ready: 1\n",

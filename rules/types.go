@@ -230,19 +230,26 @@ func describeUndefined(at, name string, t *apiservercel.DeclType, schemaName str
 	}
 	slices.Sort(fields)
 	msg := fmt.Sprintf("%s has no field %q in %s", at, name, schemaName)
-	best, bestDist := "", 3
-	for _, f := range fields {
-		if d := editDistance(strings.ToLower(name), strings.ToLower(f)); d < bestDist {
-			best, bestDist = f, d
-		}
-	}
-	if best != "" {
-		msg += fmt.Sprintf(": did you mean %q?", best)
-	}
+	msg += didYouMean(name, fields)
 	if len(fields) == 0 {
 		return msg + " (it has no fields)"
 	}
 	return msg + fmt.Sprintf(" (its fields: %s)", strings.Join(fields, ", "))
+}
+
+// didYouMean returns ": did you mean "X"?" for the candidate closest to
+// name (case aside, at most two edits away), or "".
+func didYouMean(name string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(c)); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(": did you mean %q?", best)
 }
 
 // editDistance is the Levenshtein distance of two strings.

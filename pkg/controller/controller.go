@@ -715,7 +715,7 @@ func (c *Controller) activateLoop(ctx context.Context) {
 	defer ticker.Stop()
 	sweep := time.NewTicker(time.Hour)
 	defer sweep.Stop()
-	waiting := map[string]string{} // why each waiting rule last waited
+	waiting := map[*rules.Rule]string{} // why each waiting rule version last waited
 	// A kind served later is found by activate: the mapper asks discovery
 	// again on a miss, or, when a mapper.Watcher follows the cluster's CRDs
 	// and APIServices, KindsChanged kicks this loop.
@@ -727,15 +727,18 @@ func (c *Controller) activateLoop(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		slices.SortFunc(states, func(a, b *ruleState) int { return strings.Compare(a.rule.Name, b.rule.Name) })
+		maps.DeleteFunc(waiting, func(r *rules.Rule, _ string) bool {
+			return !slices.ContainsFunc(states, func(rs *ruleState) bool { return rs.rule == r })
+		})
 		for _, rs := range states {
 			err := c.activate(ctx, rs)
 			switch {
 			case err == nil:
-				delete(waiting, rs.rule.Name)
-			case waiting[rs.rule.Name] != err.Error():
+				delete(waiting, rs.rule)
+			case waiting[rs.rule] != err.Error():
 				// Logged when it starts to wait, or for another reason;
 				// the retries every RetryInterval only at verbosity 2.
-				waiting[rs.rule.Name] = err.Error()
+				waiting[rs.rule] = err.Error()
 				logger.Info("Rule is waiting", "rule", rs.rule.Name, "reason", err.Error())
 			default:
 				logger.V(2).Info("Rule is still waiting", "rule", rs.rule.Name, "reason", err.Error())

@@ -136,7 +136,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 		if !sameStatus(only, have) {
 			var fallbackErr error
 			if updated, fallbackErr = r.sendStatus(ctx, mapping, parent, keyed, current, index, only, fallback, map[string]any{}); fallbackErr != nil {
-				return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
+				return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), errors.Join(err, fallbackErr))
 			}
 			r.status.wrote(parent.GetUID(), only.digest(), inputs)
 			r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
