@@ -6,7 +6,6 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 )
 
 // appSchema is the schema of the App parents of the tests.
@@ -31,13 +30,7 @@ properties:
 `
 
 func schemas(t *testing.T) func(schema.GroupVersionKind) (*apiextensionsv1.JSONSchemaProps, bool) {
-	props := &apiextensionsv1.JSONSchemaProps{}
-	if err := yaml.UnmarshalStrict([]byte(appSchema), props); err != nil {
-		t.Fatal(err)
-	}
-	return func(gvk schema.GroupVersionKind) (*apiextensionsv1.JSONSchemaProps, bool) {
-		return props, gvk.Kind == "App"
-	}
+	return statusSchemas(t, appSchema)
 }
 
 func TestTypedExpressions(t *testing.T) {

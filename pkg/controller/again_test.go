@@ -108,16 +108,8 @@ func (a *againCluster) hideAgain() {
 	a.hide = true
 }
 
-// runAgain runs a controller with the rule of config and readerChild over
-// the cluster, with one worker, until the test ends. The bubble fails the
-// test if anything Run started outlives it.
-func runAgain(t *testing.T, a *againCluster) *Metrics {
-	t.Helper()
-	metrics := NewMetrics(prometheus.NewRegistry())
-	c := New(Config{
-		Rules: []*rules.Rule{gadgetRule(t, configChild+readerChild)}, Client: a.client, Mapper: a.mapper,
-		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: metrics,
-	})
+// runController runs c until the test ends.
+func runController(t *testing.T, c *Controller) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -128,6 +120,19 @@ func runAgain(t *testing.T, a *againCluster) *Metrics {
 		cancel()
 		<-done
 	})
+}
+
+// runAgain runs a controller with the rule of config and readerChild over
+// the cluster, with one worker, until the test ends. The bubble fails the
+// test if anything Run started outlives it.
+func runAgain(t *testing.T, a *againCluster) *Metrics {
+	t.Helper()
+	metrics := NewMetrics(prometheus.NewRegistry())
+	c := New(Config{
+		Rules: []*rules.Rule{gadgetRule(t, configChild+readerChild)}, Client: a.client, Mapper: a.mapper,
+		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: metrics,
+	})
+	runController(t, c)
 	return metrics
 }
 

@@ -324,7 +324,7 @@ func (c *Controller) sweepScope(ctx context.Context, s ChildScope, recordedBy []
 // still watches is released by that rule, whose caches do not hold them.
 func (c *Controller) releaseParent(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, cached []*unstructured.Unstructured) error {
 	children := cached
-	if parent.GetDeletionTimestamp() != nil && slices.Contains(parent.GetFinalizers(), reconcile.Finalizer) {
+	if beingFinalized(parent) {
 		listed, err := c.listChildren(ctx, parent, c.recordedChildScopes(parent))
 		if err != nil {
 			return err

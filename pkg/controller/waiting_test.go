@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -110,17 +109,7 @@ spec:
 		t.Fatal(err)
 	}
 	recorder := record.NewFakeRecorder(1000)
-	c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: recorder, Workers: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = c.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	runController(t, New(Config{Rules: rs, Client: client, Mapper: m, Recorder: recorder, Workers: 1}))
 
 	finalizers := func(name string) []string {
 		obj, err := client.Tracker().Get(gadgets, "ns", name)
