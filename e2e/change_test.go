@@ -1525,3 +1525,56 @@ func TestChangeParentDeletedWhileRuleWaits(t *testing.T) {
 		t.Error("the parent went, and the child only kgen's finalizer guarded stays")
 	}
 }
+
+// Scenario: another writer re-keys an entry of a keyed list that kgen set
+// (kubectl edit turns the Service port 8080 into 9090). The new entry is
+// theirs, and fields other managers set are never removed, so kgen's apply
+// of its 8080 beside their 9090 is refused (two ports named http): the
+// parent says InvalidSpec with the server's reason, their port stays, and
+// once they undo the edit the child converges with no restart and no
+// change of the parent (docs/controller.md).
+func TestChangeOtherWriterRekeysPort(t *testing.T) {
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	startController(t, nil, webappRulesIn(t, ns)).waitReady(t)
+	create(t, webappGVR, webapp(ns, "shop", 1))
+	waitFor(t, svcGVR, ns, "shop", func(o *unstructured.Unstructured) error { return servicePorts(o, 8080) })
+	waitFor(t, webappGVR, ns, "shop", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["reason"] != "ChildNotReady" {
+			return fmt.Errorf("Ready = %v, want ChildNotReady (no pods run here)", c)
+		}
+		return nil
+	})
+
+	edit := func(port int) {
+		t.Helper()
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"ports": []any{
+			map[string]any{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"},
+		}}})
+		if _, err := env.dynamic.Resource(svcGVR).Namespace(ns).Patch(t.Context(), "shop", types.MergePatchType, patch,
+			metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(9090)
+	waitFor(t, webappGVR, ns, "shop", func(p *unstructured.Unstructured) error {
+		c := readyCondition(p)
+		if c == nil || c["reason"] != "InvalidSpec" || !strings.Contains(fmt.Sprint(c["message"]), "child service") {
+			return fmt.Errorf("Ready = %v, want InvalidSpec naming child service", c)
+		}
+		return nil
+	})
+	// Their port is never removed by kgen.
+	if err := servicePorts(get(t, svcGVR, ns, "shop"), 9090); err != nil {
+		t.Fatal(err)
+	}
+
+	edit(8080)
+	waitFor(t, svcGVR, ns, "shop", func(o *unstructured.Unstructured) error { return servicePorts(o, 8080) })
+	waitFor(t, webappGVR, ns, "shop", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["reason"] != "ChildNotReady" {
+			return fmt.Errorf("Ready = %v, want ChildNotReady again once the edit is undone", c)
+		}
+		return nil
+	})
+}
