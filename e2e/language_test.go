@@ -286,7 +286,8 @@ func patchConfigMap(t *testing.T, ns, name string, data map[string]any) {
 }
 
 // notKgens checks that an object no longer carries kgen's marks: its
-// labels, annotations and an ownerReference to the parent.
+// labels, annotations and an ownerReference to the parent; only the
+// orphaned-from mark, naming the parent, is left.
 func notKgens(parent types.UID) func(*unstructured.Unstructured) error {
 	return func(o *unstructured.Unstructured) error {
 		for k := range o.GetLabels() {
@@ -294,10 +295,19 @@ func notKgens(parent types.UID) func(*unstructured.Unstructured) error {
 				return fmt.Errorf("labels = %v, want kgen's gone", o.GetLabels())
 			}
 		}
-		for k := range o.GetAnnotations() {
+		for k, v := range o.GetAnnotations() {
+			if k == reconcile.AnnotationOrphanedFrom {
+				if !strings.Contains(v, `"uid":"`+string(parent)+`"`) {
+					return fmt.Errorf("annotation %s = %s, want it to name the parent %s", k, v, parent)
+				}
+				continue
+			}
 			if strings.HasPrefix(k, "kgen.dev/") {
 				return fmt.Errorf("annotations = %v, want kgen's gone", o.GetAnnotations())
 			}
+		}
+		if _, ok := o.GetAnnotations()[reconcile.AnnotationOrphanedFrom]; !ok {
+			return fmt.Errorf("annotations = %v, want %s", o.GetAnnotations(), reconcile.AnnotationOrphanedFrom)
 		}
 		for _, ref := range o.GetOwnerReferences() {
 			if ref.UID == parent {
@@ -369,6 +379,64 @@ func TestLanguageOrphan(t *testing.T) {
 		return get(t, cmGVR, ns, "p2-owned") == nil, nil
 	}, "the garbage collector to delete an object the deleted parent owned")
 	sameObjects(t, cmGVR, kept2)
+}
+
+// Scenario: an Orphan child kgen let go of is wanted again. The parent that
+// orphaned it takes the same object back when its includeWhen turns true
+// again, and a parent deleted and made again under its name (a new UID, as
+// GitOps does) adopts the child the deleted one left: no Conflict.
+func TestChangeOrphanWantedAgain(t *testing.T) {
+	const group = "orphanback.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, languageRule(t, "orphanback", group, []string{ns}, `  children:
+  - id: kept
+    deletionPolicy: Orphan
+    includeWhen: ["${parent.spec.keep}"]
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-kept"}
+      data: {a: "1"}
+`)).waitReady(t)
+	ours := func(parent types.UID) func(*unstructured.Unstructured) error {
+		return func(o *unstructured.Unstructured) error {
+			if o.GetLabels()[reconcile.LabelParentUID] != string(parent) || o.GetLabels()[reconcile.LabelManagedBy] != reconcile.ManagedBy {
+				return fmt.Errorf("labels = %v, want kgen's for parent %s", o.GetLabels(), parent)
+			}
+			if _, ok := o.GetAnnotations()[reconcile.AnnotationOrphanedFrom]; ok {
+				return fmt.Errorf("annotations = %v, want the orphaned-from mark gone", o.GetAnnotations())
+			}
+			return nil
+		}
+	}
+	notConflict := func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" || fmt.Sprint(nested(p, "status", "observedGeneration")) != fmt.Sprint(p.GetGeneration()) {
+			return fmt.Errorf("Ready = %v, observedGeneration %v of %d: want True and current", c, nested(p, "status", "observedGeneration"), p.GetGeneration())
+		}
+		return nil
+	}
+
+	p := create(t, gvr, gadget(group, ns, "p", map[string]any{"keep": true}))
+	kept := waitFor(t, cmGVR, ns, "p-kept", ours(p.GetUID()))
+	patchSpec(t, gvr, ns, "p", map[string]any{"keep": false})
+	waitFor(t, cmGVR, ns, "p-kept", notKgens(p.GetUID()))
+	patchSpec(t, gvr, ns, "p", map[string]any{"keep": true})
+	waitFor(t, cmGVR, ns, "p-kept", ours(p.GetUID()))
+	waitFor(t, gvr, ns, "p", notConflict)
+	sameObjects(t, cmGVR, kept)
+	waitEvent(t, ns, "p", reconcile.EventAdopted, 30*time.Second)
+
+	// Deleted and made again under the same name.
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, "p")
+	waitFor(t, cmGVR, ns, "p-kept", notKgens(p.GetUID()))
+	again := create(t, gvr, gadget(group, ns, "p", map[string]any{"keep": true}))
+	waitFor(t, cmGVR, ns, "p-kept", ours(again.GetUID()))
+	waitFor(t, gvr, ns, "p", notConflict)
+	sameObjects(t, cmGVR, kept)
 }
 
 // Scenario: updatePolicy CreateOnly. A Secret with randomString(16) is

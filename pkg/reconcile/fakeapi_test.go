@@ -308,17 +308,32 @@ func fieldManager(act clienttesting.PatchAction) string {
 	return ""
 }
 
+// jsonPatch carries out a JSON patch, or a JSON merge patch.
 func (a *fakeAPI) jsonPatch(k objKey, act clienttesting.PatchAction) (bool, runtime.Object, error) {
 	live, ok := a.objects[k]
 	if !ok {
 		return true, nil, apierrors.NewNotFound(k.gvr.GroupResource(), k.name)
 	}
-	patch, err := jsonpatch.DecodePatch(act.GetPatch())
-	if err != nil {
-		return true, nil, apierrors.NewBadRequest(err.Error())
-	}
 	before, _ := json.Marshal(live.Object)
-	after, err := patch.Apply(before)
+	var after []byte
+	var err error
+	if act.GetPatchType() == types.MergePatchType {
+		// A UID in the patch is a precondition, as the API server takes it.
+		var meta struct {
+			Metadata struct{ UID types.UID } `json:"metadata"`
+		}
+		_ = json.Unmarshal(act.GetPatch(), &meta)
+		if meta.Metadata.UID != "" && meta.Metadata.UID != live.GetUID() {
+			return true, nil, apierrors.NewConflict(k.gvr.GroupResource(), k.name, fmt.Errorf("precondition failed: UID"))
+		}
+		after, err = jsonpatch.MergePatch(before, act.GetPatch())
+	} else {
+		patch, decodeErr := jsonpatch.DecodePatch(act.GetPatch())
+		if decodeErr != nil {
+			return true, nil, apierrors.NewBadRequest(decodeErr.Error())
+		}
+		after, err = patch.Apply(before)
+	}
 	if err != nil {
 		return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: live.GetKind()}, k.name, field.ErrorList{field.Invalid(field.NewPath(""), "", err.Error())})
 	}

@@ -35,7 +35,7 @@ func Whose(ctx context.Context, client dynamic.Interface, res Resources, obj, pa
 	switch who {
 	case ownerThis:
 		return ClaimOurs, ""
-	case ownerGone:
+	case ownerGone, ownerOrphaned:
 		return ClaimAdopt, ""
 	}
 	ref := obj.GetName()

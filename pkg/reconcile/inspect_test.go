@@ -19,6 +19,12 @@ func TestWhose(t *testing.T) {
 		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: owner, UID: types.UID("uid-" + owner), Controller: new(true)}})
 		return u
 	}
+	orphanedBy := func(p *unstructured.Unstructured) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "web-config", "namespace": "team"}}}
+		u.SetAnnotations(map[string]string{AnnotationOrphanedFrom: orphanedFrom(p)})
+		return u
+	}
 	other := appParent(nil)
 	other.SetName("other")
 	other.SetUID("uid-other")
@@ -33,6 +39,8 @@ func TestWhose(t *testing.T) {
 		{"the parent's child", owned("web"), ClaimOurs, ""},
 		{"a child of a parent that is gone", owned("gone"), ClaimAdopt, ""},
 		{"a child of a parent that exists", owned("other"), ClaimConflict, "configmaps team/web-config exists and belongs to App team/other, which exists"},
+		{"an object the parent orphaned", orphanedBy(parent), ClaimAdopt, ""},
+		{"an object another parent orphaned", orphanedBy(other), ClaimConflict, "configmaps team/web-config exists and was orphaned by App team/other, which exists"},
 		{"an object that is not kgen's", &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 			"metadata": map[string]any{"name": "web-config", "namespace": "team"}}}, ClaimConflict, "configmaps team/web-config exists and is not managed by kgen"},
 	}

@@ -30,4 +30,12 @@ const (
 	// its marks instead of deleting it. The mark is on the object, so it
 	// holds after the rule changes or kgen restarts.
 	AnnotationDeletionPolicy = "kgen.dev/deletion-policy"
+	// AnnotationOrphanedFrom is the one mark kgen leaves on a child it let
+	// go of (deletionPolicy Orphan): its parent then, as JSON
+	// ({"apiVersion", "kind", "namespace", "name", "uid"}). Nothing acts on
+	// it, neither kgen nor the garbage collector; it only lets a parent
+	// that renders the object again take it back: the same parent, or one
+	// that replaced a parent that no longer exists. A user who takes the
+	// object over removes it, and the object is theirs.
+	AnnotationOrphanedFrom = "kgen.dev/orphaned-from"
 )

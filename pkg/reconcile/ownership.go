@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -19,6 +20,9 @@ import (
 const (
 	ownerThis = "this parent's"
 	ownerGone = "a parent that no longer exists"
+	// ownerOrphaned: this parent let go of it (deletionPolicy Orphan) and
+	// renders it again; it takes it back.
+	ownerOrphaned = "this parent's, orphaned earlier"
 )
 
 // owner tells whose an object found under a child's name is: this parent's
@@ -35,6 +39,17 @@ func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstru
 	}
 	labels := obj.GetLabels()
 	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil && labels[LabelManagedBy] != ManagedBy {
+		if from, ok := parseOrphanedFrom(obj); ok {
+			// A child kgen let go of (deletionPolicy Orphan), with no
+			// owner since.
+			if from.UID == parent.GetUID() {
+				return ownerOrphaned
+			}
+			gvk := schema.FromAPIVersionAndKind(from.APIVersion, from.Kind)
+			return r.ownerState(ctx, gvk, from.Namespace, from.Name, from.UID, "was orphaned by")
+		}
+	}
 	if labels[LabelManagedBy] != ManagedBy && ref == nil {
 		return "is not managed by kgen"
 	}
@@ -50,10 +65,7 @@ func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstru
 		namespace, name, uid = obj.GetNamespace(), ref.Name, ref.UID
 	case labels[LabelParentUID] != "" && obj.GetAnnotations()[AnnotationParent] != "":
 		gvk = parent.GroupVersionKind()
-		namespace, name, _ = strings.Cut(obj.GetAnnotations()[AnnotationParent], "/")
-		if name == "" {
-			namespace, name = "", namespace
-		}
+		namespace, name = splitParentRef(obj.GetAnnotations()[AnnotationParent])
 		uid = types.UID(labels[LabelParentUID])
 	default:
 		return "is not managed by kgen"
@@ -67,9 +79,55 @@ func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstru
 		// what kgen made.
 		return "is not managed by kgen"
 	}
+	return r.ownerState(ctx, gvk, namespace, name, uid, "belongs to")
+}
+
+// orphanRef is the value of AnnotationOrphanedFrom.
+type orphanRef struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Namespace  string    `json:"namespace,omitempty"`
+	Name       string    `json:"name"`
+	UID        types.UID `json:"uid"`
+}
+
+// orphanedFrom returns the value of AnnotationOrphanedFrom for a child
+// that parent lets go of.
+func orphanedFrom(parent *unstructured.Unstructured) string {
+	b, _ := json.Marshal(orphanRef{APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(),
+		Namespace: parent.GetNamespace(), Name: parent.GetName(), UID: parent.GetUID()})
+	return string(b)
+}
+
+// parseOrphanedFrom reads an object's AnnotationOrphanedFrom; ok is false
+// when it has none, or one that does not name a parent in full.
+func parseOrphanedFrom(obj *unstructured.Unstructured) (orphanRef, bool) {
+	v := obj.GetAnnotations()[AnnotationOrphanedFrom]
+	var ref orphanRef
+	if v == "" || json.Unmarshal([]byte(v), &ref) != nil {
+		return orphanRef{}, false
+	}
+	return ref, ref.APIVersion != "" && ref.Kind != "" && ref.Name != "" && ref.UID != ""
+}
+
+// splitParentRef splits the value of AnnotationParent: "namespace/name",
+// or "name".
+func splitParentRef(v string) (namespace, name string) {
+	namespace, name, _ = strings.Cut(v, "/")
+	if name == "" {
+		namespace, name = "", namespace
+	}
+	return namespace, name
+}
+
+// ownerState returns ownerGone when the object of kind gvk at namespace and
+// name that an object names as its owner (relation: "belongs to") is gone,
+// or is another object now; else a sentence saying why the object is left
+// alone.
+func (r *Reconciler) ownerState(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, uid types.UID, relation string) string {
 	mapping, err := r.cfg.Resources.ResourceFor(gvk)
 	if err != nil {
-		return fmt.Sprintf("belongs to %s %s, whose kind kgen cannot resolve (%v)", gvk.Kind, name, err)
+		return fmt.Sprintf("%s %s %s, whose kind kgen cannot resolve (%v)", relation, gvk.Kind, name, err)
 	}
 	if !mapping.Namespaced {
 		namespace = ""
@@ -79,7 +137,7 @@ func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstru
 	case apierrors.IsNotFound(err):
 		return ownerGone
 	case err != nil:
-		return fmt.Sprintf("belongs to %s %s, which kgen cannot read (%v)", gvk.Kind, name, err)
+		return fmt.Sprintf("%s %s %s, which kgen cannot read (%v)", relation, gvk.Kind, name, err)
 	case live.GetUID() != uid:
 		return ownerGone // the name now belongs to another object
 	}
@@ -87,7 +145,7 @@ func (r *Reconciler) owner(ctx context.Context, obj, parent *unstructured.Unstru
 	if namespace != "" {
 		where = namespace + "/" + name
 	}
-	return fmt.Sprintf("belongs to %s %s, which exists", gvk.Kind, where)
+	return fmt.Sprintf("%s %s %s, which exists", relation, gvk.Kind, where)
 }
 
 // ownManager reports whether a field manager is one of kgen's own: kgen,

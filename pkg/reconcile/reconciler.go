@@ -503,7 +503,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		return out, nil
 	}
 
-	adopted := false
+	adopted := "" // why an object found at the child's name is taken
 	if live == nil {
 		created, err := r.create(ctx, client, desired)
 		switch {
@@ -531,7 +531,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			case ownerThis:
 				live = existing
 			case ownerGone:
-				live, adopted = existing, true
+				live, adopted = existing, "its owner no longer exists"
+			case ownerOrphaned:
+				live, adopted = existing, "this parent let go of it earlier (deletionPolicy Orphan) and wants it again"
 			default:
 				out.live = nil
 				out.reason = ReasonConflict
@@ -540,7 +542,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 				return out, nil
 			}
 			op = OpUpdate
-			if !adopted && templateHash(live) == templateHash(desired) {
+			if adopted == "" && templateHash(live) == templateHash(desired) {
 				op = r.judge(desired, live)
 				if op == OpKeep {
 					out.live, out.ok = live, true
@@ -585,8 +587,8 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 	}
 	logger.V(2).Info("Applied child", "child", step.ID, "object", ref, "op", op.String())
 	switch {
-	case adopted:
-		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventAdopted, "Adopted %s (child %s): its owner no longer exists", ref, step.ID)
+	case adopted != "":
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventAdopted, "Adopted %s (child %s): %s", ref, step.ID, adopted)
 	case op == OpRepair:
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s)%s", ref, step.ID, who)
 	default:
@@ -683,8 +685,13 @@ func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *u
 // orphan lets go of a child whose deletionPolicy is Orphan instead of
 // deleting it: it loses kgen's labels and annotations (and any
 // ownerReference to the parent), so kgen and the garbage collector leave
-// it alone from then on. The patch carries the object's UID, so it never
-// changes another object of that name.
+// it alone from then on, and gains the orphaned-from mark, by which this
+// parent, or one that replaces it once it is gone, may take it back when
+// it renders the object again (see owner). The patch carries the object's
+// UID, so it never changes another object of that name. It is sent as
+// kgen's Update entry, which upgradeOwnership moves into kgen's apply
+// entry when a parent takes the object back: that apply then drops the
+// mark.
 func (r *Reconciler) orphan(ctx context.Context, client dynamic.ResourceInterface, parent, obj *unstructured.Unstructured, ref, id, why string) error {
 	labels := map[string]any{}
 	for _, k := range []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild, LabelShard} {
@@ -694,6 +701,7 @@ func (r *Reconciler) orphan(ctx context.Context, client dynamic.ResourceInterfac
 	for _, k := range []string{AnnotationParent, AnnotationTemplateHash, AnnotationDeletionPolicy} {
 		annotations[k] = nil
 	}
+	annotations[AnnotationOrphanedFrom] = orphanedFrom(parent)
 	meta := map[string]any{"uid": string(obj.GetUID()), "labels": labels, "annotations": annotations}
 	var owners []any
 	for _, o := range obj.GetOwnerReferences() {

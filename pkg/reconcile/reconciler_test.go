@@ -492,6 +492,15 @@ func TestReconcileOwnership(t *testing.T) {
 		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "web", UID: types.UID("uid-" + uid), Controller: new(true)}})
 		return u
 	}
+	// orphaned is an object kgen let go of, with the mark naming its parent
+	// then.
+	orphaned := func(name, uid string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "web-config", "namespace": "team"}, "data": map[string]any{"a": "old"}}}
+		p := otherParent(name, uid)
+		u.SetAnnotations(map[string]string{AnnotationOrphanedFrom: orphanedFrom(p)})
+		return u
+	}
 	tests := []struct {
 		name     string
 		existing []*unstructured.Unstructured
@@ -520,6 +529,22 @@ func TestReconcileOwnership(t *testing.T) {
 		existing: []*unstructured.Unstructured{ownedByOther("gone")},
 		events:   []string{"Normal Adopted Adopted configmaps team/web-config (child config): its owner no longer exists"},
 		adopted:  true,
+	}, {
+		name:     "an object this parent orphaned (deletionPolicy Orphan)",
+		existing: []*unstructured.Unstructured{orphaned("web", "parent")},
+		events:   []string{"Normal Adopted Adopted configmaps team/web-config (child config): this parent let go of it earlier (deletionPolicy Orphan) and wants it again"},
+		adopted:  true,
+	}, {
+		// The parent deleted and made again (GitOps): a new UID.
+		name:     "an object orphaned by a parent that no longer exists",
+		existing: []*unstructured.Unstructured{orphaned("web", "gone")},
+		events:   []string{"Normal Adopted Adopted configmaps team/web-config (child config): its owner no longer exists"},
+		adopted:  true,
+	}, {
+		name:     "an object orphaned by another parent that exists",
+		existing: []*unstructured.Unstructured{otherParent("web-old", "old"), orphaned("web-old", "old")},
+		reason:   ReasonConflict, conflict: true,
+		events: []string{"Warning Conflict child config: configmaps team/web-config exists and was orphaned by App team/web-old, which exists; kgen leaves it untouched"},
 	}, {
 		// Someone else's object whose owner is gone (waiting for the
 		// garbage collector, or orphaned on purpose): not kgen's to take.
@@ -559,6 +584,46 @@ func TestReconcileOwnership(t *testing.T) {
 				t.Errorf("adopted child: uid %s, ownerReferences %v", cm.GetUID(), cm.GetOwnerReferences())
 			}
 		})
+	}
+}
+
+// A child with deletionPolicy Orphan that kgen let go of, and that its
+// parent renders again, is taken back: the same object, kgen's marks again,
+// an Adopted event, and no Conflict.
+func TestReconcileOrphanTakenBack(t *testing.T) {
+	h := newHarness(t, strings.Replace(appRule, "  - id: config\n", "  - id: config\n    deletionPolicy: Orphan\n", 1))
+	h.converge(appParent(nil))
+	uid := h.api.get(cmGVK, "team", "web-config").GetUID()
+
+	h.setSpec(map[string]any{"config": false})
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	cm := h.api.get(cmGVK, "team", "web-config")
+	if cm == nil || cm.GetLabels()[LabelManagedBy] != "" || cm.GetLabels()[LabelParentUID] != "" {
+		t.Fatalf("orphaned child = %v, want it kept without kgen's labels", cm)
+	}
+	from, ok := parseOrphanedFrom(cm)
+	if want := (orphanRef{APIVersion: "example.com/v1", Kind: "App", Namespace: "team", Name: "web", UID: "uid-parent"}); !ok || from != want {
+		t.Errorf("orphaned-from = %+v (%t), want %+v", from, ok, want)
+	}
+	h.drain()
+
+	h.setSpec(map[string]any{"config": true})
+	res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+	if err != nil || res.Conflict {
+		t.Fatalf("reconcile: %v, conflict %t", err, res.Conflict)
+	}
+	cm = h.api.get(cmGVK, "team", "web-config")
+	if cm.GetUID() != uid || cm.GetLabels()[LabelParentUID] != "uid-parent" || cm.GetLabels()[LabelManagedBy] != ManagedBy {
+		t.Errorf("child taken back: uid %s (was %s), labels %v", cm.GetUID(), uid, cm.GetLabels())
+	}
+	want := "Normal Adopted Adopted configmaps team/web-config (child config): this parent let go of it earlier (deletionPolicy Orphan) and wants it again"
+	if got := h.drain(); !slices.Contains(got, want) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+	if c := h.ready(); c["reason"] == ReasonConflict {
+		t.Errorf("Ready = %v", c)
 	}
 }
 
