@@ -464,3 +464,79 @@ func TestRuleObjectReadBack(t *testing.T) {
 	create(t, gvr, gadget(group, ns, "b", map[string]any{}))
 	waitFor(t, cmGVR, ns, "b", func(o *unstructured.Unstructured) error { return expect(o, "back", "data", "value") })
 }
+
+// Scenario: a Rule changed live to a version that cannot run yet (a child
+// kind not served, then one kgen may not list). Contract §7: the previous
+// version keeps running meanwhile, repairing drift of the rule's children,
+// and the Rule says its new version waits and why; once the kind is served
+// or allowed, the new version takes over without a restart.
+func TestRuleNewVersionWaitsPreviousRuns(t *testing.T) {
+	const group = "rulenext.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-rule-next"
+	allowed := []rbacv1.PolicyRule{
+		{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules/status"}, Verbs: []string{"patch", "update"}},
+		{APIGroups: []string{group}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch", "create", "patch", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	grant(t, user, allowed)
+	config, err := env.cp.UserConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startControllerWith(t, controllerOptions{Config: config, RuleObjects: true})
+	applyRule(t, gadgetRuleDoc("next", group, "Gadget", ns, configChild("a")))
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	value := func(want string) func(*unstructured.Unstructured) error {
+		return func(o *unstructured.Unstructured) error { return expect(o, want, "data", "value") }
+	}
+	waitFor(t, cmGVR, ns, "g", value("a"))
+	waitRuleStatus(t, "next", readyIs("True", "Running"))
+	// repaired deletes the ConfigMap child and waits until the running
+	// version makes it again.
+	repaired := func(want string) {
+		t.Helper()
+		if err := env.kube.CoreV1().ConfigMaps(ns).Delete(t.Context(), "g", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, cmGVR, ns, "g", value(want))
+	}
+
+	// A child kind that is not served.
+	applyRule(t, gadgetRuleDoc("next", group, "Gadget", ns, configChild("b")+`  - id: widget
+    template:
+      apiVersion: `+group+`/v1
+      kind: Widget
+      metadata: {name: "${parent.metadata.name}"}
+`))
+	waitRuleStatus(t, "next", readyIs("False", "KindNotServed", "Widget", "previous version keeps running"))
+	repaired("a")
+	widgets := newCRD(t, group, "Widget", "widgets")
+	waitRuleStatus(t, "next", readyIs("True", "Running"))
+	waitFor(t, cmGVR, ns, "g", value("b"))
+	waitFor(t, widgets, ns, "g", nil)
+
+	// A child kind kgen may not list.
+	applyRule(t, gadgetRuleDoc("next", group, "Gadget", ns, configChild("c")+`  - id: widget
+    template:
+      apiVersion: `+group+`/v1
+      kind: Widget
+      metadata: {name: "${parent.metadata.name}"}
+  - id: secret
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata: {name: "${parent.metadata.name}"}
+`))
+	waitRuleStatus(t, "next", readyIs("False", "Forbidden", "secrets", "previous version keeps running"))
+	repaired("b")
+	grant(t, user, append(allowed, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}}))
+	waitRuleStatus(t, "next", readyIs("True", "Running"))
+	waitFor(t, cmGVR, ns, "g", value("c"))
+	waitFor(t, secretGVR, ns, "g", nil)
+	waitFor(t, widgets, ns, "g", nil)
+}

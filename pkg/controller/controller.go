@@ -154,6 +154,11 @@ type Controller struct {
 
 	mu    sync.Mutex
 	rules map[string]*ruleState
+	// pending are the new versions of changed rules whose previous
+	// version runs: the previous version keeps the rule's name, and its
+	// parents, until its successor's caches have synced (see
+	// startPending).
+	pending map[string]*ruleState
 	// leaving are parents that left a rule's informer while carrying
 	// kgen's finalizer: relabelled out of the rule's selector, most likely.
 	leaving map[Key]types.UID
@@ -250,6 +255,7 @@ func New(cfg Config) *Controller {
 		shards:      newSharded(cfg.Sharding),
 		kick:        make(chan struct{}, 1),
 		rules:       map[string]*ruleState{},
+		pending:     map[string]*ruleState{},
 		leaving:     map[Key]types.UID{},
 		held:        map[Key][]heldEvent{},
 		watchErrors: map[watch.Key]watchError{},
@@ -727,9 +733,12 @@ func (c *Controller) activateLoop(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		slices.SortFunc(states, func(a, b *ruleState) int { return strings.Compare(a.rule.Name, b.rule.Name) })
+		c.mu.Lock()
 		maps.DeleteFunc(waiting, func(r *rules.Rule, _ string) bool {
-			return !slices.ContainsFunc(states, func(rs *ruleState) bool { return rs.rule == r })
+			p := c.pending[r.Name]
+			return (p == nil || p.rule != r) && !slices.ContainsFunc(states, func(rs *ruleState) bool { return rs.rule == r })
 		})
+		c.mu.Unlock()
 		for _, rs := range states {
 			err := c.activate(ctx, rs)
 			switch {
@@ -746,6 +755,7 @@ func (c *Controller) activateLoop(ctx context.Context) {
 			// A rule that waits still finalizes its deleted parents.
 			c.watchWaiting(ctx, rs)
 		}
+		c.startPending(ctx, waiting)
 		// The successors of changed rules hold their informers now, so
 		// the old versions can let go of theirs: an informer both use is
 		// not restarted.
@@ -935,6 +945,23 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 		c.mu.Unlock()
 		return
 	}
+	swapped := false
+	if c.pending[rs.rule.Name] == rs {
+		// A new version whose previous version ran until now: it takes
+		// over the rule's name and parents, and the previous version
+		// retires at the next pass of activateLoop, after this one holds
+		// every informer both use.
+		if old := c.rules[rs.rule.Name]; old != nil {
+			c.retiring = append(c.retiring, old)
+		}
+		c.rules[rs.rule.Name] = rs
+		delete(c.pending, rs.rule.Name)
+		swapped = true
+	}
+	if c.rules[rs.rule.Name] != rs {
+		c.mu.Unlock()
+		return // retired meanwhile
+	}
 	rs.synced = true
 	parentRegs := mapsValues(rs.parentRegs)
 	for _, r := range regs {
@@ -947,6 +974,12 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 			ns, name, _ := cache.SplitMetaNamespaceKey(key)
 			c.queue.Add(Key{Rule: rs.rule.Name, Namespace: ns, Name: name})
 			n++
+		}
+	}
+	if swapped {
+		select {
+		case c.kick <- struct{}{}:
+		default:
 		}
 	}
 	klog.FromContext(ctx).Info("Rule running", "rule", rs.rule.Name, "parents", n)
@@ -974,8 +1007,13 @@ func (c *Controller) setWaiting(rs *ruleState, err error) error {
 	c.mu.Lock()
 	rs.waiting = err.Error()
 	rs.kindNotServed = errors.Is(err, mapper.ErrNotFound)
+	// A new version that waits while its previous version runs: the rule
+	// is enforced, so it is not counted as waiting.
+	pending := c.pending[rs.rule.Name] == rs
 	c.mu.Unlock()
-	c.metrics.setWaiting(rs.rule.Name, true)
+	if !pending {
+		c.metrics.setWaiting(rs.rule.Name, true)
+	}
 	return err
 }
 
@@ -1131,7 +1169,7 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	if apierrors.IsNotFound(err) {
 		c.mu.Lock()
 		var stopped []*ruleState
-		for _, rs := range c.rules {
+		for _, rs := range c.statesLocked() {
 			if rs.active && slices.Contains(rs.gvrs, key.GVR) {
 				stopped = append(stopped, rs)
 			}
@@ -1161,8 +1199,8 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	}
 	c.watchErrors[key] = e
 	var names []string
-	for _, rs := range c.rules {
-		if rs.active && slices.Contains(rs.gvrs, key.GVR) {
+	for _, rs := range c.statesLocked() {
+		if rs.active && slices.Contains(rs.gvrs, key.GVR) && !slices.Contains(names, rs.rule.Name) {
 			names = append(names, rs.rule.Name)
 		}
 	}
@@ -1174,6 +1212,19 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	if log {
 		klog.Background().Error(err, "Cannot list or watch; retrying with backoff", "resource", key.String(), "rules", names)
 	}
+}
+
+// statesLocked returns the states of the rules and of their pending new
+// versions; the caller holds c.mu.
+func (c *Controller) statesLocked() []*ruleState {
+	out := make([]*ruleState, 0, len(c.rules)+len(c.pending))
+	for _, rs := range c.rules {
+		out = append(out, rs)
+	}
+	for _, p := range c.pending {
+		out = append(out, p)
+	}
+	return out
 }
 
 // reasonOf names the cause of a failed list or watch, as the Ready
@@ -1216,6 +1267,10 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	unassign := rs.unassign
 	rs.unassign = nil
 	rs.pruning, rs.unwatched, rs.recordErr, rs.parentScopes = nil, nil, "", nil
+	// Only the version that holds the rule's name says whether the rule
+	// waits: not an old one that retires, nor a new one whose previous
+	// version runs.
+	current := c.rules[rs.rule.Name] == rs
 	c.mu.Unlock()
 	for _, stop := range unassign {
 		stop()
@@ -1223,7 +1278,9 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	for _, r := range regs {
 		r.Release()
 	}
-	c.metrics.setWaiting(rs.rule.Name, true)
+	if current {
+		c.metrics.setWaiting(rs.rule.Name, true)
+	}
 	klog.Background().Info("Rule stopped", "rule", rs.rule.Name, "reason", why.Error())
 }
 
@@ -1308,6 +1365,10 @@ type RuleState struct {
 	// rule's child kinds (see Config.Record): the rule runs, but children
 	// of a kind that leaves it while kgen is stopped may not be pruned.
 	RecordError string
+	// Next is the state of the rule's new version while it cannot start,
+	// or its caches have not synced, and this one, the previous version,
+	// keeps running; nil when there is none.
+	Next *RuleState
 }
 
 // UnsyncedCache is an informer of a rule whose cache has not synced yet.
@@ -1337,6 +1398,17 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 	if !ok {
 		return RuleState{}, false
 	}
+	s := c.stateLocked(rs)
+	if p := c.pending[rule]; p != nil {
+		next := c.stateLocked(p)
+		s.Next = &next
+	}
+	return s, true
+}
+
+// stateLocked returns the state of one version of a rule; the caller holds
+// c.mu.
+func (c *Controller) stateLocked(rs *ruleState) RuleState {
 	s := RuleState{Running: rs.active, Synced: rs.synced, Waiting: rs.waiting, KindNotServed: rs.kindNotServed}
 	for _, reg := range rs.parentRegs {
 		s.Parents += len(reg.Informer().Indexer().ListKeys())
@@ -1369,15 +1441,18 @@ func (c *Controller) State(rule string) (RuleState, bool) {
 	})
 	s.RecordError = rs.recordErr
 	s.Pruning = pruneScopesOf(rs)
-	return s, true
+	return s
 }
 
 // SetRules replaces the rules the controller runs, live. A rule whose name
 // is new starts; a rule that is gone stops; a rule whose version changed
 // (another *rules.Rule) restarts with the new version, and its parents are
-// all reconciled again once its caches have synced. Rules that did not
-// change are left alone, and informers that another rule, or the new
-// version, still uses are not restarted.
+// all reconciled again once its caches have synced. While the new version
+// cannot start, or its caches have not synced (a child kind not served
+// yet, or that kgen may not list), the previous version keeps running, as
+// contract section 7 wants of a new version that cannot be applied. Rules
+// that did not change are left alone, and informers that another rule, or
+// the new version, still uses are not restarted.
 //
 // A parent that carries kgen's finalizer and that no rule of the new set
 // selects any more (its rule was removed, or its scope narrowed) is
@@ -1390,9 +1465,27 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 		next[r.Name] = r
 	}
 	for name, rs := range c.rules {
-		if r, ok := next[name]; !ok || r != rs.rule {
+		r, ok := next[name]
+		p := c.pending[name]
+		if p != nil && (!ok || r != p.rule) {
+			// Removed, changed again, or changed back while its new
+			// version waited: that version goes.
+			c.retiring = append(c.retiring, p)
+			delete(c.pending, name)
+			p = nil
+		}
+		switch {
+		case !ok:
 			c.retiring = append(c.retiring, rs)
 			delete(c.rules, name)
+		case r == rs.rule || p != nil:
+		case rs.active:
+			// The previous version keeps running until the new one can
+			// (startPending).
+			c.pending[name] = newRuleState(r)
+		default:
+			c.retiring = append(c.retiring, rs)
+			c.rules[name] = newRuleState(r)
 		}
 	}
 	for name, r := range next {
@@ -1405,6 +1498,43 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 	select {
 	case c.kick <- struct{}{}:
 	default:
+	}
+}
+
+// startPending tries to start the new versions of changed rules whose
+// previous version runs; the previous version keeps the rule's parents
+// until its successor's caches have synced (awaitSync swaps them). One
+// whose previous version stopped meanwhile takes its place at once, and
+// waits there as any rule does. waiting is what activateLoop last logged
+// of each rule version.
+func (c *Controller) startPending(ctx context.Context, waiting map[*rules.Rule]string) {
+	logger := klog.FromContext(ctx)
+	c.mu.Lock()
+	var pending []*ruleState
+	for name, p := range c.pending {
+		if rs := c.rules[name]; rs == nil || !rs.active {
+			if rs != nil {
+				c.retiring = append(c.retiring, rs)
+			}
+			c.rules[name] = p
+			delete(c.pending, name)
+			continue
+		}
+		pending = append(pending, p)
+	}
+	c.mu.Unlock()
+	slices.SortFunc(pending, func(a, b *ruleState) int { return strings.Compare(a.rule.Name, b.rule.Name) })
+	for _, p := range pending {
+		err := c.activate(ctx, p)
+		switch {
+		case err == nil:
+			delete(waiting, p.rule)
+		case waiting[p.rule] != err.Error():
+			waiting[p.rule] = err.Error()
+			logger.Info("Rule's new version is waiting; its previous version keeps running", "rule", p.rule.Name, "reason", err.Error())
+		default:
+			logger.V(2).Info("Rule's new version is still waiting; its previous version keeps running", "rule", p.rule.Name, "reason", err.Error())
+		}
 	}
 }
 

@@ -196,6 +196,28 @@ func waitState(t *testing.T, c *Controller, what string, ok func(RuleState) bool
 	}
 }
 
+// changeRule changes rule r to its version v, as activateLoop does: the
+// new version starts, takes over once its caches have synced, and the
+// previous one stops. It returns the state of the new version.
+func changeRule(t *testing.T, ctx context.Context, c *Controller, v *rules.Rule) RuleState {
+	t.Helper()
+	c.SetRules([]*rules.Rule{v})
+	c.startPending(ctx, map[*rules.Rule]string{})
+	s := waitState(t, c, "the new version to take over", func(s RuleState) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.rules["r"].rule == v && s.Synced && s.Next == nil
+	})
+	c.mu.Lock()
+	retiring := c.retiring
+	c.retiring = nil
+	c.mu.Unlock()
+	for _, old := range retiring {
+		c.deactivate(old, context.Canceled)
+	}
+	return s
+}
+
 func childNames(c *Controller, uid string) []string {
 	var out []string
 	for _, o := range c.Children("r", types.UID(uid)) {
@@ -272,14 +294,7 @@ func testPruneOnlyScopeLive(t *testing.T) {
 	}
 
 	v2 := gadgetRule(t, configChild)
-	c.SetRules([]*rules.Rule{v2})
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
-	for _, old := range c.retiring {
-		c.deactivate(old, context.Canceled)
-	}
-	s := waitState(t, c, "version 2 to sync", func(s RuleState) bool { return s.Synced })
+	s := changeRule(t, ctx, c, v2)
 	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
 		t.Errorf("Pruning = %v, want %v", s.Pruning, want)
 	}
@@ -322,14 +337,7 @@ func testRuleRunsWithoutItsRecord(t *testing.T) {
 
 	// The Deployment leaves the rule: watched from memory.
 	v2 := gadgetRule(t, configChild)
-	c.SetRules([]*rules.Rule{v2})
-	if err := c.activate(ctx, c.rules["r"]); err != nil {
-		t.Fatal(err)
-	}
-	for _, old := range c.retiring {
-		c.deactivate(old, context.Canceled)
-	}
-	s = waitState(t, c, "version 2 to sync", func(s RuleState) bool { return s.Synced })
+	s = changeRule(t, ctx, c, v2)
 	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
 		t.Errorf("Pruning = %v without the record, want %v", s.Pruning, want)
 	}

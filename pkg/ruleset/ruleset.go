@@ -794,36 +794,56 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		if st.RecordError != "" {
 			msg += "; kgen cannot use its record of child kinds, so children of a kind that leaves the rule while kgen is stopped may not be pruned: " + st.RecordError
 		}
-		var failing, unsynced []string
-		for _, u := range st.Unsynced {
-			if u.Failing() {
-				failing = append(failing, u.String())
-			}
-			unsynced = append(unsynced, u.Resource.String())
-		}
+		reason, why := notReady(st)
 		switch {
-		case len(failing) > 0:
-			reason := ReasonWaiting
-			if st.Forbidden {
-				reason = ReasonForbidden
+		case st.Next != nil:
+			// A new version that cannot run yet, or whose caches are
+			// syncing; the previous one runs meanwhile.
+			reason, why = notReady(*st.Next)
+			if reason == "" {
+				reason, why = ReasonWaiting, "its caches are syncing"
 			}
-			ready = condition(ConditionReady, false, reason, "caches not synced, as lists or watches fail: "+strings.Join(failing, "; "), gen)
-		case !st.Running && st.Waiting != "":
-			reason := ReasonWaiting
-			if st.KindNotServed {
-				reason = ReasonKindNotServed
-			}
-			ready = condition(ConditionReady, false, reason, st.Waiting, gen)
-		case !st.Synced && len(unsynced) > 0:
-			ready = condition(ConditionReady, false, ReasonWaiting, "its caches are syncing: waiting for "+strings.Join(unsynced, ", "), gen)
-		case !st.Synced:
-			ready = condition(ConditionReady, false, ReasonWaiting, "its caches are syncing", gen)
+			ready = condition(ConditionReady, false, reason, "its new version does not run yet: "+why+"; its previous version keeps running", gen)
+		case reason != "":
+			ready = condition(ConditionReady, false, reason, why, gen)
 		default:
 			ready = condition(ConditionReady, true, ReasonRunning, msg, gen)
 		}
 	}
 	return map[string]any{"observedGeneration": gen, "conditions": []any{accepted, ready},
 		"parents": int64(parents), "readyParents": int64(readyParents)}
+}
+
+// notReady returns the reason and message of a Ready condition False for
+// a version of a rule that does not run, or whose caches have not synced;
+// "" when it runs.
+func notReady(st controller.RuleState) (reason, msg string) {
+	var failing, unsynced []string
+	for _, u := range st.Unsynced {
+		if u.Failing() {
+			failing = append(failing, u.String())
+		}
+		unsynced = append(unsynced, u.Resource.String())
+	}
+	switch {
+	case len(failing) > 0:
+		reason := ReasonWaiting
+		if st.Forbidden {
+			reason = ReasonForbidden
+		}
+		return reason, "caches not synced, as lists or watches fail: " + strings.Join(failing, "; ")
+	case !st.Running && st.Waiting != "":
+		reason := ReasonWaiting
+		if st.KindNotServed {
+			reason = ReasonKindNotServed
+		}
+		return reason, st.Waiting
+	case !st.Synced && len(unsynced) > 0:
+		return ReasonWaiting, "its caches are syncing: waiting for " + strings.Join(unsynced, ", ")
+	case !st.Synced:
+		return ReasonWaiting, "its caches are syncing"
+	}
+	return "", ""
 }
 
 func condition(typ string, ok bool, reason, msg string, gen int64) map[string]any {

@@ -1,0 +1,127 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"kgen.dev/kgen/rules"
+)
+
+// widgetChild is a child of a kind the fake cluster does not serve.
+const widgetChild = `  - id: widget
+    template: {apiVersion: example.com/v1, kind: Widget, metadata: {name: "${parent.metadata.name}"}}
+`
+
+// A rule changed live to a version that cannot run yet keeps its previous
+// version running (contract section 7): a new version with a kind that is
+// not served waits, and one with a kind kgen may not list starts but does
+// not take over until its caches sync. Meanwhile the previous version
+// reconciles the rule's parents, and the rule's state says the new
+// version waits. A further change replaces the waiting version, a change
+// back drops it, and once the new version can sync it takes over.
+func TestPreviousVersionRunsWhileNewWaits(t *testing.T) {
+	// As in TestFinalizeWhileRuleWaits: a failing list must not make
+	// client-go's error handler sleep for decades in the bubble.
+	handlers := utilruntime.ErrorHandlers
+	utilruntime.ErrorHandlers = handlers[:1]
+	t.Cleanup(func() { utilruntime.ErrorHandlers = handlers })
+	synctest.Test(t, testPreviousVersionRunsWhileNewWaits)
+}
+
+func testPreviousVersionRunsWhileNewWaits(t *testing.T) {
+	client, m := fakeCluster(gadgetWith("g1", false, false))
+	var denied atomic.Bool
+	denied.Store(true)
+	client.PrependReactor("list", depResource.Resource, func(clienttesting.Action) (bool, runtime.Object, error) {
+		if denied.Load() {
+			return true, nil, apierrors.NewForbidden(depResource.GroupResource(), "", nil)
+		}
+		return false, nil, nil
+	})
+	v1 := gadgetRule(t, configChild)
+	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(1000), Workers: 1, RetryInterval: time.Second})
+	runController(t, c)
+	// The fake client cannot create by server-side apply, so the writes
+	// fail; that kgen tries them shows which version reconciles.
+	tried := func(w string) bool { return slices.Contains(writes(client), w) }
+	waitFor(t, "version 1 to reconcile g1", func() bool { return tried("patch configmaps g1") })
+
+	// reconciledBy creates a parent and waits until a version of the rule
+	// reconciles it, as the write of child says.
+	reconciledBy := func(name, child string) {
+		t.Helper()
+		if _, err := client.Resource(gadgets).Namespace("ns").Create(context.Background(), gadgetWith(name, false, false), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the running version to reconcile "+name, func() bool { return tried("patch " + child + " " + name) })
+	}
+	next := func() *RuleState {
+		s, ok := c.State("r")
+		if !ok {
+			t.Fatal("rule r is gone")
+		}
+		return s.Next
+	}
+
+	// A kind that is not served: the new version waits, version 1 runs.
+	c.SetRules([]*rules.Rule{gadgetRule(t, configChild+widgetChild)})
+	waitFor(t, "the new version to wait", func() bool { n := next(); return n != nil && n.KindNotServed })
+	if s, _ := c.State("r"); !s.Running || !s.Synced || !strings.Contains(s.Next.Waiting, "Widget") {
+		t.Errorf("state %+v, next %+v: want version 1 running and the new one waiting for Widget", s, *s.Next)
+	}
+	reconciledBy("g2", "configmaps")
+
+	// Changed back: nothing waits any more, and version 1 runs on.
+	c.SetRules([]*rules.Rule{v1})
+	waitFor(t, "the waiting version to go", func() bool { return next() == nil })
+	if s, _ := c.State("r"); !s.Synced {
+		t.Errorf("state %+v after the change back, want version 1 running", s)
+	}
+
+	// A kind kgen may not list: the new version starts but cannot sync,
+	// and version 1 still reconciles.
+	v3 := gadgetRule(t, configChild+deployChild)
+	c.SetRules([]*rules.Rule{v3})
+	waitFor(t, "the new version to fail to list", func() bool { n := next(); return n != nil && n.Forbidden })
+	reconciledBy("g3", "configmaps")
+	if tried("patch deployments g3") {
+		t.Error("the new version reconciled before its caches synced")
+	}
+
+	// Allowed: it syncs, takes over, and reconciles every parent.
+	denied.Store(false)
+	// The reflector lists again after its backoff: up to 30 s.
+	time.Sleep(time.Minute)
+	waitFor(t, "the new version to take over", func() bool {
+		s, _ := c.State("r")
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return s.Next == nil && s.Synced && c.rules["r"].rule == v3
+	})
+	for _, g := range []string{"g1", "g2", "g3"} {
+		waitFor(t, "the new version to reconcile "+g, func() bool { return tried("patch deployments " + g) })
+	}
+
+	// Removed while a new version waits: both stop.
+	c.SetRules([]*rules.Rule{gadgetRule(t, configChild+widgetChild)})
+	waitFor(t, "the new version to wait", func() bool { n := next(); return n != nil && n.KindNotServed })
+	c.SetRules(nil)
+	waitFor(t, "the rule to go", func() bool {
+		_, ok := c.State("r")
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return !ok && len(c.pending) == 0
+	})
+}
