@@ -540,3 +540,81 @@ func TestRuleNewVersionWaitsPreviousRuns(t *testing.T) {
 	waitFor(t, secretGVR, ns, "g", nil)
 	waitFor(t, widgets, ns, "g", nil)
 }
+
+// Scenario: the parent kind's CRD changes under a running rule (a field its
+// template reads is renamed). Contract §7/§8: the rule is checked again
+// against the new schema, and its Rule object says Accepted False naming
+// the field path and the expression; the rule keeps running. The CRD
+// changed back, Accepted is True again and the parent converges.
+func TestRuleRecheckedWhenCRDChanges(t *testing.T) {
+	const group = "recheck.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gizmos." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group, Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Gizmo", ListKind: "GizmoList", Plural: "gizmos", Singular: "gizmo"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+			}},
+		},
+	}
+	withField := func(field string) {
+		crd.Spec.Versions[0].Schema = &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+			Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"spec":   {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{field: {Type: "string"}}},
+				"status": {Type: "object", XPreserveUnknownFields: new(true)},
+			}}}
+	}
+	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+	withField("image")
+	created, err := crds.Create(t.Context(), crd, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd = created
+	t.Cleanup(func() { _ = crds.Delete(context.Background(), crd.Name, metav1.DeleteOptions{}) })
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gizmos"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err == nil, err
+	}, "gizmos to be served")
+	update := func(field string) {
+		t.Helper()
+		eventually(t, 30*time.Second, func() (bool, error) {
+			got, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			crd = got
+			withField(field)
+			_, err = crds.Update(t.Context(), crd, metav1.UpdateOptions{})
+			return err == nil, err
+		}, "the CRD to take field %s", field)
+	}
+
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, gadgetRuleDoc("recheck", group, "Gizmo", ns, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}"}
+      data: {image: "${parent.spec.image}"}
+`))
+	create(t, gvr, map[string]any{"apiVersion": group + "/v1", "kind": "Gizmo",
+		"metadata": map[string]any{"name": "g", "namespace": ns}, "spec": map[string]any{"image": "nginx"}})
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "nginx", "data", "image") })
+	waitRuleStatus(t, "recheck", accepted("True"))
+
+	update("imageRef")
+	waitRuleStatus(t, "recheck", accepted("False", "spec.children[0].template.data.image", "${parent.spec.image}", `no field "image"`, "keeps running"))
+	waitRuleStatus(t, "recheck", readyIs("True", "Running"))
+
+	update("image")
+	waitRuleStatus(t, "recheck", accepted("True"))
+	patchSpec(t, gvr, ns, "g", map[string]any{"image": "nginx:2"})
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "nginx:2", "data", "image") })
+}

@@ -95,6 +95,11 @@ type Config struct {
 	// the parent's schema) keeps the rule waiting with the error, and it
 	// is asked again at the next try.
 	Admit func(ctx context.Context, rule *rules.Rule) error
+	// Recheck, when set, is asked for each running rule that uses a kind
+	// of an API group whose CustomResourceDefinitions changed, after the
+	// schemas known of the group were dropped: it reports a rule that no
+	// longer fits them. The rule keeps running either way.
+	Recheck func(ctx context.Context, rule *rules.Rule)
 }
 
 // Defaults for Config.
@@ -1543,8 +1548,9 @@ func (c *Controller) startPending(ctx context.Context, waiting map[*rules.Rule]s
 // mapper.Watcher). Waiting rules are tried again at once. When a definition
 // changed, what is known of the group's schemas is dropped, the running
 // rules whose parent kind is of the group read its mapping again (see
-// refreshParents), and the parents of the running rules that use a kind of
-// the group are reconciled again under the new schemas; a change of
+// refreshParents), the parents of the running rules that use a kind of
+// the group are reconciled again under the new schemas, and those rules
+// are checked against them again (Config.Recheck); a change of
 // unknown groups (after the watch was interrupted) drops every schema and
 // reads every parent mapping again, but reconciles nothing. It does not
 // block: what reads discovery runs on its own goroutine.
@@ -1563,11 +1569,32 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 			if !ch.All {
 				c.requeueUsers(ch.Group)
 			}
+			c.recheck(ch)
 		}()
 	}
 	select {
 	case c.kick <- struct{}{}:
 	default:
+	}
+}
+
+// recheck asks Config.Recheck about the running rules that use a kind of
+// the changed group (every running rule, for a change of unknown groups).
+func (c *Controller) recheck(ch mapper.Change) {
+	if c.cfg.Recheck == nil {
+		return
+	}
+	var running []*rules.Rule
+	c.mu.Lock()
+	for _, rs := range c.rules {
+		uses := ch.All || slices.ContainsFunc(kindsOf(rs.rule), func(gvk schema.GroupVersionKind) bool { return gvk.Group == ch.Group })
+		if rs.active && uses {
+			running = append(running, rs.rule)
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range running {
+		c.cfg.Recheck(context.Background(), r)
 	}
 }
 

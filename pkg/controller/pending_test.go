@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -16,6 +17,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/rules"
 )
 
@@ -124,4 +126,38 @@ func testPreviousVersionRunsWhileNewWaits(t *testing.T) {
 		defer c.mu.Unlock()
 		return !ok && len(c.pending) == 0
 	})
+}
+
+// A changed CRD has the running rules that use a kind of its group checked
+// again (Config.Recheck), and no other rule.
+func TestRecheckOnKindsChanged(t *testing.T) {
+	client, m := fakeCluster(gadgetWith("g1", false, false))
+	var mu sync.Mutex
+	var rechecked []string
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100),
+		Recheck: func(_ context.Context, r *rules.Rule) {
+			mu.Lock()
+			defer mu.Unlock()
+			rechecked = append(rechecked, r.Name)
+		}})
+	activateRule(t, c)
+	for _, tc := range []struct {
+		change mapper.Change
+		want   []string
+	}{
+		{mapper.Change{Group: "example.com", Spec: true}, []string{"r"}},
+		{mapper.Change{Group: "", Spec: true}, []string{"r"}}, // ConfigMaps: a child kind
+		{mapper.Change{Group: "other.example.com", Spec: true}, nil},
+		{mapper.Change{All: true, Spec: true}, []string{"r"}},
+	} {
+		mu.Lock()
+		rechecked = nil
+		mu.Unlock()
+		c.recheck(tc.change)
+		mu.Lock()
+		if !slices.Equal(rechecked, tc.want) {
+			t.Errorf("%+v rechecked %v, want %v", tc.change, rechecked, tc.want)
+		}
+		mu.Unlock()
+	}
 }

@@ -237,6 +237,7 @@ func New(opts Options) (*Manager, error) {
 	schemas := schema.New(kube.Discovery().OpenAPIV3())
 	crds := &ruleset.CRDs{Client: dyn, Resources: resources, Manage: opts.ManageCRDs, Types: schemas}
 	admit := crds.Check
+	var recheck func(context.Context, *rules.Rule)
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
 		var writesStatus func(string) bool
@@ -259,7 +260,7 @@ func New(opts Options) (*Manager, error) {
 			return nil, err
 		}
 		m.rules = set
-		admit = set.Admit
+		admit, recheck = set.Admit, set.Recheck
 		initial = append(slices.Clone(opts.Rules), set.Rules()...)
 	}
 	if len(initial) == 0 && !opts.RuleObjects {
@@ -271,7 +272,7 @@ func New(opts Options) (*Manager, error) {
 		Schemas: schemas, Events: opts.Events, Sharding: sharding,
 		Impersonate: impersonator(config),
 		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace()},
-		Prepare:     crds.Prepare, Admit: admit,
+		Prepare:     crds.Prepare, Admit: admit, Recheck: recheck,
 		RulesLoaded: func() bool { return m.rules == nil || m.rules.Settled() },
 	})
 	meta, err := metadata.NewForConfig(config)

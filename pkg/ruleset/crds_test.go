@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -486,4 +487,73 @@ func TestStatusUnsyncedCaches(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A running rule is checked again when a CRD of its kinds changes: one
+// that no longer fits keeps running, and its Rule object says Accepted
+// False, naming the field path and the expression; the CRD changed back,
+// Accepted is True again. A file rule is only logged.
+func TestSetRecheck(t *testing.T) {
+	ctx := context.Background()
+	crds := fakeClient(appCRD(t))
+	s, err := New(Config{Objects: true, Client: fakeClient(), Resources: serveApps,
+		CRDs: &CRDs{Client: crds, Resources: serveApps}, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.image")), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetUID("u1")
+	obj.SetGeneration(1)
+	if !s.observe(ctx, obj, false) {
+		t.Fatal("a valid Rule object was not taken")
+	}
+	s.recompute(ctx)
+	rule := s.objects["obj"].rule
+	if err := s.Admit(ctx, rule); err != nil {
+		t.Fatalf("Admit() = %v for a rule that fits", err)
+	}
+	acceptedIs := func(want string, words ...string) {
+		t.Helper()
+		s.mu.Lock()
+		status := s.statusLocked("obj", s.objects["obj"])
+		s.mu.Unlock()
+		acc := status["conditions"].([]any)[0].(map[string]any)
+		if acc["status"] != want {
+			t.Fatalf("Accepted = %v, want %s", acc, want)
+		}
+		for _, w := range words {
+			if !strings.Contains(acc["message"].(string), w) {
+				t.Errorf("Accepted message %q does not say %q", acc["message"], w)
+			}
+		}
+	}
+	acceptedIs("True")
+	setCRD := func(field string) {
+		t.Helper()
+		crd := appCRD(t)
+		props := crd.Object["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)["spec"].(map[string]any)
+		props["properties"] = map[string]any{field: map[string]any{"type": "string"}}
+		if _, err := crds.Resource(CRDGVR).Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	setCRD("imageRef")
+	s.Recheck(ctx, rule)
+	acceptedIs("False", `spec.children[0].template.data.v: ${parent.spec.image}`, "keeps running")
+	setCRD("image")
+	s.Recheck(ctx, rule)
+	acceptedIs("True")
+
+	// The CRD cannot be read: what is known stands.
+	setCRD("imageRef")
+	s.Recheck(ctx, rule)
+	crds.PrependReactor("get", "customresourcedefinitions", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("try later")
+	})
+	s.Recheck(ctx, rule)
+	acceptedIs("False", "keeps running")
 }

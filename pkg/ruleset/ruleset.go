@@ -523,6 +523,23 @@ func (s *Set) checkTypes(ctx context.Context, rule *rules.Rule) error {
 // expression. It is asked again at every try to start the rule, so a fixed
 // CRD or rule lets it start.
 func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
+	return s.check(ctx, rule, false)
+}
+
+// Recheck checks a running rule again against the schemas of its kinds,
+// after a CRD of one of them changed; it fits controller.Config.Recheck.
+// A rule that no longer fits keeps running (stopping it would stop the
+// drift repair and finalizing of every parent, also of those whose objects
+// still render; each parent says where its render fails), but is reported
+// as Admit reports it: logged once, and a Rule object's status says
+// Accepted False, reason Invalid, naming the field path and the
+// expression. When the CRD or the rule is fixed, Accepted is True again.
+func (s *Set) Recheck(ctx context.Context, rule *rules.Rule) {
+	_ = s.check(ctx, rule, true)
+}
+
+// check is Admit, and with running Recheck.
+func (s *Set) check(ctx context.Context, rule *rules.Rule, running bool) error {
 	if s.cfg.CRDs == nil {
 		return nil
 	}
@@ -538,6 +555,9 @@ func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
 	} else {
 		prev = s.fileTypeErrs[rule]
 	}
+	if running && !isTypeErr && err != nil {
+		return err // the CRD could not be read: what is known stands
+	}
 	var now error
 	if isTypeErr {
 		now = err
@@ -545,6 +565,9 @@ func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
 			// The field path in the Rule, rather than a line of the YAML
 			// kgen made of it.
 			now = &TypeError{CRD: te.CRD, Err: describe(te.Err, o.obj)}
+		}
+		if running {
+			now = &TypeError{CRD: te.CRD, Err: fmt.Errorf("%w (the rule keeps running; each parent whose render fails says so on its Ready condition)", now.(*TypeError).Err)}
 		}
 	}
 	if o != nil {
@@ -554,11 +577,18 @@ func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
 	} else {
 		delete(s.fileTypeErrs, rule)
 	}
-	if now != nil && (prev == nil || prev.Error() != now.Error()) {
-		klog.FromContext(ctx).Error(now, "Rule does not start: it does not fit the schemas of its kinds", "rule", rule.Name)
+	switch {
+	case now != nil && (prev == nil || prev.Error() != now.Error()):
+		msg := "Rule does not start: it does not fit the schemas of its kinds"
+		if running {
+			msg = "Rule no longer fits the schemas of its kinds, one of which changed; it keeps running"
+		}
+		klog.FromContext(ctx).Error(now, msg, "rule", rule.Name)
 		s.kickLocked()
-	}
-	if now == nil && prev != nil {
+	case now == nil && prev != nil:
+		if running {
+			klog.FromContext(ctx).Info("Rule fits the schemas of its kinds again", "rule", rule.Name)
+		}
 		s.kickLocked()
 	}
 	if isTypeErr {
