@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // typedStatusCRD is the CRD of a Gadget whose status keeps no unknown
@@ -87,4 +88,47 @@ func TestChangeStatusFieldRejected(t *testing.T) {
 		return nil
 	})
 	waitRuleStatus(t, "statusfield", counts(1, 0))
+}
+
+// Scenario: a status field dropped from a rule leaves the parent's status,
+// whether kgen writes it with a JSON patch (conditions not keyed) or with
+// a server-side apply (keyed); the rule's other field, and a field another
+// writer set, stay.
+func TestChangeStatusFieldRemoved(t *testing.T) {
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	for _, keyed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keyed=%t", keyed), func(t *testing.T) {
+			group := fmt.Sprintf("statusdrop%t.example.com", keyed)
+			ns := newNamespace(t)
+			gvr := serveCRD(t, gadgetCRD(group, keyed))
+			name := fmt.Sprintf("statusdrop-%t", keyed)
+			applyRule(t, gadgetRuleDoc(name, group, "Gadget", ns, configChild("c")+
+				"  status:\n    configName: ${children.config.metadata.name}\n    url: http://${parent.metadata.name}\n"))
+			create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+			waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+				if c := readyCondition(p); c == nil || c["status"] != "True" {
+					return fmt.Errorf("Ready = %v", c)
+				}
+				return expect(p, "http://g", "status", "url")
+			})
+			patch := []byte(`{"status":{"theirs":"kept"}}`)
+			if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch,
+				metav1.PatchOptions{FieldManager: "other-controller"}, "status"); err != nil {
+				t.Fatal(err)
+			}
+
+			applyRule(t, gadgetRuleDoc(name, group, "Gadget", ns, configChild("c")+
+				"  status:\n    configName: ${children.config.metadata.name}\n"))
+			waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+				if v, found, _ := unstructured.NestedFieldNoCopy(p.Object, "status", "url"); found {
+					return fmt.Errorf("status.url = %v, want it gone with the rule's field", v)
+				}
+				if err := expect(p, "g", "status", "configName"); err != nil {
+					return err
+				}
+				return expect(p, "kept", "status", "theirs")
+			})
+		})
+	}
 }

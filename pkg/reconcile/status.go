@@ -89,10 +89,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 	}
 	gen := parent.GetGeneration()
 	currentReady, index := findCondition(current)
+	keyed := keyedConditions(r.kind(parent.GroupVersionKind()))
+	stale := staleStatusFields(parent, current, rule, keyed)
 	ready = stamp(ready, currentReady, gen, r.cfg.Now())
 	want := statusOf(conditionMap(ready), gen, fields)
 	have := statusOf(currentReady, observedGeneration(current), current)
-	if sameStatus(want, have) {
+	if sameStatus(want, have) && len(stale) == 0 {
 		return Result{}, nil
 	}
 
@@ -118,8 +120,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 		return Result{RequeueAfter: wait}, nil
 	}
 
-	keyed := keyedConditions(r.kind(parent.GroupVersionKind()))
-	updated, err := r.sendStatus(ctx, mapping, parent, keyed, current, index, want, ready, fields)
+	updated, err := r.sendStatus(ctx, mapping, parent, keyed, current, index, want, ready, fields, stale)
 	refused := ""
 	if err != nil && len(fields) > 0 {
 		refused = refusedStatus(err)
@@ -128,21 +129,24 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 		// The rule's status fields do not fit the parent's schema (it
 		// changed since the rule was checked against it, or was not
 		// known then): no write with them can succeed, and the parent
-		// must not keep a Ready condition it no longer earns. Write
-		// Ready alone, saying why, and retry the whole status with
-		// backoff, since a change of the schema or the rule mends it.
-		fallback := stamp(readyCondition(ReasonInvalid, "the rule's status fields do not fit the parent's schema, so kgen writes only this condition: "+refused), currentReady, gen, r.cfg.Now())
-		only := statusOf(conditionMap(fallback), gen, nil)
-		if !sameStatus(only, have) {
+		// must not keep a Ready condition it no longer earns. Write Ready
+		// False, keeping its cause and adding the refusal, with the
+		// fields the server did not name (none, if it named none of
+		// them), and retry the whole status with backoff, since a change
+		// of the schema or the rule mends it.
+		fallback, kept := refusedFallback(ready, fields, refused, refusedFields(err))
+		fallback = stamp(fallback, currentReady, gen, r.cfg.Now())
+		only := statusOf(conditionMap(fallback), gen, kept)
+		if !sameStatus(only, have) || len(stale) > 0 {
 			var fallbackErr error
-			if updated, fallbackErr = r.sendStatus(ctx, mapping, parent, keyed, current, index, only, fallback, map[string]any{}); fallbackErr != nil {
+			if updated, fallbackErr = r.sendStatus(ctx, mapping, parent, keyed, current, index, only, fallback, kept, stale); fallbackErr != nil {
 				return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), errors.Join(err, fallbackErr))
 			}
 			r.status.wrote(parent.GetUID(), only.digest(), inputs)
 			r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
 		}
 		r.status.refused(parent.GetUID(), want.digest())
-		return Result{}, fmt.Errorf("write status of %s (kgen wrote only its Ready condition, False, as the rule's status fields do not fit the parent's schema): %w", describeObject(mapping, parent), err)
+		return Result{}, fmt.Errorf("write status of %s (kgen wrote its Ready condition False, and only the status fields that fit, as the rule's status fields do not fit the parent's schema): %w", describeObject(mapping, parent), err)
 	}
 	if err != nil {
 		if (apierrors.IsConflict(err) || apierrors.IsInvalid(err)) && !keyed {
@@ -177,8 +181,10 @@ func stamp(ready metav1.Condition, currentReady map[string]any, gen int64, now t
 
 // sendStatus writes want (the Ready condition ready, generation and
 // fields) to the parent's status: by server-side apply of kgen's part
-// where its conditions are keyed by type, and else by a JSON patch.
-func (r *Reconciler) sendStatus(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, keyed bool, current map[string]any, index int, want parentStatus, ready metav1.Condition, fields map[string]any) (*unstructured.Unstructured, error) {
+// where its conditions are keyed by type (the apply drops a field kgen
+// alone set that it no longer sets), and else by a JSON patch, which also
+// removes the stale fields (see staleStatusFields).
+func (r *Reconciler) sendStatus(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, keyed bool, current map[string]any, index int, want parentStatus, ready metav1.Condition, fields map[string]any, stale []string) (*unstructured.Unstructured, error) {
 	client := r.resource(mapping, parent.GetNamespace())
 	if keyed {
 		patch := &unstructured.Unstructured{Object: map[string]any{"status": want.applyConfiguration()}}
@@ -189,7 +195,7 @@ func (r *Reconciler) sendStatus(ctx context.Context, mapping mapper.Mapping, par
 		patch.SetUID(parent.GetUID())
 		return client.ApplyStatus(ctx, parent.GetName(), patch, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	}
-	body, err := json.Marshal(jsonPatch(parent, current, index, ready, parent.GetGeneration(), fields))
+	body, err := json.Marshal(jsonPatch(parent, current, index, ready, parent.GetGeneration(), fields, stale))
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +232,71 @@ func refusedStatus(err error) string {
 		}
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// refusedFields returns the top-level status fields the API server named
+// when it refused a status write (refusedStatus): from the causes of a 422
+// ("status.mode"), or from the message of a server-side apply it could not
+// type (".status.mode: field not declared in schema"). None when it named
+// none.
+func refusedFields(err error) []string {
+	var api apierrors.APIStatus
+	if !errors.As(err, &api) {
+		return nil
+	}
+	var paths []string
+	s := api.Status()
+	if m := typedPatchError.FindStringSubmatch(s.Message); m != nil {
+		for _, part := range strings.Split(m[1], "\n") {
+			if path, _, ok := strings.Cut(strings.TrimSpace(part), ":"); ok {
+				paths = append(paths, strings.TrimPrefix(path, "."))
+			}
+		}
+	}
+	if s.Details != nil {
+		for _, c := range s.Details.Causes {
+			paths = append(paths, c.Field)
+		}
+	}
+	var out []string
+	for _, p := range paths {
+		rest, ok := strings.CutPrefix(p, "status.")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, ".")
+		name, _, _ = strings.Cut(name, "[")
+		if name != "" && name != "conditions" && name != "observedGeneration" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// refusedFallback returns what kgen writes when the server refused the
+// rule's status fields (refused, as refusedStatus says it): a Ready
+// condition False that keeps the cause of ready when it was False (a child
+// that failed, a render error) and adds the refusal, and the fields the
+// server did not name. When it named none of the fields kgen wrote, no
+// field is kept: any of them may be the one.
+func refusedFallback(ready metav1.Condition, fields map[string]any, refused string, named []string) (metav1.Condition, map[string]any) {
+	kept := map[string]any{}
+	if slices.ContainsFunc(named, func(n string) bool { _, ok := fields[n]; return ok }) {
+		for k, v := range fields {
+			if !slices.Contains(named, k) {
+				kept[k] = v
+			}
+		}
+	}
+	what := "the rule's status fields do not fit the parent's schema, so kgen writes only those that do: " + refused
+	if len(kept) == 0 {
+		what = "the rule's status fields do not fit the parent's schema, so kgen writes none: " + refused
+	}
+	if ready.Status == metav1.ConditionTrue {
+		return readyCondition(ReasonInvalid, what), kept
+	}
+	out := readyCondition(ready.Reason, ready.Message+"; and "+what)
+	return out, kept
 }
 
 // keyedConditions reports whether a kind's status.conditions is a list
@@ -289,10 +360,10 @@ func (s parentStatus) applyConfiguration() map[string]any {
 }
 
 // jsonPatch returns the JSON patch that writes kgen's part of the status of
-// a parent whose conditions are not keyed: it tests the resourceVersion it
-// read and the type of the condition it replaces, so it fails rather than
-// write over a change it has not seen.
-func jsonPatch(parent *unstructured.Unstructured, current map[string]any, index int, ready metav1.Condition, gen int64, fields map[string]any) []map[string]any {
+// a parent whose conditions are not keyed, and removes the stale fields: it
+// tests the resourceVersion it read and the type of the condition it
+// replaces, so it fails rather than write over a change it has not seen.
+func jsonPatch(parent *unstructured.Unstructured, current map[string]any, index int, ready metav1.Condition, gen int64, fields map[string]any, stale []string) []map[string]any {
 	ops := []map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": parent.GetResourceVersion()}}
 	cond := conditionMap(ready)
 	switch {
@@ -317,7 +388,49 @@ func jsonPatch(parent *unstructured.Unstructured, current map[string]any, index 
 	for _, k := range names {
 		ops = append(ops, map[string]any{"op": "add", "path": "/status/" + escapePointer(k), "value": fields[k]})
 	}
+	for _, k := range stale {
+		ops = append(ops, map[string]any{"op": "remove", "path": "/status/" + escapePointer(k)})
+	}
 	return ops
+}
+
+// staleStatusFields returns the top-level status fields that kgen's status
+// writes set on the parent and that the rule no longer has (a field it has
+// but could not compute this time is not stale). kgen's entries of the
+// parent's managed fields tell what it set (the caches keep them; see
+// watch.LegacyManager): for keyed conditions its Apply entry, since its
+// server-side apply removes only what that entry owns; otherwise any of
+// its status entries, since its JSON patch removes any field. Only fields
+// the parent has are returned, so a removal never fails on a field that is
+// gone. A field another writer changed since is theirs (the API server
+// moved it to their entry), and is never returned.
+func staleStatusFields(parent *unstructured.Unstructured, current map[string]any, rule *rules.Rule, keyed bool) []string {
+	md, _ := parent.Object["metadata"].(map[string]any)
+	entries, _ := md["managedFields"].([]any)
+	var stale []string
+	for _, e := range entries {
+		m, ok := e.(map[string]any)
+		if !ok || m["manager"] != FieldManager || m["subresource"] != "status" ||
+			keyed && m["operation"] != string(metav1.ManagedFieldsOperationApply) {
+			continue
+		}
+		f1, _ := m["fieldsV1"].(map[string]any)
+		owned, _ := f1["f:status"].(map[string]any)
+		for k := range owned {
+			name, ok := strings.CutPrefix(k, "f:")
+			if !ok || name == "conditions" || name == "observedGeneration" {
+				continue
+			}
+			if slices.ContainsFunc(rule.Status, func(f *rules.StatusField) bool { return f.Name == name }) {
+				continue
+			}
+			if _, there := current[name]; there && !slices.Contains(stale, name) {
+				stale = append(stale, name)
+			}
+		}
+	}
+	slices.Sort(stale)
+	return stale
 }
 
 // escapePointer escapes a key for a JSON pointer (RFC 6901).

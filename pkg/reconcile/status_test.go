@@ -1,7 +1,9 @@
 package reconcile
 
 import (
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +151,144 @@ func TestRefusedStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := refusedStatus(tt.err); got != tt.want {
 				t.Errorf("refusedStatus() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A status field the rule no longer sets is removed from a parent whose
+// conditions are not keyed (kgen writes them with a JSON patch), when
+// kgen's entry of the parent's managed fields says kgen set it; a field
+// another writer set, or changed since, stays. Once removed, nothing more
+// is written. (With keyed conditions the server-side apply drops such a
+// field itself.)
+func TestStatusStaleFields(t *testing.T) {
+	tests := []struct {
+		name   string
+		atomic bool
+		op     string   // of kgen's entry of the status
+		owned  []string // the status fields kgen's entry of the status lists
+		remove []string // the fields a JSON patch removes
+		apply  bool     // whether an apply without url is sent
+	}{
+		{name: "a field kgen set", atomic: true, op: "Update", owned: []string{"configName", "url"}, remove: []string{"url"}},
+		{name: "a field another writer set", atomic: true, op: "Update", owned: []string{"configName"}},
+		{name: "keyed conditions: an apply without it drops it", op: "Apply", owned: []string{"configName", "url"}, apply: true},
+		{name: "keyed conditions: kgen's patch of old cannot be undone by an apply", op: "Update", owned: []string{"configName", "url"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, appRule, func(c *Config) { c.Schemas = fakeSchemas{atomicConditions: tt.atomic} })
+			h.converge(appParent(nil))
+			p := h.api.get(appGVK, "team", "web")
+			status := p.Object["status"].(map[string]any)
+			status["url"] = "http://web"
+			fields := map[string]any{"f:conditions": map[string]any{}, "f:observedGeneration": map[string]any{}}
+			for _, f := range tt.owned {
+				fields["f:"+f] = map[string]any{}
+			}
+			p.Object["metadata"].(map[string]any)["managedFields"] = []any{
+				map[string]any{"manager": "kgen", "operation": tt.op, "apiVersion": "example.com/v1", "subresource": "status",
+					"fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:status": fields}},
+			}
+			p.SetResourceVersion("")
+			h.api.add(p)
+			h.api.resetRequests()
+			if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+				t.Fatal(err)
+			}
+			var removed []string
+			if body := h.api.lastBody("patch", "status"); body != nil {
+				var ops []map[string]any
+				_ = json.Unmarshal(body, &ops)
+				for _, op := range ops {
+					if op["op"] == "remove" {
+						removed = append(removed, strings.TrimPrefix(op["path"].(string), "/status/"))
+					}
+				}
+			}
+			if !slices.Equal(removed, tt.remove) {
+				t.Errorf("removed %v, want %v", removed, tt.remove)
+			}
+			if tt.remove != nil {
+				if _, there := h.api.get(appGVK, "team", "web").Object["status"].(map[string]any)["url"]; there {
+					t.Error("status.url is still there after the write")
+				}
+			}
+			if applied := h.api.lastBody("patch", "status"); tt.remove == nil && (tt.apply != (applied != nil) || tt.apply && strings.Contains(string(applied), "url")) {
+				t.Errorf("status write %s, want an apply without url: %t", applied, tt.apply)
+			}
+			if h.api.get(appGVK, "team", "web").Object["status"].(map[string]any)["configName"] == nil {
+				t.Error("the rule's field was removed")
+			}
+			if tt.apply {
+				// The server drops what kgen alone owned, and its entry
+				// no longer lists it (the fake does neither).
+				p := h.api.get(appGVK, "team", "web")
+				delete(p.Object["status"].(map[string]any), "url")
+				p.SetResourceVersion("")
+				h.api.add(p)
+			}
+			h.api.resetRequests()
+			if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+				t.Fatal(err)
+			}
+			if w := h.api.writes(); len(w) > 0 {
+				t.Errorf("converged, it wrote %q", w)
+			}
+		})
+	}
+}
+
+// The fields the server names when it refuses a status write, and what
+// kgen writes then: the fields it did not name, and Ready False keeping
+// the cause it had.
+func TestRefusedFallback(t *testing.T) {
+	two := apierrors.NewInvalid(schema.GroupKind{Group: "example.com", Kind: "App"}, "web", field.ErrorList{
+		field.Invalid(field.NewPath("status", "url"), int64(1), "must be a string"),
+		field.Invalid(field.NewPath("status", "ports").Index(0).Child("port"), "x", "must be an integer"),
+	})
+	if got, want := refusedFields(two), []string{"url", "ports"}; !slices.Equal(got, want) {
+		t.Errorf("refusedFields(422) = %v, want %v", got, want)
+	}
+	if got, want := refusedFields(typedPatchRefusal()), []string{"configName"}; !slices.Equal(got, want) {
+		t.Errorf("refusedFields(typed patch) = %v, want %v", got, want)
+	}
+	if got := refusedFields(apierrors.NewServiceUnavailable("busy")); got != nil {
+		t.Errorf("refusedFields(503) = %v", got)
+	}
+
+	fields := map[string]any{"configName": "web-config", "url": 1}
+	tests := []struct {
+		name     string
+		ready    metav1.Condition
+		named    []string
+		kept     []string
+		reason   string
+		msgKeeps string
+	}{
+		{name: "ready, one field named", ready: metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady}, named: []string{"url"},
+			kept: []string{"configName"}, reason: ReasonInvalid},
+		{name: "a render error kept", ready: readyCondition(ReasonInvalid, "child config: no such key: imgae"), named: []string{"url"},
+			kept: []string{"configName"}, reason: ReasonInvalid, msgKeeps: "child config: no such key: imgae"},
+		{name: "a conflict kept", ready: readyCondition(ReasonConflict, "child config: exists"), named: []string{"url"},
+			kept: []string{"configName"}, reason: ReasonConflict, msgKeeps: "child config: exists"},
+		{name: "no field named: none kept", ready: metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady},
+			reason: ReasonInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, kept := refusedFallback(tt.ready, fields, "status.url: must be a string", tt.named)
+			var names []string
+			for k := range kept {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			if !slices.Equal(names, tt.kept) {
+				t.Errorf("kept %v, want %v", names, tt.kept)
+			}
+			if c.Status != metav1.ConditionFalse || c.Reason != tt.reason || !strings.Contains(c.Message, "status.url: must be a string") || !strings.Contains(c.Message, tt.msgKeeps) {
+				t.Errorf("Ready = %+v, want False, %s, keeping %q and naming the refusal", c, tt.reason, tt.msgKeeps)
 			}
 		})
 	}

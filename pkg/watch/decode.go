@@ -138,22 +138,42 @@ type replacement struct {
 	with []byte
 }
 
-// LegacyManager is the field manager whose Update entries the caches keep
-// in an object's managedFields: older kgen versions created children with
-// POST under this manager, and the reconciler moves those fields into its
-// apply entry before it first applies such a child. Every other entry is
-// dropped; kgen reads no other.
+// LegacyManager is the field manager whose entries the caches keep in an
+// object's managedFields, when keptEntry says so: older kgen versions
+// created children with POST under this manager (an Update entry of the
+// object), and the reconciler moves those fields into its apply entry
+// before it first applies such a child; and kgen's entry of a parent's
+// status (an Update entry for a JSON patch, an Apply entry for a
+// server-side apply) tells which status fields kgen set, so that one the
+// rule no longer sets is removed. Every other entry is dropped; kgen reads
+// no other.
 const LegacyManager = "kgen"
 
-// legacyEntry is how the API server writes the start of a managedFields
-// entry of LegacyManager with operation Update: encoding/json writes
-// ManagedFieldsEntry's members in the order of the struct.
-var legacyEntry = []byte(`{"manager":"` + LegacyManager + `","operation":"Update",`)
+// keptEntry tells whether the caches keep an entry of LegacyManager: an
+// Update of the object itself, or an Update or Apply of its status.
+func keptEntry(update, apply, object, status bool) bool {
+	return update && (object || status) || apply && status
+}
+
+// statusEntry marks the managedFields entry of a write of the status
+// subresource.
+var statusEntry = []byte(`"subresource":"status"`)
+
+// The members of a managedFields entry that the caches keep. The API
+// server writes them in the order of ManagedFieldsEntry's fields for a
+// built-in kind, and sorted by name for a custom resource (an
+// unstructured object), so they are looked for one by one.
+var (
+	legacyManager = []byte(`"manager":"` + LegacyManager + `"`)
+	updateEntry   = []byte(`"operation":"Update"`)
+	applyEntry    = []byte(`"operation":"Apply"`)
+	subresource   = []byte(`"subresource":`)
+)
 
 // keptManagedFields returns the JSON list of the entries of a managedFields
 // list that the caches keep (see LegacyManager), or nil if there are none.
 func keptManagedFields(list []byte) []byte {
-	if !bytes.Contains(list, legacyEntry) {
+	if !bytes.Contains(list, legacyManager) {
 		return nil // the common case: nothing to keep, no parsing
 	}
 	var kept [][]byte
@@ -166,7 +186,10 @@ func keptManagedFields(list []byte) []byte {
 		if err != nil {
 			return nil
 		}
-		if e := list[i:end]; bytes.HasPrefix(e, legacyEntry) && !bytes.Contains(e, []byte(`"subresource":`)) {
+		// fieldsV1 holds only names that start with "f:", "k:", "v:",
+		// "i:" or ".", so these members cannot be matched inside it.
+		if e := list[i:end]; bytes.Contains(e, legacyManager) && keptEntry(bytes.Contains(e, updateEntry), bytes.Contains(e, applyEntry),
+			!bytes.Contains(e, subresource), bytes.Contains(e, statusEntry)) {
 			kept = append(kept, e)
 		}
 		i = skipSpace(list, end)

@@ -294,7 +294,8 @@ func keepLegacyManagedFields(u *unstructured.Unstructured) {
 	var kept []any
 	for _, e := range list {
 		if m, ok := e.(map[string]any); ok && m["manager"] == LegacyManager &&
-			m["operation"] == string(metav1.ManagedFieldsOperationUpdate) && (m["subresource"] == nil || m["subresource"] == "") {
+			keptEntry(m["operation"] == string(metav1.ManagedFieldsOperationUpdate), m["operation"] == string(metav1.ManagedFieldsOperationApply),
+				m["subresource"] == nil || m["subresource"] == "", m["subresource"] == "status") {
 			kept = append(kept, e)
 		}
 	}
