@@ -72,7 +72,8 @@ func TestChangeChildIdsCollide(t *testing.T) {
 	startControllerWith(t, controllerOptions{User: user}, file).waitReady(t)
 	start := time.Now()
 	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
-	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, wantErr)
+	// The message says where the second child is in the rules file.
+	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, file+":", wantErr)
 	// No write loop: over a few seconds (a loop made hundreds of writes a
 	// second), kgen writes the parent's status and no ConfigMap.
 	time.Sleep(5 * time.Second)

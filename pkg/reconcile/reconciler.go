@@ -312,7 +312,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			// Without the finalizer such a child could never be cleaned
 			// up: do not write it, but keep what exists of it.
 			results[i] = outcome{step: step, live: step.Live}
-			results[i].reason, results[i].msg = failure(step.ID, "the parent", "set the finalizer on", finalizerErr)
+			results[i].reason, results[i].msg = failure(rule, step.ID, "the parent", "set the finalizer on", finalizerErr)
 			continue
 		}
 		if step.Op == OpKeep && step.Live != nil {
@@ -524,7 +524,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			// worth it.
 			existing, getErr := reader.Get(ctx, desired.GetName(), metav1.GetOptions{})
 			if getErr != nil {
-				out.reason, out.msg = failure(step.ID, ref, "read", getErr)
+				out.reason, out.msg = failure(rule, step.ID, ref, "read", getErr)
 				return out, fmt.Errorf("get %s: %w", ref, getErr)
 			}
 			switch who := r.owner(ctx, existing, parent); who {
@@ -554,7 +554,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: namespace %s is being deleted", step.ID, desired.GetNamespace())
 			return out, Terminal(fmt.Errorf("create %s: %w", ref, err))
 		default:
-			out.reason, out.msg = failure(step.ID, ref, "create", err)
+			out.reason, out.msg = failure(rule, step.ID, ref, "create", err)
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
 			return out, wrapFailure(fmt.Errorf("create %s: %w", ref, err))
 		}
@@ -565,7 +565,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		who = r.lastWriter(ctx, reader, live)
 	}
 	if err := r.upgradeOwnership(ctx, reader, client, live); err != nil {
-		out.reason, out.msg = failure(step.ID, ref, "migrate the field ownership of", err)
+		out.reason, out.msg = failure(rule, step.ID, ref, "migrate the field ownership of", err)
 		return out, fmt.Errorf("migrate field ownership of %s: %w", ref, err)
 	}
 	// The UID pins the write to the object seen: if it was replaced by
@@ -574,7 +574,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 	applied, err := client.Apply(ctx, desired.GetName(), desired, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	desired.SetUID("")
 	if err != nil {
-		out.reason, out.msg = failure(step.ID, ref, "apply", err)
+		out.reason, out.msg = failure(rule, step.ID, ref, "apply", err)
 		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
 		return out, wrapFailure(fmt.Errorf("apply %s: %w", ref, err))
 	}
@@ -620,17 +620,23 @@ func sameChild(parent types.UID, id string) func(*watch.Object) bool {
 	}
 }
 
-// failure turns an API error into a Ready reason and message.
-func failure(id, ref, verb string, err error) (reason, msg string) {
+// failure turns an API error into a Ready reason and message. When the
+// server refused the object (invalid), the message also says where in the
+// rules the child's template is, as that is what to fix.
+func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg string) {
+	where := ""
 	switch {
 	case apierrors.IsForbidden(err):
 		reason = ReasonForbidden
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 		reason = ReasonInvalid
+		if src := ChildSource(rule, id); src != "" {
+			where = " (its template: " + src + ")"
+		}
 	default:
 		reason = ReasonApplyFailed
 	}
-	return reason, fmt.Sprintf("child %s: %s %s: %v", id, verb, ref, err)
+	return reason, fmt.Sprintf("child %s: %s %s: %v%s", id, verb, ref, err, where)
 }
 
 // wrapFailure marks an error the API server will give again for the same

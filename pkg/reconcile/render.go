@@ -152,6 +152,9 @@ type RenderError struct {
 	// Child is the child id; empty for problems with the parent or a status
 	// field.
 	Child string
+	// Source is where in the rules the child is (see ChildSource); empty
+	// when unknown, or when Err says where.
+	Source string
 	// Err is the cause.
 	Err error
 }
@@ -163,10 +166,38 @@ func (e *RenderError) Error() string {
 	if errors.As(e.Err, &re) && re.Rule != "" {
 		return e.Err.Error()
 	}
-	if e.Child != "" {
-		return fmt.Sprintf("rule %q: child %q: %v", e.Rule, e.Child, e.Err)
+	where := ""
+	if e.Source != "" {
+		where = e.Source + ": "
 	}
-	return fmt.Sprintf("rule %q: %v", e.Rule, e.Err)
+	if e.Child != "" {
+		return fmt.Sprintf("%srule %q: child %q: %v", where, e.Rule, e.Child, e.Err)
+	}
+	return fmt.Sprintf("%srule %q: %v", where, e.Rule, e.Err)
+}
+
+// ChildSource says where a child's entry is in the rules, for messages:
+// file:line:column for a rules file, and for a Rule object its name and
+// the entry's field path ("Rule/web spec.children[1]"), since the lines
+// of the YAML kgen made of the object are not the user's. "" when the
+// rule has no such child, or its position is unknown.
+func ChildSource(rule *rules.Rule, id string) string {
+	for i, c := range rule.Children {
+		if c.ID != id {
+			continue
+		}
+		if strings.HasPrefix(c.Pos.File, rules.ObjectFile("")) {
+			return fmt.Sprintf("%s spec.children[%d]", c.Pos.File, i)
+		}
+		return c.Pos.String()
+	}
+	return ""
+}
+
+// renderError is a RenderError of a child of the rule, saying where the
+// child is.
+func renderError(rule *rules.Rule, id string, err error) *RenderError {
+	return &RenderError{Rule: rule.Name, Child: id, Source: ChildSource(rule, id), Err: err}
 }
 
 // Unwrap returns the cause.
@@ -238,7 +269,7 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 		if len(c.ForEach) > 0 {
 			var err error
 			if elements, err = c.Elements(r.vars); err != nil {
-				return nil, &RenderError{Rule: rule.Name, Child: c.ID, Err: err}
+				return nil, renderError(rule, c.ID, err)
 			}
 		}
 		var included []map[string]any
@@ -351,7 +382,7 @@ type renderer struct {
 }
 
 func (r *renderer) invalid(child string, format string, args ...any) error {
-	return &RenderError{Rule: r.rule.Name, Child: child, Err: fmt.Errorf(format, args...)}
+	return renderError(r.rule, child, fmt.Errorf(format, args...))
 }
 
 // checkParent checks that the parent is an object of the rule's kind, as
@@ -456,7 +487,7 @@ func (r *renderer) included(c *rules.Child, each map[string]any) (bool, error) {
 	for _, cond := range c.IncludeWhen {
 		ok, err := cond.EvalBool(vars)
 		if err != nil {
-			return false, &RenderError{Rule: r.rule.Name, Child: c.ID, Err: err}
+			return false, renderError(r.rule, c.ID, err)
 		}
 		if !ok {
 			return false, nil
@@ -523,8 +554,10 @@ func (r *renderer) unique(objects map[objectKey]Child, child Child) error {
 		objects[key] = child
 		return nil
 	}
-	return r.invalid("", "children %s and %s both render %s: give each child a name of its own",
+	err := r.invalid("", "children %s and %s both render %s: give each child a name of its own",
 		r.describeID(first), r.describeID(child), describeChild(child.Object))
+	err.(*RenderError).Source = ChildSource(r.rule, child.ID)
+	return err
 }
 
 // describeID names a rendered child by its id, and by its element for a
@@ -547,7 +580,7 @@ func describeChild(obj *unstructured.Unstructured) string {
 func (r *renderer) child(c *rules.Child, each map[string]any) (Child, error) {
 	val, _, err := c.Template.Evaluate(r.vars.With(each))
 	if err != nil {
-		return Child{}, &RenderError{Rule: r.rule.Name, Child: c.ID, Err: err}
+		return Child{}, renderError(r.rule, c.ID, err)
 	}
 	m, ok := val.(map[string]any)
 	if !ok {
@@ -827,7 +860,7 @@ func CheckReady(rule *rules.Rule, c Child, parent, self *unstructured.Unstructur
 		}
 		ok, err := e.EvalBool(vars)
 		if errors.Is(err, rules.ErrLimitExceeded) {
-			return Readiness{}, &RenderError{Rule: rule.Name, Child: c.ID, Err: err}
+			return Readiness{}, renderError(rule, c.ID, err)
 		}
 		if ok {
 			continue

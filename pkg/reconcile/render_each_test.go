@@ -132,7 +132,7 @@ func TestRenderForEachErrors(t *testing.T) {
 		{
 			name:     "two elements, one name",
 			children: "  - id: cm\n    forEach: [{r: \"${['a', 'b', 'a']}\"}]\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: 'x-${r}'}}\n",
-			want:     `rule "r": child "cm": forEach: elements 0 and 2 both render ConfigMap team-a/x-a: give each element a name of its own`,
+			want:     `rules.yaml:7:5: rule "r": child "cm": forEach: elements 0 and 2 both render ConfigMap team-a/x-a: give each element a name of its own`,
 		},
 		{
 			name:     "not a list at run time",

@@ -3,7 +3,14 @@ package reconcile
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"kgen.dev/kgen/rules"
 )
 
 // Two child ids that render one object would each apply it as theirs, one
@@ -27,29 +34,29 @@ func TestRenderOneObjectTwice(t *testing.T) {
 		{
 			name:     "two ids, names equal only once rendered",
 			children: cm("one", `{name: "${parent.metadata.name}-x"}`) + cm("two", `{name: "${parent.metadata.name + '-x'}"}`),
-			want:     `rule "r": children "one" and "two" both render ConfigMap team-a/web-x: give each child a name of its own`,
+			want:     `rules.yaml:9:5: rule "r": children "one" and "two" both render ConfigMap team-a/web-x: give each child a name of its own`,
 		},
 		{
 			name:     "an absent namespace is the parent's",
 			children: cm("one", `{name: x}`) + cm("two", `{name: "${'x'}", namespace: "${parent.metadata.namespace}"}`),
-			want:     `rule "r": children "one" and "two" both render ConfigMap team-a/x: give each child a name of its own`,
+			want:     `rules.yaml:9:5: rule "r": children "one" and "two" both render ConfigMap team-a/x: give each child a name of its own`,
 		},
 		{
 			name: "a forEach element and an id",
 			children: "  - id: each\n    forEach: [{r: \"${['a', 'b']}\"}]\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: 'web-${r}'}}\n" +
 				cm("one", `{name: "${parent.metadata.name}-b"}`),
-			want: `rule "r": children "each" (forEach element 1) and "one" both render ConfigMap team-a/web-b: give each child a name of its own`,
+			want: `rules.yaml:10:5: rule "r": children "each" (forEach element 1) and "one" both render ConfigMap team-a/web-b: give each child a name of its own`,
 		},
 		{
 			name: "two versions of one kind",
 			children: "  - id: one\n    template: {apiVersion: autoscaling/v1, kind: HorizontalPodAutoscaler, metadata: {name: x}}\n" +
 				"  - id: two\n    template: {apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, metadata: {name: '${\"x\"}'}}\n",
-			want: `rule "r": children "one" and "two" both render HorizontalPodAutoscaler team-a/x: give each child a name of its own`,
+			want: `rules.yaml:9:5: rule "r": children "one" and "two" both render HorizontalPodAutoscaler team-a/x: give each child a name of its own`,
 		},
 		{
 			name:     "under includeWhen, while both are included",
 			children: cmWhen("one", "${parent.spec.expose}", `{name: x}`) + cmWhen("two", "${parent.spec.replicas > 1}", `{name: x}`),
-			want:     `rule "r": children "one" and "two" both render ConfigMap team-a/x: give each child a name of its own`,
+			want:     `rules.yaml:10:5: rule "r": children "one" and "two" both render ConfigMap team-a/x: give each child a name of its own`,
 		},
 		{
 			name:     "under includeWhen, while one is excluded",
@@ -130,7 +137,7 @@ spec:
 	if w, want := h.api.writes(), []string{"patch apps/status team/web"}; !reflect.DeepEqual(w, want) {
 		t.Errorf("writes = %q, want only %q", w, want)
 	}
-	const msg = `rule "app": children "one" and "two" both render ConfigMap team/web-x: give each child a name of its own`
+	const msg = `rules.yaml:13:5: rule "app": children "one" and "two" both render ConfigMap team/web-x: give each child a name of its own`
 	if c := h.ready(); c["status"] != "False" || c["reason"] != ReasonInvalid || c["message"] != msg {
 		t.Errorf("Ready = %v, want False %s %q", c, ReasonInvalid, msg)
 	}
@@ -147,5 +154,52 @@ spec:
 	}
 	if w := h.api.writes(); len(w) > 0 {
 		t.Errorf("reconciling again wrote %q", w)
+	}
+}
+
+// Errors on a parent say where in the rules the child is: file:line:column
+// for a rules file, the field path for a Rule object; an API server that
+// refuses a child's object names its template too, and one that fails for
+// another reason does not.
+func TestChildSource(t *testing.T) {
+	const doc = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App}
+  children:
+  - id: one
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: cm-x}}
+  - id: two
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: cm-y}}
+`
+	fromFile := parseRule(t, doc)
+	obj := map[string]any{}
+	if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+		t.Fatal(err)
+	}
+	fromObject, err := rules.FromObject(obj, rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		rule *rules.Rule
+		id   string
+		want string
+	}{
+		{fromFile, "two", "rules.yaml:9:5"},
+		{fromObject, "two", "Rule/app spec.children[1]"},
+		{fromFile, "three", ""},
+	} {
+		if got := ChildSource(tt.rule, tt.id); got != tt.want {
+			t.Errorf("ChildSource(%s, %s) = %q, want %q", tt.rule.Pos.File, tt.id, got, tt.want)
+		}
+	}
+	invalid := apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "y", nil)
+	if _, msg := failure(fromObject, "two", "configmaps team/y", "apply", invalid); !strings.HasSuffix(msg, "(its template: Rule/app spec.children[1])") {
+		t.Errorf("failure(invalid) = %q, want it to name the template", msg)
+	}
+	if _, msg := failure(fromObject, "two", "configmaps team/y", "apply", apierrors.NewServiceUnavailable("busy")); strings.Contains(msg, "template") {
+		t.Errorf("failure(503) = %q, want no template named", msg)
 	}
 }
