@@ -360,7 +360,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// stops it only in ShutDown): end it, so nothing outlives Run.
 	c.queue.ShutDown()
 	c.mu.Lock()
-	for _, rs := range c.rules {
+	for _, rs := range c.statesLocked() {
 		if rs.stop != nil {
 			rs.stop()
 		}
@@ -1516,6 +1516,7 @@ func (c *Controller) startPending(ctx context.Context, waiting map[*rules.Rule]s
 	logger := klog.FromContext(ctx)
 	c.mu.Lock()
 	var pending []*ruleState
+	swapped := false
 	for name, p := range c.pending {
 		if rs := c.rules[name]; rs == nil || !rs.active {
 			if rs != nil {
@@ -1523,11 +1524,19 @@ func (c *Controller) startPending(ctx context.Context, waiting map[*rules.Rule]s
 			}
 			c.rules[name] = p
 			delete(c.pending, name)
+			swapped = true
 			continue
 		}
 		pending = append(pending, p)
 	}
 	c.mu.Unlock()
+	if swapped {
+		// Start it at the next pass rather than at the next tick.
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
 	slices.SortFunc(pending, func(a, b *ruleState) int { return strings.Compare(a.rule.Name, b.rule.Name) })
 	for _, p := range pending {
 		err := c.activate(ctx, p)
