@@ -11,7 +11,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // typedStatusCRD is the CRD of a Gadget whose status keeps no unknown
@@ -112,9 +111,16 @@ func TestChangeStatusFieldRemoved(t *testing.T) {
 				}
 				return expect(p, "http://g", "status", "url")
 			})
-			patch := []byte(`{"status":{"theirs":"kept"}}`)
-			if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch,
-				metav1.PatchOptions{FieldManager: "other-controller"}, "status"); err != nil {
+			// Another controller's field and condition, written the way
+			// it would: an update of the status it read.
+			p := get(t, gvr, ns, "g")
+			conditions, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+			conditions = append(conditions, map[string]any{"type": "Synced", "status": "True", "reason": "Theirs",
+				"message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+			_ = unstructured.SetNestedSlice(p.Object, conditions, "status", "conditions")
+			_ = unstructured.SetNestedField(p.Object, "kept", "status", "theirs")
+			if _, err := env.dynamic.Resource(gvr).Namespace(ns).UpdateStatus(t.Context(), p,
+				metav1.UpdateOptions{FieldManager: "other-controller"}); err != nil {
 				t.Fatal(err)
 			}
 
@@ -127,7 +133,16 @@ func TestChangeStatusFieldRemoved(t *testing.T) {
 				if err := expect(p, "g", "status", "configName"); err != nil {
 					return err
 				}
-				return expect(p, "kept", "status", "theirs")
+				if err := expect(p, "kept", "status", "theirs"); err != nil {
+					return err
+				}
+				if c := conditionOf(p, "Synced"); c == nil || c["reason"] != "Theirs" {
+					return fmt.Errorf("the other controller's condition = %v, want it kept", c)
+				}
+				if c := readyCondition(p); c == nil || c["status"] != "True" {
+					return fmt.Errorf("Ready = %v", c)
+				}
+				return nil
 			})
 		})
 	}

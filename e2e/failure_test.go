@@ -214,7 +214,7 @@ spec:
 	// empty stream, or a 504, that the reflector retries silently (see
 	// pkg/watch notStreamable), so this can take a while.
 	eventually(t, 90*time.Second, func() (bool, error) {
-		c := ruleCondition(get(t, ruleGVR, "", "fivexx"), "Ready")
+		c := conditionOf(get(t, ruleGVR, "", "fivexx"), "Ready")
 		if msg := fmt.Sprint(c["message"]); c == nil || c["status"] != "False" || !strings.Contains(msg, "widgets") || !strings.Contains(msg, "conversion webhook") {
 			return false, fmt.Errorf("Ready = %v, want False naming widgets and the failing webhook", c)
 		}
@@ -325,7 +325,7 @@ spec:
 	fixed := time.Now()
 	eventually(t, 90*time.Second, func() (bool, error) {
 		o := get(t, ruleGVR, "", "fivexx")
-		if c := ruleCondition(o, "Ready"); c == nil || c["status"] != "True" {
+		if c := conditionOf(o, "Ready"); c == nil || c["status"] != "True" {
 			return false, fmt.Errorf("Ready = %v", c)
 		}
 		return true, nil

@@ -221,9 +221,14 @@ var errNotYet error = notYet{}
 
 // readyCondition returns the parent's Ready condition, or nil.
 func readyCondition(obj *unstructured.Unstructured) map[string]any {
+	return conditionOf(obj, "Ready")
+}
+
+// conditionOf returns the object's condition of this type, or nil.
+func conditionOf(obj *unstructured.Unstructured, condType string) map[string]any {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+		if m, ok := c.(map[string]any); ok && m["type"] == condType {
 			return m
 		}
 	}

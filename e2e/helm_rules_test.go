@@ -74,7 +74,7 @@ func TestHelmServesRuleObject(t *testing.T) {
 		if err := accepted("True")(o); err != nil {
 			return false, err
 		}
-		if c := ruleCondition(o, "Ready"); c == nil || c["status"] != "True" {
+		if c := conditionOf(o, "Ready"); c == nil || c["status"] != "True" {
 			return false, fmt.Errorf("Ready = %v", c)
 		}
 		if p, _, _ := unstructured.NestedInt64(o.Object, "status", "parents"); p != 1 {

@@ -812,7 +812,7 @@ func TestLanguageExamples(t *testing.T) {
 	}
 	for _, name := range []string{"database", "namespace-defaults", "regions", "shared-config"} {
 		waitRuleStatus(t, name, func(o *unstructured.Unstructured) error {
-			if c := ruleCondition(o, "Ready"); c == nil || c["status"] != "True" {
+			if c := conditionOf(o, "Ready"); c == nil || c["status"] != "True" {
 				return fmt.Errorf("Ready = %v", c)
 			}
 			return nil
@@ -1064,7 +1064,7 @@ func TestLanguageChildSchema(t *testing.T) {
 
 	applyRule(t, change(exampleRuleIn(t, "child-typo-object", nsObject), replicas, "replcas: ${parent.spec.replicas}"))
 	o := waitRuleStatus(t, "child-typo-object", accepted("False", "spec.children[1].template.spec.replcas", `has no field "replcas"`, `did you mean "replicas"?`))
-	if reason := ruleCondition(o, "Accepted")["reason"]; reason != "Invalid" {
+	if reason := conditionOf(o, "Accepted")["reason"]; reason != "Invalid" {
 		t.Errorf("Accepted reason = %v, want Invalid", reason)
 	}
 }

@@ -39,7 +39,7 @@ spec:
 // of its message, for the Rule's current generation.
 func readyIs(status, reason string, words ...string) func(*unstructured.Unstructured) error {
 	return func(o *unstructured.Unstructured) error {
-		c := ruleCondition(o, "Ready")
+		c := conditionOf(o, "Ready")
 		if c == nil || c["status"] != status || c["reason"] != reason || c["observedGeneration"] != o.GetGeneration() {
 			return fmt.Errorf("Ready = %v (generation %d), want %s %s", c, o.GetGeneration(), status, reason)
 		}
@@ -344,7 +344,7 @@ func TestRuleFileInvalidEdit(t *testing.T) {
 		if err := readyIs("False", "Shadowed")(o); err != nil {
 			return err
 		}
-		if c := ruleCondition(o, "Ready"); strings.Contains(fmt.Sprint(c["message"]), "invalid") {
+		if c := conditionOf(o, "Ready"); strings.Contains(fmt.Sprint(c["message"]), "invalid") {
 			return fmt.Errorf("Ready message %q still says the file is invalid", c["message"])
 		}
 		return nil

@@ -49,17 +49,6 @@ func applyRule(t *testing.T, doc string) *unstructured.Unstructured {
 	return out
 }
 
-// ruleCondition returns a condition of a Rule object, or nil.
-func ruleCondition(obj *unstructured.Unstructured, typ string) map[string]any {
-	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == typ {
-			return m
-		}
-	}
-	return nil
-}
-
 // waitRuleStatus waits until check accepts a Rule object's status.
 func waitRuleStatus(t *testing.T, name string, check func(*unstructured.Unstructured) error) *unstructured.Unstructured {
 	t.Helper()
@@ -68,7 +57,7 @@ func waitRuleStatus(t *testing.T, name string, check func(*unstructured.Unstruct
 
 func accepted(want string, msg ...string) func(*unstructured.Unstructured) error {
 	return func(o *unstructured.Unstructured) error {
-		c := ruleCondition(o, "Accepted")
+		c := conditionOf(o, "Accepted")
 		if c == nil || c["status"] != want || c["observedGeneration"] != o.GetGeneration() {
 			return fmt.Errorf("Accepted = %v (generation %d), want %s", c, o.GetGeneration(), want)
 		}
@@ -109,7 +98,7 @@ func TestRuleObjectServed(t *testing.T) {
 		if err := accepted("True")(o); err != nil {
 			return err
 		}
-		if c := ruleCondition(o, "Ready"); c == nil || c["status"] != "True" {
+		if c := conditionOf(o, "Ready"); c == nil || c["status"] != "True" {
 			return fmt.Errorf("Ready = %v", c)
 		}
 		if p, _, _ := unstructured.NestedInt64(o.Object, "status", "parents"); p != 1 {
@@ -140,12 +129,12 @@ func TestRuleObjectInvalidUpdate(t *testing.T) {
 	create(t, webappGVR, webapp(ns, "after", 1))
 	waitFor(t, deployGVR, ns, "after", nil)
 	o := waitRuleStatus(t, "invalid-update", func(o *unstructured.Unstructured) error {
-		if c := ruleCondition(o, "Ready"); c == nil || c["status"] != "True" || !strings.Contains(fmt.Sprint(c["message"]), "previous") {
+		if c := conditionOf(o, "Ready"); c == nil || c["status"] != "True" || !strings.Contains(fmt.Sprint(c["message"]), "previous") {
 			return fmt.Errorf("Ready = %v, want the previous version running", c)
 		}
 		return nil
 	})
-	if c := ruleCondition(o, "Accepted"); c["reason"] != "Invalid" {
+	if c := conditionOf(o, "Accepted"); c["reason"] != "Invalid" {
 		t.Errorf("Accepted = %v, want reason Invalid", c)
 	}
 }
@@ -310,7 +299,7 @@ func TestRuleShadowed(t *testing.T) {
 	startControllerWith(t, controllerOptions{RuleObjects: true}, file).waitReady(t)
 	applyRule(t, mustRead(t, gadgetRule(t, "shadowed", group, configChild("from-object"))))
 	waitRuleStatus(t, "shadowed", func(o *unstructured.Unstructured) error {
-		if c := ruleCondition(o, "Ready"); c == nil || c["reason"] != "Shadowed" {
+		if c := conditionOf(o, "Ready"); c == nil || c["reason"] != "Shadowed" {
 			return fmt.Errorf("Ready = %v, want Shadowed", c)
 		}
 		return nil
