@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -673,7 +675,8 @@ func TestChangeForbiddenChildKind(t *testing.T) {
 	requests := auditOf(t, user, start)
 	t.Logf("%d requests in %s with secrets forbidden", len(requests), time.Since(start).Round(time.Second))
 	if len(requests) > 60 {
-		t.Errorf("kgen made %d requests in %s while a child kind is forbidden: a busy loop", len(requests), time.Since(start).Round(time.Second))
+		t.Errorf("kgen made %d requests in %s while a child kind is forbidden: a busy loop; by request: %s",
+			len(requests), time.Since(start).Round(time.Second), requestCounts(requests))
 	}
 	for _, e := range requests {
 		if e.Verb == "create" || e.Verb == "patch" {
@@ -695,6 +698,29 @@ func TestChangeForbiddenChildKind(t *testing.T) {
 }
 
 var secretGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// requestCounts tells how many of the requests had each verb, resource and
+// response code, most first, so a failure says which request looped.
+func requestCounts(requests []auditEvent) string {
+	counts := map[string]int{}
+	for _, e := range requests {
+		what := e.ObjectRef.Resource
+		if what == "" {
+			what = e.RequestURI
+			if i := strings.IndexByte(what, '?'); i >= 0 {
+				what = what[:i]
+			}
+		}
+		counts[fmt.Sprintf("%s %s %d", e.Verb, what, e.ResponseStatus.Code)]++
+	}
+	keys := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%d× %s; ", counts[k], k)
+	}
+	return b.String()
+}
 
 // grant gives a user exactly these cluster-wide rules (replacing what an
 // earlier grant gave), and waits until the authorizer has them.

@@ -1559,10 +1559,11 @@ func (c *Controller) startPending(ctx context.Context, waiting map[*rules.Rule]s
 // rules whose parent kind is of the group read its mapping again (see
 // refreshParents), the parents of the running rules that use a kind of
 // the group are reconciled again under the new schemas, and those rules
-// are checked against them again (Config.Recheck); a change of
-// unknown groups (after the watch was interrupted) drops every schema and
-// reads every parent mapping again, but reconciles nothing. It does not
-// block: what reads discovery runs on its own goroutine.
+// are checked against them again (Config.Recheck); a change of unknown
+// groups (the first list of a watch that could not list at first) drops
+// every schema, reads every parent mapping again and checks every running
+// rule, but reconciles nothing. It does not block: what reads discovery
+// runs on its own goroutine.
 func (c *Controller) KindsChanged(ch mapper.Change) {
 	c.kindsChanges.Add(1)
 	if ch.Spec {

@@ -43,7 +43,7 @@ func testParentMappingFollowsCRD(t *testing.T) {
 		{[]metav1.APIResource{kind}, mapper.Change{Group: "example.com", Spec: true}, false},
 		// Another group's change leaves the mapping alone...
 		{[]metav1.APIResource{kind, {Name: "gadgets/status"}}, mapper.Change{Group: "other.example.com", Spec: true}, false},
-		// ...and a change after the watch was interrupted reads it again.
+		// ...and a change of every group (a watch's late first list) reads it again.
 		{[]metav1.APIResource{kind, {Name: "gadgets/status"}}, mapper.Change{All: true, Spec: true}, true},
 	} {
 		gadgets.APIResources = step.resources

@@ -3,6 +3,7 @@ package mapper
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -83,20 +84,23 @@ type Mapper struct {
 	// watched reports whether a Watcher keeps the cache true; nil
 	// without one (see setWatched).
 	watched func() bool
-	// changedAt is when a Watcher last announced a change, and resetAt
-	// when a miss last reset the cache.
-	changedAt, resetAt time.Time
+	// changedAt is when a Watcher last announced a change of each group
+	// (allGroups: of any group), and resetAt when a miss last reset the
+	// cache.
+	changedAt map[string]time.Time
+	resetAt   time.Time
 }
 
-// recentChange is how long after a Watcher announced a change a miss still
-// resets the cache: discovery may serve a new kind a moment after its CRD
-// is established.
+// recentChange is how long after a Watcher announced a change of a group a
+// miss of a kind of that group still resets the cache: discovery may serve
+// a new kind a moment after its CRD is established.
 const recentChange = 30 * time.Second
 
 // New returns a Mapper over the given discovery client, cached in memory.
 func New(client discovery.DiscoveryInterface) *Mapper {
 	cached := memory.NewMemCacheClient(client)
 	return &Mapper{
+		changedAt:  map[string]time.Time{},
 		discovery:  cached,
 		rest:       restmapper.NewDeferredDiscoveryRESTMapper(cached),
 		categories: restmapper.NewDiscoveryCategoryExpander(cached),
@@ -129,24 +133,28 @@ func (m *Mapper) Reset() {
 // ResourceFor returns the mapping of an exact group, version and kind.
 // A miss resets the cache and asks once more before it reports an error that
 // matches ErrNotFound; while a Watcher keeps the cache true, only shortly
-// after a change, and at most once a second.
+// after a change of the kind's group, and at most once a second.
 func (m *Mapper) ResourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 	mapping, err := m.resourceFor(gvk)
-	if errors.Is(err, ErrNotFound) && m.missResets() {
+	if errors.Is(err, ErrNotFound) && m.missResets(gvk.Group) {
 		m.Reset()
 		mapping, err = m.resourceFor(gvk)
 	}
 	return mapping, err
 }
 
-// missResets reports whether a miss should reset the cache, and if so
-// records that it does.
-func (m *Mapper) missResets() bool {
+// missResets reports whether a miss of a kind of group should reset the
+// cache, and if so records that it does. While watched, only a recent
+// change of that group (or of unknown groups) does: a CRD of another group
+// deleted or installed does not have every waiting rule poll discovery for
+// the next 30 seconds.
+func (m *Mapper) missResets(group string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
 	if m.watched != nil && m.watched() {
-		if now.Sub(m.changedAt) >= recentChange || now.Sub(m.resetAt) < time.Second {
+		recent := now.Sub(m.changedAt[group]) < recentChange || now.Sub(m.changedAt[allGroups]) < recentChange
+		if !recent || now.Sub(m.resetAt) < time.Second {
 			return false
 		}
 	}
@@ -163,10 +171,17 @@ func (m *Mapper) setWatched(watched func() bool) {
 	m.watched = watched
 }
 
-// changed resets the cache after a Watcher saw a change.
-func (m *Mapper) changed() {
+// changed resets the cache after a Watcher saw a change of these groups
+// (allGroups for unknown ones).
+func (m *Mapper) changed(groups []string) {
 	m.mu.Lock()
-	m.changedAt = time.Now()
+	now := time.Now()
+	for _, g := range groups {
+		m.changedAt[g] = now
+	}
+	// Forget what can no longer open a window, so the map stays as small
+	// as the groups that changed in the last half minute.
+	maps.DeleteFunc(m.changedAt, func(_ string, at time.Time) bool { return now.Sub(at) >= recentChange })
 	m.mu.Unlock()
 	m.Reset()
 }

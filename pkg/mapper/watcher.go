@@ -31,8 +31,9 @@ const allGroups = "*"
 type Change struct {
 	// Group is the API group, unless All.
 	Group string
-	// All is true when it is not known which groups changed: after the
-	// watch was interrupted, anything may have.
+	// All is true when it is not known which groups changed: the watch
+	// could not list at first, and anything may have changed before it
+	// did.
 	All bool
 	// Spec is true when the definition itself changed (it was added or
 	// removed, or its spec changed), so its schemas may differ, rather
@@ -66,6 +67,10 @@ type Watcher struct {
 	// broken holds, for each informer whose watch failed, its last synced
 	// resource version then: it is watching again once that moved.
 	broken map[cache.SharedIndexInformer]string
+	// unlisted is set when a watch failed before its first list: what
+	// changed meanwhile is in no event, so its first list is told as a
+	// change of every group.
+	unlisted bool
 }
 
 // NewWatcher returns a Watcher of m's cluster through client. Run starts
@@ -105,9 +110,20 @@ func (w *Watcher) Run(ctx context.Context) {
 			DeleteFunc: func(obj any) { w.changed(groupOf(obj), true) },
 		})
 		logged := false
+		// A watch that fails after the first list needs no announcement
+		// of its own: the reflector watches on from the last resource
+		// version, or lists again, and the informer compares that list
+		// with its cache, so every CRD or APIService added, changed or
+		// removed meanwhile reaches the handlers above as an event of its
+		// group. Announcing every group at each failure instead made each
+		// retry of a forbidden watch (every few seconds, with backoff)
+		// reread discovery, schemas and CRDs for every running rule.
 		_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 			w.mu.Lock()
 			w.broken[informer] = informer.LastSyncResourceVersion()
+			if !informer.HasSynced() {
+				w.unlisted = true
+			}
 			w.mu.Unlock()
 			w.mapper.setWatched(w.watching)
 			// The reflector retries with backoff; the first error is
@@ -118,9 +134,6 @@ func (w *Watcher) Run(ctx context.Context) {
 			} else {
 				logger.V(4).Info("Watch failed", "resource", gvr.String(), "err", err.Error())
 			}
-			// Whatever changed while the watch was down is told as
-			// everything: the relist does not say what it missed.
-			w.changed(allGroups, true)
 		})
 		w.informers = append(w.informers, informer)
 		synced = append(synced, informer.HasSynced)
@@ -132,6 +145,12 @@ func (w *Watcher) Run(ctx context.Context) {
 		// the first list is in the list, not an event: read discovery
 		// once more, so the next lookup sees it.
 		w.mapper.Reset()
+		w.mu.Lock()
+		unlisted := w.unlisted
+		w.mu.Unlock()
+		if unlisted {
+			w.changed(allGroups, true)
+		}
 	}
 	<-ctx.Done()
 	factory.Shutdown()
@@ -176,8 +195,9 @@ func (w *Watcher) announce() {
 	w.mu.Unlock()
 	// A kind that was just added may take discovery a moment to serve:
 	// misses reset the cache for a while (see Mapper.changed).
-	w.mapper.changed()
-	for _, group := range slices.Sorted(maps.Keys(pending)) {
+	groups := slices.Sorted(maps.Keys(pending))
+	w.mapper.changed(groups)
+	for _, group := range groups {
 		for _, f := range subs {
 			c := Change{Group: group, Spec: pending[group]}
 			if group == allGroups {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -160,21 +161,40 @@ func TestWatcherKeepsTheMapperTrue(t *testing.T) {
 }
 
 // Without the rights to watch, the Mapper reads discovery on a miss, as
-// without a Watcher.
+// without a Watcher, and the reflector's retries announce nothing (each
+// announcement has every running rule read discovery, schemas and CRDs
+// again). Once the rights come, the first list is announced as a change of
+// every group, once: what changed before it is in no event.
 func TestWatcherForbidden(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		fd := newFake(cluster())
 		m := New(fd)
-		meta := metadatafake.NewSimpleMetadataClient(metadataScheme())
+		meta := metadatafake.NewSimpleMetadataClient(metadataScheme(),
+			partial(crdGVR, "CustomResourceDefinition", "octopodes.example.com"))
+		var forbidden atomic.Bool
+		forbidden.Store(true)
+		var lists atomic.Int32
 		meta.PrependReactor("list", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if !forbidden.Load() {
+				return false, nil, nil
+			}
+			lists.Add(1)
 			return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("no"))
 		})
 		w := NewWatcher(m, meta)
+		var got recorder
+		w.Subscribe(got.add)
 		go w.Run(ctx)
-		time.Sleep(time.Second)
+		time.Sleep(time.Minute)
 		synctest.Wait()
+		if n := lists.Load(); n < 4 {
+			t.Fatalf("%d forbidden lists in a minute, want the reflector to retry", n)
+		}
+		if c := got.take(); len(c) != 0 {
+			t.Errorf("forbidden lists announced changes: %+v", c)
+		}
 
 		squid := schema.GroupVersionKind{Group: "later.example.com", Version: "v1", Kind: "Squid"}
 		if _, err := m.ResourceFor(squid); !errors.Is(err, ErrNotFound) {
@@ -184,6 +204,77 @@ func TestWatcherForbidden(t *testing.T) {
 			APIResources: []metav1.APIResource{res("squids", "squid", "Squid", false)}})
 		if got, err := m.ResourceFor(squid); err != nil || got.Resource != "squids" {
 			t.Errorf("unwatched, a miss did not read discovery again: %+v, %v", got, err)
+		}
+
+		forbidden.Store(false)
+		time.Sleep(2 * time.Minute) // the reflector's backoff, then the settle time
+		synctest.Wait()
+		if !w.watching() {
+			t.Fatal("allowed, the Watcher does not watch")
+		}
+		if c := got.take(); !slices.Equal(c, []Change{{All: true, Spec: true}}) {
+			t.Errorf("changes = %+v, want one change of every group after the first list", c)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if c := got.take(); len(c) != 0 {
+			t.Errorf("watching, nothing changed, yet changes = %+v", c)
+		}
+		cancel()
+		synctest.Wait()
+	})
+}
+
+// A change of one group opens its misses to discovery for a while, not the
+// misses of every group: a rule that waits for its own CRD does not poll
+// discovery because another CRD was deleted.
+func TestWatcherMissWindowIsPerGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		fd := newFake(cluster())
+		m := New(fd)
+		meta := metadatafake.NewSimpleMetadataClient(metadataScheme(),
+			partial(crdGVR, "CustomResourceDefinition", "octopodes.example.com"))
+		w := NewWatcher(m, meta)
+		go w.Run(ctx)
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		if err := meta.Resource(crdGVR).Delete(ctx, "octopodes.example.com", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // settled and announced
+		synctest.Wait()
+
+		squid := schema.GroupVersionKind{Group: "later.example.com", Version: "v1", Kind: "Squid"}
+		nautilus := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Nautilus"}
+		if _, err := m.ResourceFor(squid); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
+		}
+		before := discoveryReads(fd)
+		for range 5 {
+			time.Sleep(2 * time.Second)
+			if _, err := m.ResourceFor(squid); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("err = %v, want ErrNotFound", err)
+			}
+		}
+		if n := discoveryReads(fd) - before; n != 0 {
+			t.Errorf("a change of example.com had misses of later.example.com read discovery %d times, want 0", n)
+		}
+		before = discoveryReads(fd)
+		for range 2 {
+			time.Sleep(2 * time.Second)
+			_, _ = m.ResourceFor(nautilus)
+		}
+		if n := discoveryReads(fd) - before; n == 0 {
+			t.Error("shortly after a change of example.com, its misses read no discovery")
+		}
+		time.Sleep(recentChange)
+		before = discoveryReads(fd)
+		_, _ = m.ResourceFor(nautilus)
+		if n := discoveryReads(fd) - before; n != 0 {
+			t.Errorf("%s after the change, a miss read discovery %d times, want 0", recentChange, n)
 		}
 		cancel()
 		synctest.Wait()
