@@ -33,7 +33,7 @@ type Change struct {
 	Group string
 	// All is true when it is not known which groups changed: the watch
 	// could not list at first, and anything may have changed before it
-	// did.
+	// did, or it is not watching (see Watcher).
 	All bool
 	// Spec is true when the definition itself changed (it was added or
 	// removed, or its spec changed), so its schemas may differ, rather
@@ -50,7 +50,8 @@ type Change struct {
 //
 // Without the rights to list and watch both kinds, or while the watch is
 // broken, the Mapper behaves as without a Watcher: every miss asks
-// discovery again.
+// discovery again; and every minute the subscribers are told that any
+// group may have changed.
 type Watcher struct {
 	mapper *Mapper
 	client metadata.Interface
@@ -105,7 +106,10 @@ func (w *Watcher) Run(ctx context.Context) {
 				if o == nil || n == nil || o.ResourceVersion == n.ResourceVersion {
 					return // a resync
 				}
-				w.changed(groupOf(obj), o.Generation != n.Generation)
+				// A CRD deleted and created again while the watch was
+				// down comes back from the relist as an update, with a
+				// new UID and maybe the same generation.
+				w.changed(groupOf(obj), o.Generation != n.Generation || o.UID != n.UID)
 			},
 			DeleteFunc: func(obj any) { w.changed(groupOf(obj), true) },
 		})
@@ -139,6 +143,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		synced = append(synced, informer.HasSynced)
 	}
 	factory.Start(ctx.Done())
+	go w.refreshUnwatched(ctx)
 	if cache.WaitForCacheSync(ctx.Done(), synced...) {
 		w.mapper.setWatched(w.watching)
 		// A kind added after the mapper first read discovery and before
@@ -156,6 +161,31 @@ func (w *Watcher) Run(ctx context.Context) {
 	factory.Shutdown()
 	w.mapper.setWatched(nil)
 }
+
+// refreshUnwatched announces a change of every group once per
+// unwatchedRefresh while the Watcher is not watching (it may not, or its
+// watch is broken): nothing else would then tell the subscribers that a
+// CRD changed in place, so they would keep its old schemas until a
+// restart. It is a timer rather than the reflector's retries, whose
+// backoff starts at under a second.
+func (w *Watcher) refreshUnwatched(ctx context.Context) {
+	ticker := time.NewTicker(unwatchedRefresh)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if !w.watching() {
+				w.changed(allGroups, true)
+			}
+		}
+	}
+}
+
+// unwatchedRefresh is how often a Watcher that is not watching tells its
+// subscribers that any group may have changed.
+const unwatchedRefresh = time.Minute
 
 // watching reports whether both informers are synced and watching.
 func (w *Watcher) watching() bool {

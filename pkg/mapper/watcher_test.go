@@ -155,6 +155,20 @@ func TestWatcherKeepsTheMapperTrue(t *testing.T) {
 		if !slices.Equal(c, []Change{{Group: "example.com", Spec: true}, {Group: "later.example.com", Spec: true}}) {
 			t.Errorf("changes = %+v, want spec changes of example.com and later.example.com, once each", c)
 		}
+
+		// A CRD deleted and created again while the watch was down comes
+		// back from the relist as an update of the same generation, with
+		// another UID: a change of its spec.
+		oct = oct.DeepCopy()
+		oct.UID, oct.ResourceVersion = "another", "11"
+		if _, err := meta.Resource(crdGVR).(metadatafake.MetadataClient).UpdateFake(oct, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if c := got.take(); !slices.Equal(c, []Change{{Group: "example.com", Spec: true}}) {
+			t.Errorf("changes = %+v, want a spec change of example.com", c)
+		}
 		cancel()
 		synctest.Wait()
 	})
@@ -163,8 +177,9 @@ func TestWatcherKeepsTheMapperTrue(t *testing.T) {
 // Without the rights to watch, the Mapper reads discovery on a miss, as
 // without a Watcher, and the reflector's retries announce nothing (each
 // announcement has every running rule read discovery, schemas and CRDs
-// again). Once the rights come, the first list is announced as a change of
-// every group, once: what changed before it is in no event.
+// again): a change of every group is announced once a minute instead.
+// Once the rights come, the first list is announced as a change of every
+// group, and then only what changes.
 func TestWatcherForbidden(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
@@ -187,13 +202,18 @@ func TestWatcherForbidden(t *testing.T) {
 		var got recorder
 		w.Subscribe(got.add)
 		go w.Run(ctx)
-		time.Sleep(time.Minute)
+		time.Sleep(50 * time.Second)
 		synctest.Wait()
 		if n := lists.Load(); n < 4 {
-			t.Fatalf("%d forbidden lists in a minute, want the reflector to retry", n)
+			t.Fatalf("%d forbidden lists in 50 s, want the reflector to retry", n)
 		}
 		if c := got.take(); len(c) != 0 {
 			t.Errorf("forbidden lists announced changes: %+v", c)
+		}
+		time.Sleep(25 * time.Second)
+		synctest.Wait()
+		if c := got.take(); !slices.Equal(c, []Change{{All: true, Spec: true}}) {
+			t.Errorf("unwatched, after a minute: changes = %+v, want one change of every group", c)
 		}
 
 		squid := schema.GroupVersionKind{Group: "later.example.com", Version: "v1", Kind: "Squid"}
@@ -207,15 +227,16 @@ func TestWatcherForbidden(t *testing.T) {
 		}
 
 		forbidden.Store(false)
-		time.Sleep(2 * time.Minute) // the reflector's backoff, then the settle time
+		time.Sleep(3 * time.Minute) // the reflector's backoff, then the settle time
 		synctest.Wait()
 		if !w.watching() {
 			t.Fatal("allowed, the Watcher does not watch")
 		}
-		if c := got.take(); !slices.Equal(c, []Change{{All: true, Spec: true}}) {
-			t.Errorf("changes = %+v, want one change of every group after the first list", c)
+		c := got.take()
+		if len(c) == 0 || slices.ContainsFunc(c, func(c Change) bool { return c != Change{All: true, Spec: true} }) {
+			t.Errorf("changes = %+v, want changes of every group (the first list's, maybe a refresh before it)", c)
 		}
-		time.Sleep(time.Minute)
+		time.Sleep(3 * time.Minute)
 		synctest.Wait()
 		if c := got.take(); len(c) != 0 {
 			t.Errorf("watching, nothing changed, yet changes = %+v", c)
