@@ -52,6 +52,10 @@ const (
 	ReasonConflict    = "Conflict"
 	ReasonForbidden   = "Forbidden"
 	ReasonApplyFailed = "ApplyFailed"
+	// ReasonDeleteFailed says that kgen could not delete a child its
+	// finalizer guards, so the parent being deleted keeps the finalizer.
+	// Warning events of a failed delete have this reason too.
+	ReasonDeleteFailed = "DeleteFailed"
 )
 
 // Reasons of the Normal events kgen records (see EventPolicy).
@@ -659,7 +663,10 @@ func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *u
 	}
 	mapping, err := r.cfg.Resources.ResourceFor(obj.GroupVersionKind())
 	if err != nil {
-		return err
+		// Its API may be down (mapper.ErrUnavailable): the object is
+		// still there, and so is the need to delete it.
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, ReasonDeleteFailed, "Deleting %s %s (child %s): %v", obj.GetKind(), klog.KObj(obj), id, err)
+		return fmt.Errorf("delete %s %s (child %s): %w", obj.GetKind(), klog.KObj(obj), id, err)
 	}
 	ref := describeObject(mapping, obj)
 	client, err := r.childResource(rule, mapping, obj.GetNamespace())
@@ -675,7 +682,7 @@ func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *u
 		Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &propagation,
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, "DeleteFailed", "Deleting %s (child %s): %v", ref, id, err)
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, ReasonDeleteFailed, "Deleting %s (child %s): %v", ref, id, err)
 		return fmt.Errorf("delete %s: %w", ref, err)
 	}
 	r.cfg.Writes.Deleted(uid)
@@ -771,7 +778,9 @@ func parentRef(parent *unstructured.Unstructured) string {
 }
 
 // finalize deletes the children Kubernetes will not garbage-collect for a
-// parent that is being deleted, then releases the parent.
+// parent that is being deleted, then releases the parent. While a delete
+// fails, the parent keeps the finalizer and its Ready condition says why
+// (reason DeleteFailed): a parent stuck Terminating shows its cause.
 func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, observed []*unstructured.Unstructured) (Result, error) {
 	r.Forget(parent.GetUID())
 	if !slices.Contains(parent.GetFinalizers(), Finalizer) {
@@ -787,6 +796,10 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 		errs = append(errs, r.prune(ctx, rule, parent, obj, obj.GetLabels()[LabelChild], "its parent is being deleted"))
 	}
 	if err := errors.Join(errs...); err != nil {
+		msg := fmt.Sprintf("kgen keeps its finalizer %s until it has deleted the children only the finalizer guards: %v", Finalizer, err)
+		if _, statusErr := r.writeStatus(ctx, rule, mapping, parent, nil, readyCondition(ReasonDeleteFailed, msg), observed); statusErr != nil {
+			err = errors.Join(err, statusErr)
+		}
 		return Result{}, err
 	}
 	if remaining > 0 {

@@ -21,6 +21,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
@@ -1015,5 +1016,94 @@ func TestReconcileAgainForDependentChild(t *testing.T) {
 	// Converged: no reconcile asks for another.
 	if res, err = h.reconcile(appParent(nil)); err != nil || res.Again {
 		t.Errorf("converged: Again = %v, err = %v", res.Again, err)
+	}
+}
+
+// unavailableResources maps the kinds of these tests but one, whose API is
+// down (mapper.ErrUnavailable).
+type unavailableResources struct{ down schema.GroupVersionKind }
+
+func (u unavailableResources) ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, error) {
+	if gvk == u.down {
+		return mapper.Mapping{}, &mapper.UnavailableError{Ref: gvk.String(), Failed: map[schema.GroupVersion]error{
+			gvk.GroupVersion(): errors.New("stale GroupVersion discovery"),
+		}}
+	}
+	return fakeResources{}.ResourceFor(gvk)
+}
+
+// A deleted parent whose guarded child cannot be deleted keeps kgen's
+// finalizer, and its Ready condition and a Warning event say why; once the
+// delete succeeds, the finalizer goes.
+func TestFinalizeDeleteFails(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// fail makes the delete of the child fail, until the returned
+		// func is called.
+		fail func(h *harness) (heal func())
+		says string
+	}{{
+		name: "the API answers 503",
+		fail: func(h *harness) func() {
+			failing := true
+			h.api.PrependReactor("delete", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if failing {
+					return true, nil, apierrors.NewServiceUnavailable("the server is currently unable to handle the request")
+				}
+				return false, nil, nil
+			})
+			return func() { failing = false }
+		},
+		says: "delete clusterroles.rbac.authorization.k8s.io team-web: the server is currently unable to handle the request",
+	}, {
+		name: "the kind's API is unavailable in discovery",
+		fail: func(h *harness) func() {
+			h.cfg.Resources = unavailableResources{down: crGVK}
+			h.r = New(h.cfg)
+			return func() { h.cfg.Resources = fakeResources{}; h.r = New(h.cfg) }
+		},
+		says: "delete ClusterRole team-web (child role):",
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, clusterRule)
+			h.converge(appParent(nil))
+			p := h.api.get(appGVK, "team", "web")
+			now := metav1.NewTime(h.now)
+			p.SetDeletionTimestamp(&now)
+			h.api.add(p)
+			heal := tt.fail(h)
+			for range 2 {
+				if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err == nil || !strings.Contains(err.Error(), tt.says) {
+					t.Fatalf("reconcile error = %v, want one saying %q", err, tt.says)
+				}
+			}
+			p = h.api.get(appGVK, "team", "web")
+			if !slices.Contains(p.GetFinalizers(), Finalizer) {
+				t.Fatalf("finalizers = %v: kgen's went while its child could not be deleted", p.GetFinalizers())
+			}
+			if h.api.get(crGVK, "", "team-web") == nil {
+				t.Fatal("the child is gone")
+			}
+			c := ready(p)
+			if c["status"] != "False" || c["reason"] != ReasonDeleteFailed || !strings.Contains(fmt.Sprint(c["message"]), tt.says) {
+				t.Errorf("Ready = %v, want False %s saying %q", c, ReasonDeleteFailed, tt.says)
+			}
+			if evs := h.drain(); !slices.ContainsFunc(evs, func(e string) bool { return strings.HasPrefix(e, "Warning "+ReasonDeleteFailed) }) {
+				t.Errorf("events = %q, want a Warning %s", evs, ReasonDeleteFailed)
+			}
+
+			heal()
+			for range 2 {
+				if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if h.api.get(crGVK, "", "team-web") != nil {
+				t.Error("the guarded child was not deleted once it could be")
+			}
+			if got := h.api.get(appGVK, "team", "web").GetFinalizers(); slices.Contains(got, Finalizer) {
+				t.Errorf("finalizers = %v, want kgen's removed", got)
+			}
+		})
 	}
 }
