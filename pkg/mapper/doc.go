@@ -13,7 +13,10 @@
 // and retries once, so kinds served after the Mapper was built (a CRD
 // installed later) are found. The Mapper never panics on odd discovery data:
 // a malformed group version is skipped, and a group whose discovery failed
-// still leaves the others usable.
+// still leaves the others usable. A kind of a group version whose discovery
+// failed (an aggregated API that is down) is reported as unavailable
+// (ErrUnavailable), never as not served (ErrNotFound): its objects may
+// exist, and callers must not act as if they could not.
 //
 // The package does not know about rules, informers or the controller; it only
 // answers questions about what the API server serves.

@@ -69,6 +69,33 @@ func (e *NotFoundError) Error() string {
 // Is makes errors.Is(err, ErrNotFound) true for a *NotFoundError.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
+// ErrUnavailable is matched, through errors.Is, by every error that means
+// discovery could not read a group version the API server lists (an
+// aggregated API whose server is down): what was asked for may be served
+// there, so it is not ErrNotFound, and objects of its kinds may exist.
+var ErrUnavailable = errors.New("API group version unavailable in discovery")
+
+// UnavailableError says that a reference or kind matched nothing discovery
+// could read, and which group versions it could not read that may hold it.
+type UnavailableError struct {
+	// Ref is the input as given.
+	Ref string
+	// Failed are the group versions whose discovery failed, and why.
+	Failed map[schema.GroupVersion]error
+}
+
+func (e *UnavailableError) Error() string {
+	gvs := slices.SortedFunc(maps.Keys(e.Failed), func(a, b schema.GroupVersion) int { return strings.Compare(a.String(), b.String()) })
+	parts := make([]string, 0, len(gvs))
+	for _, gv := range gvs {
+		parts = append(parts, fmt.Sprintf("%s: %v", gv, e.Failed[gv]))
+	}
+	return fmt.Sprintf("%q cannot be mapped now, and it may be served where discovery failed: %s", e.Ref, strings.Join(parts, "; "))
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true for an *UnavailableError.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
 // Mapper answers GVK and name questions from live, cached discovery.
 // It is safe for concurrent use.
 type Mapper struct {
@@ -132,11 +159,12 @@ func (m *Mapper) Reset() {
 
 // ResourceFor returns the mapping of an exact group, version and kind.
 // A miss resets the cache and asks once more before it reports an error that
-// matches ErrNotFound; while a Watcher keeps the cache true, only shortly
+// matches ErrNotFound, or ErrUnavailable when discovery could not read the
+// kind's group version; while a Watcher keeps the cache true, only shortly
 // after a change of the kind's group, and at most once a second.
 func (m *Mapper) ResourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 	mapping, err := m.resourceFor(gvk)
-	if errors.Is(err, ErrNotFound) && m.missResets(gvk.Group) {
+	if (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable)) && m.missResets(gvk.Group) {
 		m.Reset()
 		mapping, err = m.resourceFor(gvk)
 	}
@@ -193,6 +221,11 @@ func (m *Mapper) resourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 	}
 	if e, ok := groups.byGVK[gvk]; ok {
 		return e.mapping(), nil
+	}
+	// Before the RESTMapper, which reads the same failed discovery and
+	// would call the kind not served.
+	if failed := groups.failedFor(query{group: &gvk.Group, version: gvk.Version}); len(failed) > 0 {
+		return Mapping{}, &UnavailableError{Ref: gvkString(gvk), Failed: failed}
 	}
 	rm, err := m.rest.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
@@ -256,13 +289,14 @@ func (m *Mapper) resourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 // names compare without regard to case. More than one result means the
 // reference is ambiguous; a category yields all its resources. Nothing found
 // resets the cache and tries once more, then returns an error that matches
-// ErrNotFound.
+// ErrNotFound, or ErrUnavailable when a group version discovery could not
+// read may hold the reference.
 func (m *Mapper) Resolve(ref string) ([]Mapping, error) {
 	if strings.TrimSpace(ref) == "" {
 		return nil, errors.New("empty resource reference")
 	}
 	found, err := m.resolve(ref)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) {
 		m.Reset()
 		found, err = m.resolve(ref)
 	}
@@ -341,6 +375,17 @@ func (m *Mapper) resolve(ref string) ([]Mapping, error) {
 			return found, nil
 		}
 	}
+	// A reading of any group is one of a bare name: a dotted one
+	// (Widget.v1.apps) names its group, and that was read.
+	failed := map[schema.GroupVersion]error{}
+	for _, q := range readings(ref) {
+		if q.group != nil || !strings.ContainsAny(ref, "./") {
+			maps.Copy(failed, groups.failedFor(q))
+		}
+	}
+	if len(failed) > 0 {
+		return nil, &UnavailableError{Ref: ref, Failed: failed}
+	}
 	return nil, &NotFoundError{
 		Ref:      ref,
 		Searched: fmt.Sprintf("kinds, resource names, singular names, short names and categories of %d API group versions", groups.groupVersions),
@@ -389,36 +434,74 @@ type discovered struct {
 	// lacked even when built again (see resourceFor); guarded by
 	// Mapper.mu.
 	unlisted map[schema.GroupVersionResource]bool
+	// failed holds the group versions the API server lists and discovery
+	// could not read (an aggregated API that is down), and why.
+	failed map[schema.GroupVersion]error
+}
+
+// failedFor returns the failed group versions that may hold what q asks
+// for.
+func (d *discovered) failedFor(q query) map[schema.GroupVersion]error {
+	out := map[schema.GroupVersion]error{}
+	for gv, err := range d.failed {
+		if (q.group == nil || *q.group == gv.Group) && (q.version == "" || q.version == gv.Version) {
+			out[gv] = err
+		}
+	}
+	return out
 }
 
 // groups reads the (cached) discovery documents. A partial failure, such as
-// an aggregated API that is down, still returns what the other groups serve.
+// an aggregated API that is down, still returns what the other groups serve,
+// and the view remembers the group versions that failed: a lookup in one of
+// them answers ErrUnavailable, not ErrNotFound. The view is kept like a
+// complete one: the Watcher resets it when the APIService changes (becomes
+// available), and without one, lookups in a failed group version reset it
+// as misses do.
+//
+// It reads the groups and resources itself rather than through
+// restmapper.GetAPIGroupResources, which drops the error that names the
+// failed group versions.
 func (m *Mapper) groups() (*discovered, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.view != nil {
 		return m.view, nil
 	}
-	groupResources, err := restmapper.GetAPIGroupResources(m.discovery)
-	if err != nil && len(groupResources) == 0 {
+	apiGroups, lists, err := m.discovery.ServerGroupsAndResources()
+	d := &discovered{byGVK: map[schema.GroupVersionKind]*entry{}, unlisted: map[schema.GroupVersionResource]bool{}, failed: map[schema.GroupVersion]error{}}
+	var partial *discovery.ErrGroupDiscoveryFailed
+	switch {
+	case errors.As(err, &partial):
+		maps.Copy(d.failed, partial.Groups)
+	case err != nil:
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	d := &discovered{byGVK: map[schema.GroupVersionKind]*entry{}, unlisted: map[schema.GroupVersionResource]bool{}}
-	for _, g := range groupResources {
-		versions := make([]string, 0, len(g.Group.Versions))
-		if pv := g.Group.PreferredVersion.Version; pv != "" {
+	byGV := make(map[string]*metav1.APIResourceList, len(lists))
+	for _, l := range lists {
+		if l != nil {
+			byGV[l.GroupVersion] = l
+		}
+	}
+	for _, g := range apiGroups {
+		if g == nil {
+			continue // odd server data; never panic on it
+		}
+		versions := make([]string, 0, len(g.Versions))
+		if pv := g.PreferredVersion.Version; pv != "" {
 			versions = append(versions, pv)
 		}
-		for _, v := range g.Group.Versions {
+		for _, v := range g.Versions {
 			if !slices.Contains(versions, v.Version) {
 				versions = append(versions, v.Version)
 			}
 		}
 		for _, version := range versions {
-			resources, ok := g.VersionedResources[version]
+			list, ok := byGV[schema.GroupVersion{Group: g.Name, Version: version}.String()]
 			if !ok {
 				continue
 			}
+			resources := list.APIResources
 			d.groupVersions++
 			byName := map[string]*entry{}
 			var ordered []*entry
@@ -429,13 +512,13 @@ func (m *Mapper) groups() (*discovered, error) {
 					continue // odd server data; never panic on it
 				}
 				e := &entry{
-					gvk:       schema.GroupVersionKind{Group: g.Group.Name, Version: version, Kind: r.Kind},
+					gvk:       schema.GroupVersionKind{Group: g.Name, Version: version, Kind: r.Kind},
 					resource:  r,
-					preferred: version == g.Group.PreferredVersion.Version,
+					preferred: version == g.PreferredVersion.Version,
 				}
 				// Discovery may leave these empty for the group and version of
 				// the list; they are the list's own.
-				e.resource.Group, e.resource.Version = g.Group.Name, version
+				e.resource.Group, e.resource.Version = g.Name, version
 				byName[r.Name] = e
 				ordered = append(ordered, e)
 			}
@@ -454,10 +537,7 @@ func (m *Mapper) groups() (*discovered, error) {
 			d.byGVK[e.gvk] = e
 		}
 	}
-	if err == nil {
-		// Keep only complete views: a partial one is rebuilt next time.
-		m.view = d
-	}
+	m.view = d
 	return d, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -276,5 +277,72 @@ func TestDiscoveryError(t *testing.T) {
 	_, err := New(fd).Resolve("deploy")
 	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("Resolve with discovery down = %v, want the discovery error", err)
+	}
+}
+
+// downDiscovery is a fake discovery whose group versions in down answer
+// 503, as those of an aggregated API whose server is down do.
+type downDiscovery struct {
+	*fake.FakeDiscovery
+	down map[string]bool
+}
+
+func (d *downDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	if d.down[gv] {
+		return nil, apierrors.NewServiceUnavailable("the server is currently unable to handle the request")
+	}
+	return d.FakeDiscovery.ServerResourcesForGroupVersion(gv)
+}
+
+// A kind of a group version whose discovery failed is unavailable, not
+// "not served": callers must not take it for a kind of which no object can
+// exist. Other groups still map, and the kind maps once discovery reads it
+// again.
+func TestUnavailableGroupVersion(t *testing.T) {
+	lists := append(cluster(), &metav1.APIResourceList{GroupVersion: "metrics.example.com/v1beta1", APIResources: []metav1.APIResource{
+		res("nodemetrics", "nodemetrics", "NodeMetrics", false),
+	}})
+	d := &downDiscovery{FakeDiscovery: newFake(lists), down: map[string]bool{"metrics.example.com/v1beta1": true}}
+	m := New(d)
+	metrics := schema.GroupVersionKind{Group: "metrics.example.com", Version: "v1beta1", Kind: "NodeMetrics"}
+
+	_, err := m.ResourceFor(metrics)
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("ResourceFor(%v) error = %v, want ErrUnavailable and not ErrNotFound", metrics, err)
+	}
+	for _, want := range []string{"metrics.example.com/v1beta1/NodeMetrics", "discovery failed: metrics.example.com/v1beta1", "unable to handle the request"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if _, err := m.ResourceFor(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}); err != nil {
+		t.Errorf("a kind of a group discovery read: %v", err)
+	}
+	// Another version of the group was not asked for and is not served.
+	if _, err := m.ResourceFor(schema.GroupVersionKind{Group: "metrics.example.com", Version: "v1", Kind: "NodeMetrics"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a version discovery does not list: %v, want ErrNotFound", err)
+	}
+
+	for ref, want := range map[string]error{
+		"nodemetrics":                         ErrUnavailable, // any group may serve it
+		"nodemetrics.metrics.example.com":     ErrUnavailable,
+		"metrics.example.com/v1beta1/Widgets": ErrUnavailable,
+		"apps/v1/Widget":                      ErrNotFound, // apps was read: not served
+		"Widget.v1.apps":                      ErrNotFound,
+		"metrics.example.com/v2/NodeMetrics":  ErrNotFound,
+	} {
+		if _, err := m.Resolve(ref); !errors.Is(err, want) {
+			t.Errorf("Resolve(%q) error = %v, want %v", ref, err, want)
+		}
+	}
+	if got, err := m.Resolve("deploy"); err != nil || len(got) != 1 {
+		t.Errorf("Resolve(deploy) = %v, %v", got, err)
+	}
+
+	// The API server is back: the next lookup reads discovery again.
+	d.down = nil
+	got, err := m.ResourceFor(metrics)
+	if err != nil || got.Resource != "nodemetrics" {
+		t.Errorf("ResourceFor(%v) once discovery reads it = %+v, %v", metrics, got, err)
 	}
 }
