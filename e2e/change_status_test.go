@@ -20,6 +20,7 @@ func typedStatusCRD(group string, child bool) *apiextensionsv1.CustomResourceDef
 	crd := gadgetCRD(group, true)
 	status := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]
 	status.XPreserveUnknownFields = nil
+	status.Properties["touched"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
 	if child {
 		status.Properties["child"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
 	}
@@ -32,7 +33,8 @@ func typedStatusCRD(group string, child bool) *apiextensionsv1.CustomResourceDef
 // accepted, naming spec.status.<field>. A running rule whose parent's CRD
 // later loses a status field the rule writes leaves no stale Ready on its
 // parents: each says Ready False naming the field, and the Rule does not
-// count it among its ready parents.
+// count it among its ready parents. The rule's other status field, which
+// the schema still has, keeps following the parent.
 func TestChangeStatusFieldRejected(t *testing.T) {
 	const group = "statusfield.example.com"
 	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
@@ -42,14 +44,18 @@ func TestChangeStatusFieldRejected(t *testing.T) {
 	startControllerWith(t, controllerOptions{RuleObjects: true})
 
 	applyRule(t, gadgetRuleDoc("statusfield-unknown", group, "Gadget", ns+"-other", configChild("c")+"  status:\n    mode: api\n"))
-	waitRuleStatus(t, "statusfield-unknown", accepted("False", "spec.status.mode", `the status schema of `+group+`/v1 Gadget has no field "mode"`, "its fields: child, conditions, observedGeneration"))
+	waitRuleStatus(t, "statusfield-unknown", accepted("False", "spec.status.mode", `the status schema of `+group+`/v1 Gadget has no field "mode"`, "its fields: child, conditions, observedGeneration, touched"))
 
-	applyRule(t, gadgetRuleDoc("statusfield", group, "Gadget", ns, configChild("c")+"  status:\n    child: ${children.config.metadata.name}\n"))
+	applyRule(t, gadgetRuleDoc("statusfield", group, "Gadget", ns, configChild("c")+
+		"  status:\n    child: ${children.config.metadata.name}\n    touched: ${parent.spec.?touch.orValue(\"no\")}\n"))
 	waitRuleStatus(t, "statusfield", accepted("True"))
 	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
 	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
 		if c := readyCondition(p); c == nil || c["status"] != "True" {
 			return fmt.Errorf("Ready = %v", c)
+		}
+		if err := expect(p, "no", "status", "touched"); err != nil {
+			return err
 		}
 		return expect(p, "g", "status", "child")
 	})
@@ -81,10 +87,10 @@ func TestChangeStatusFieldRejected(t *testing.T) {
 		if c == nil || c["status"] != "False" || c["reason"] != "InvalidSpec" || c["observedGeneration"] != int64(2) {
 			return fmt.Errorf("Ready = %v, want False, InvalidSpec, for generation 2", c)
 		}
-		if msg := fmt.Sprint(c["message"]); !strings.Contains(msg, "status.child") {
-			return fmt.Errorf("Ready message %q does not name status.child", msg)
+		if msg := fmt.Sprint(c["message"]); !strings.Contains(msg, "status.child") || strings.Contains(msg, "status.touched") {
+			return fmt.Errorf("Ready message %q does not name status.child alone", msg)
 		}
-		return nil
+		return expect(p, "1", "status", "touched")
 	})
 	waitRuleStatus(t, "statusfield", counts(1, 0))
 }
