@@ -9,8 +9,9 @@
 // ignored. Decoding is otherwise strict: an unknown field, a duplicate key,
 // a value of the wrong type is an error. Validation checks names and child ids,
 // kinds, label selectors, the namespace policy, the children's
-// dependencies, and that no two children without includeWhen or forEach
-// write their kind, metadata.namespace and metadata.name alike (they would
+// dependencies, and that no two children that are always rendered (no
+// includeWhen or forEach, and no dependency on a child with one) write
+// their kind, metadata.namespace and metadata.name alike (they would
 // render one object for every parent). Load reports every problem it finds, each an *Error with
 // the file, line, column, rule, child id, field and expression.
 //

@@ -469,6 +469,7 @@ func (l *loader) spec(r *Rule, n *yaml.Node, w where) {
 		l.status(r, e.valNode, w.key("status"), l.statusShape(r, e.keyNode, w))
 	}
 	l.graph(r)
+	l.sameObjects(r)
 }
 
 // gvk reads the apiVersion and kind of a parent or a template. Both must be
@@ -824,11 +825,6 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		return
 	}
 	firstAt := map[string]*yaml.Node{}
-	// Two children that render one object always, whatever the parent,
-	// would write it over each other forever. Those that differ only once
-	// rendered, or that includeWhen or forEach may keep apart, are left to
-	// Render.
-	sameAt := map[sameObject]*Child{}
 	for i, item := range n.Content {
 		item = l.resolve(item)
 		iw := w.index(i)
@@ -880,10 +876,9 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		if e, ok := f["forEach"]; ok {
 			l.x.each = l.forEach(c, e.valNode, cw.key("forEach"))
 		}
-		var nameNode *yaml.Node
 		if e, ok := f["template"]; ok {
 			l.x.random = c.UpdatePolicy == UpdateCreateOnly
-			nameNode = l.template(r, c, e.valNode, cw.key("template"))
+			c.nameNode = l.template(r, c, e.valNode, cw.key("template"))
 			l.x.random = false
 		} else {
 			l.errorf(item, cw, "template is required")
@@ -895,19 +890,51 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 			c.ReadyWhen = l.conditions(e.valNode, cw.key("readyWhen"), readyExpr)
 		}
 		l.x = ruleEnv
-		if nameNode != nil && c.ID != "" && len(c.ForEach) == 0 && len(c.IncludeWhen) == 0 {
-			key := sameObject{c.GroupVersionKind.GroupKind(), c.namespaceKey(), nameNode.Value}
-			if first := sameAt[key]; first != nil {
-				l.errorf(nameNode, cw.key("template").key("metadata").key("name"),
-					"renders the same %s as child %q (line %d): give each child a name of its own", c.GroupVersionKind.Kind, first.ID, first.Pos.Line)
-			} else {
-				sameAt[key] = c
-			}
-		}
 		r.Children = append(r.Children, c)
 		if c.ID != "" {
 			r.byID[c.ID] = c
 		}
+	}
+}
+
+// sameObjects rejects two children that render one object always, whatever
+// the parent: they would write it over each other forever. Those that
+// differ only once rendered, or that may be left out (an includeWhen, a
+// forEach, or a dependency on such a child: a child whose dependency is
+// left out is left out with it), are left to Render, which reports two
+// renders of one object on the parent. It runs after graph, which fills in
+// DependsOn and the order that puts dependencies first.
+func (l *loader) sameObjects(r *Rule) {
+	children := r.order
+	if children == nil {
+		children = r.Children // a cycle, reported already: no dependencies
+	}
+	mayBeLeftOut := map[string]bool{}
+	sameAt := map[sameObject]*Child{}
+	for _, c := range children {
+		left := len(c.ForEach) > 0 || len(c.IncludeWhen) > 0
+		if r.order != nil {
+			for _, d := range c.DependsOn {
+				left = left || mayBeLeftOut[d]
+			}
+		}
+		mayBeLeftOut[c.ID] = left
+		if left || c.nameNode == nil || c.ID == "" {
+			continue
+		}
+		key := sameObject{c.GroupVersionKind.GroupKind(), c.namespaceKey(), c.nameNode.Value}
+		first := sameAt[key]
+		if first == nil {
+			sameAt[key] = c
+			continue
+		}
+		// Report the later of the two in the file, naming the earlier.
+		if first.Pos.Line > c.Pos.Line {
+			first, c = c, first
+			sameAt[key] = first
+		}
+		l.errorf(c.nameNode, where{rule: r.Name, child: c.ID}.key("template").key("metadata").key("name"),
+			"renders the same %s as child %q (line %d): give each child a name of its own", c.GroupVersionKind.Kind, first.ID, first.Pos.Line)
 	}
 }
 

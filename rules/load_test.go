@@ -623,3 +623,33 @@ func TestAliasBomb(t *testing.T) {
 		t.Fatalf("Parse() error = %v, want one about the document's size", err)
 	}
 }
+
+// Two children with one name are an error at load only when both are always
+// rendered. A child whose dependency has an includeWhen is left out with
+// it, so two such children may share a name (one route for the blue
+// deployment, one for the green); on an always rendered dependency they may
+// not.
+func TestSameObjectThroughDependencies(t *testing.T) {
+	data := func(of string) string {
+		return "      data: {target: \"${children." + of + ".metadata.name}\"}\n"
+	}
+	doc := func(includeWhen bool) string {
+		blue, green := "", ""
+		if includeWhen {
+			blue = "    includeWhen: [\"${parent.spec.color == 'blue'}\"]\n"
+			green = "    includeWhen: [\"${parent.spec.color == 'green'}\"]\n"
+		}
+		return header +
+			"  - id: blue\n" + blue + cm("${parent.metadata.name}-blue") +
+			"  - id: green\n" + green + cm("${parent.metadata.name}-green") +
+			"  - id: route_blue\n" + cm("${parent.metadata.name}-route") + data("blue") +
+			"  - id: route_green\n" + cm("${parent.metadata.name}-route") + data("green")
+	}
+	if _, err := Parse("rules.yaml", []byte(doc(true)), Options{}); err != nil {
+		t.Errorf("children left out with their includeWhen dependencies: %v", err)
+	}
+	_, err := Parse("rules.yaml", []byte(doc(false)), Options{})
+	if want := `child "route_green": template.metadata.name: renders the same ConfigMap as child "route_blue"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("children always rendered: error %v, want one saying %s", err, want)
+	}
+}

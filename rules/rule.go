@@ -3,6 +3,8 @@ package rules
 import (
 	"slices"
 
+	"go.yaml.in/yaml/v3"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -283,6 +285,9 @@ type Child struct {
 	namespaceLiteral string
 	namespaceSource  string
 	templatedRoleRef bool
+	// nameNode is the template's metadata.name, where the rules file
+	// says it; nil if the template has none.
+	nameNode *yaml.Node
 }
 
 // TemplatedRoleRef tells whether the child is a RoleBinding or
