@@ -1112,9 +1112,10 @@ func (c *Controller) enqueue(key Key, obj metav1.Object, deleted bool) {
 // renamed, or the parent moved to this rule) still reaches its parent. A
 // child whose parent is not this rule's any more (it moved to another rule
 // by a relabelling) reaches the rule that holds the parent now, unless that
-// rule watches the child through this informer too (its own handler tells
-// it): so the children of a kind that only the former rule watches are
-// pruned by the new one (see Children).
+// rule sees the child through an informer of its own too (this one, or
+// one of the same resource where the child is: its own handler tells it):
+// so the children of a kind that only the former rule watches are pruned
+// by the new one (see Children).
 func (c *Controller) childHandler(rule string, from watch.Key) watch.Handler {
 	return func(obj metav1.Object, deleted bool) {
 		ref, uid := annotation(obj, reconcile.AnnotationParent), label(obj, reconcile.LabelParentUID)
@@ -1144,13 +1145,24 @@ func (c *Controller) childHandler(rule string, from watch.Key) watch.Handler {
 			p, ok := cached.(metav1.Object)
 			return ok && string(p.GetUID()) == uid
 		}
+		// Whether an informer of the other rule sees the child too: the
+		// same resource and selector, in its namespace or in every one.
+		// Then its own handler tells it, and this one must not: a new
+		// version of a rule registering on a shared informer is told of
+		// every cached child again, and would reconcile another rule's
+		// parents.
+		sees := func(r *watch.Registration) bool {
+			k := r.Informer().Key()
+			return k == from || k.GVR == from.GVR && k.Selector == from.Selector && k.AllLabels == from.AllLabels &&
+				(k.Namespace == metav1.NamespaceAll || k.Namespace == obj.GetNamespace())
+		}
 		c.mu.Lock()
 		to := ""
 		if rs := c.rules[rule]; rs != nil && holds(rs) {
 			to = rule
 		} else {
 			for _, other := range c.rules {
-				watched := slices.ContainsFunc(other.childRegistrationsLocked(), func(r *watch.Registration) bool { return r.Informer().Key() == from })
+				watched := slices.ContainsFunc(other.childRegistrationsLocked(), sees)
 				if other != rs && !watched && holds(other) {
 					to = other.rule.Name
 					break

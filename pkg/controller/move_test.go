@@ -121,6 +121,18 @@ func testChildrenOfMovedParent(t *testing.T) {
 	if n := c.queue.Len(); n != 0 {
 		t.Errorf("queued %d keys for an informer rule b has, want 0", n)
 	}
+	// Nor does an informer of rule a that sees, in every namespace, a
+	// child of rule b's kind that b watches in its namespace through an
+	// informer of its own: a new version of rule a, registering on it,
+	// must not reconcile rule b's parents (contract section 7).
+	own := c.rules["b"].childRegs[0].Informer().Key()
+	everywhere := own
+	everywhere.Namespace = ""
+	deployment := labelled(object("apps/v1", "Deployment", "g", "d1", "p1"), reconcile.LabelChild, "deploy")
+	c.childHandler("a", everywhere)(deployment, false)
+	if n := c.queue.Len(); n != 0 {
+		t.Errorf("queued %d keys for a child rule b watches where it is, want 0", n)
+	}
 }
 
 // While a relabelled parent is in two rules' caches, the rule whose cache
