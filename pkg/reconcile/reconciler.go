@@ -347,6 +347,14 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		}
 		outcomes = append(outcomes, out)
 	}
+	// A prune that fails is on the Ready condition too (see below).
+	var pruneFailed []childError
+	pruned := func(id string, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			pruneFailed = append(pruneFailed, childError{id, err})
+		}
+	}
 	// A renamed child's old object, or the object of a forEach element
 	// that is gone, goes only once every object of its child exists.
 	for _, id := range sortedKeys(plan.Superseded) {
@@ -364,11 +372,11 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 					}
 				}
 			}
-			errs = append(errs, r.prune(ctx, rule, parent, old, id, why))
+			pruned(id, r.prune(ctx, rule, parent, old, id, why))
 		}
 	}
 	for _, p := range plan.Prunes {
-		errs = append(errs, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
+		pruned(p.ID, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
 	}
 	if !plan.Finalizer && finalizerErr == nil {
 		errs = append(errs, r.setFinalizer(ctx, mapping, parent, false))
@@ -391,6 +399,14 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		}
 	}
 	cond := r.readiness(rule, parent, plan.Rendered, outcomes, observedNow)
+	if len(pruneFailed) > 0 && (cond.Status == metav1.ConditionTrue || cond.Reason == ReasonNotReady || cond.Reason == ReasonWaiting) {
+		// An object kgen must delete and cannot (the rule's
+		// ServiceAccount may not, say) is a failure of the parent's,
+		// not a detail of the log: a failed write of a child outranks
+		// it, a child that is merely not ready yet does not.
+		f := pruneFailed[0]
+		cond = readyCondition(deleteReason(f.err), fmt.Sprintf("child %s: %v", f.id, f.err))
+	}
 	res, statusErr := r.writeStatus(ctx, rule, mapping, parent, status, cond, observed)
 	errs = append(errs, statusErr)
 	err := classify(errs)
@@ -643,6 +659,21 @@ func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg str
 	return reason, fmt.Sprintf("child %s: %s %s: %v%s", id, verb, ref, err, where)
 }
 
+// childError is a failure of one of a parent's children.
+type childError struct {
+	id  string
+	err error
+}
+
+// deleteReason is the Ready reason of a delete (or a release) that failed:
+// Forbidden when the API server refused it, DeleteFailed otherwise.
+func deleteReason(err error) string {
+	if apierrors.IsForbidden(err) {
+		return ReasonForbidden
+	}
+	return ReasonDeleteFailed
+}
+
 // wrapFailure marks an error the API server will give again for the same
 // object (it is invalid) as terminal; the parent's status says why.
 func wrapFailure(err error) error {
@@ -780,7 +811,8 @@ func parentRef(parent *unstructured.Unstructured) string {
 // finalize deletes the children Kubernetes will not garbage-collect for a
 // parent that is being deleted, then releases the parent. While a delete
 // fails, the parent keeps the finalizer and its Ready condition says why
-// (reason DeleteFailed): a parent stuck Terminating shows its cause.
+// (reason Forbidden when refused, DeleteFailed otherwise): a parent stuck
+// Terminating shows its cause.
 func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, observed []*unstructured.Unstructured) (Result, error) {
 	r.Forget(parent.GetUID())
 	if !slices.Contains(parent.GetFinalizers(), Finalizer) {
@@ -797,7 +829,7 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 	}
 	if err := errors.Join(errs...); err != nil {
 		msg := fmt.Sprintf("kgen keeps its finalizer %s until it has deleted the children only the finalizer guards: %v", Finalizer, err)
-		if _, statusErr := r.writeStatus(ctx, rule, mapping, parent, nil, readyCondition(ReasonDeleteFailed, msg), observed); statusErr != nil {
+		if _, statusErr := r.writeStatus(ctx, rule, mapping, parent, nil, readyCondition(deleteReason(err), msg), observed); statusErr != nil {
 			err = errors.Join(err, statusErr)
 		}
 		return Result{}, err

@@ -1040,8 +1040,9 @@ func TestFinalizeDeleteFails(t *testing.T) {
 		name string
 		// fail makes the delete of the child fail, until the returned
 		// func is called.
-		fail func(h *harness) (heal func())
-		says string
+		fail   func(h *harness) (heal func())
+		says   string
+		reason string
 	}{{
 		name: "the API answers 503",
 		fail: func(h *harness) func() {
@@ -1054,7 +1055,22 @@ func TestFinalizeDeleteFails(t *testing.T) {
 			})
 			return func() { failing = false }
 		},
-		says: "delete clusterroles.rbac.authorization.k8s.io team-web: the server is currently unable to handle the request",
+		says:   "delete clusterroles.rbac.authorization.k8s.io team-web: the server is currently unable to handle the request",
+		reason: ReasonDeleteFailed,
+	}, {
+		name: "the rule's ServiceAccount may not delete it",
+		fail: func(h *harness) func() {
+			failing := true
+			h.api.PrependReactor("delete", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if failing {
+					return true, nil, apierrors.NewForbidden(gvrOf(crGVK).GroupResource(), "team-web", errors.New(`User "system:serviceaccount:team:writer" cannot delete resource`))
+				}
+				return false, nil, nil
+			})
+			return func() { failing = false }
+		},
+		says:   `User "system:serviceaccount:team:writer" cannot delete resource`,
+		reason: ReasonForbidden,
 	}, {
 		name: "the kind's API is unavailable in discovery",
 		fail: func(h *harness) func() {
@@ -1062,7 +1078,8 @@ func TestFinalizeDeleteFails(t *testing.T) {
 			h.r = New(h.cfg)
 			return func() { h.cfg.Resources = fakeResources{}; h.r = New(h.cfg) }
 		},
-		says: "delete ClusterRole team-web (child role):",
+		says:   "delete ClusterRole team-web (child role):",
+		reason: ReasonDeleteFailed,
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, clusterRule)
@@ -1085,8 +1102,8 @@ func TestFinalizeDeleteFails(t *testing.T) {
 				t.Fatal("the child is gone")
 			}
 			c := ready(p)
-			if c["status"] != "False" || c["reason"] != ReasonDeleteFailed || !strings.Contains(fmt.Sprint(c["message"]), tt.says) {
-				t.Errorf("Ready = %v, want False %s saying %q", c, ReasonDeleteFailed, tt.says)
+			if c["status"] != "False" || c["reason"] != tt.reason || !strings.Contains(fmt.Sprint(c["message"]), tt.says) {
+				t.Errorf("Ready = %v, want False %s saying %q", c, tt.reason, tt.says)
 			}
 			if evs := h.drain(); !slices.ContainsFunc(evs, func(e string) bool { return strings.HasPrefix(e, "Warning "+ReasonDeleteFailed) }) {
 				t.Errorf("events = %q, want a Warning %s", evs, ReasonDeleteFailed)
@@ -1105,5 +1122,45 @@ func TestFinalizeDeleteFails(t *testing.T) {
 				t.Errorf("finalizers = %v, want kgen's removed", got)
 			}
 		})
+	}
+}
+
+// A child kgen must prune and may not (the rule's ServiceAccount lacks
+// delete) makes the parent Ready False, reason Forbidden, naming the child
+// and the account; not a Warning event alone under a Ready that says all
+// is well. Once the delete is allowed the child goes and Ready is True.
+func TestPruneFailsOnReady(t *testing.T) {
+	h := newHarness(t, clusterRule)
+	h.converge(appParent(nil))
+	if c := h.ready(); c["status"] != "True" {
+		t.Fatalf("Ready = %v before the change", c)
+	}
+	failing := true
+	h.api.PrependReactor("delete", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failing {
+			return true, nil, apierrors.NewForbidden(gvrOf(crGVK).GroupResource(), "team-web", errors.New(`User "system:serviceaccount:team:writer" cannot delete resource`))
+		}
+		return false, nil, nil
+	})
+	h.setSpec(map[string]any{"role": false})
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err == nil {
+		t.Fatal("no error from a prune the API server refused")
+	}
+	c := h.ready()
+	if c["status"] != "False" || c["reason"] != ReasonForbidden || !strings.Contains(fmt.Sprint(c["message"]), "child role:") ||
+		!strings.Contains(fmt.Sprint(c["message"]), "system:serviceaccount:team:writer") {
+		t.Errorf("Ready = %v, want False Forbidden naming child role and the account", c)
+	}
+	failing = false
+	for range 3 {
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.api.get(crGVK, "", "team-web") != nil {
+		t.Error("the child was not pruned once it could be")
+	}
+	if c := h.ready(); c["status"] != "True" {
+		t.Errorf("Ready = %v once the prune succeeded, want True", c)
 	}
 }
