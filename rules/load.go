@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -255,12 +256,37 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 			before := len(l.errs)
 			r := l.rule(n)
 			if r != nil && len(l.errs) == before {
-				r.source = &source{file: file, data: data, opts: c.opts}
+				r.source = &source{file: file, data: data, opts: c.opts, digest: documentDigest(n)}
 				rules = append(rules, r)
 			}
 		}
 	}
 	return rules, l.errs
+}
+
+// documentDigest identifies a rule's document by its text and where every
+// node of it is in the file (what the rule's positions are made of), so two
+// rules with one digest compile alike and report the same lines. Comments
+// are not part of it; what an alias refers to is, once.
+func documentDigest(n *yaml.Node) [32]byte {
+	h := sha256.New()
+	seen := map[*yaml.Node]bool{}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		fmt.Fprintf(h, "%d:%d:%d:%q:%q:%q:%d|", n.Kind, n.Line, n.Column, n.Tag, n.Value, n.Anchor, n.Style)
+		if n.Alias != nil && !seen[n.Alias] {
+			seen[n.Alias] = true
+			walk(n.Alias)
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+		h.Write([]byte{'.'})
+	}
+	walk(n)
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
 }
 
 // documents returns the rules a YAML document holds: itself, or the items

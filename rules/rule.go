@@ -120,6 +120,23 @@ type source struct {
 	file string
 	data []byte
 	opts Options
+	// digest identifies the rule's document (see documentDigest).
+	digest [32]byte
+}
+
+// SameDocument reports whether two rules were compiled from the same
+// document at the same place of the same file: the same rule, read again
+// because another rule of its file changed. Whoever keeps rules by
+// identity (the controller does) can keep the one it has. Rules made in
+// memory, with no file, are never the same.
+func (r *Rule) SameDocument(o *Rule) bool {
+	if r == o {
+		return true
+	}
+	if r == nil || o == nil || r.source == nil || o.source == nil {
+		return false
+	}
+	return r.source.file == o.source.file && r.source.digest == o.source.digest
 }
 
 // Child returns the child with the given id, or nil.

@@ -557,3 +557,61 @@ func TestSetRecheck(t *testing.T) {
 	s.Recheck(ctx, rule)
 	acceptedIs("False", "keeps running")
 }
+
+// Editing one rule of a file with several keeps the others as they run
+// (the same *rules.Rule), so the controller neither restarts them nor
+// reconciles their parents; a rule whose lines moved is read again, as
+// its positions changed.
+func TestSetFileEditKeepsOtherRules(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	write := func(docs ...string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(ruleDoc("a", "parent.spec.image"), ruleDoc("b", "parent.spec.image"), ruleDoc("c", "parent.spec.image"))
+	s, err := New(Config{Paths: []string{file}, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := func() map[string]*rules.Rule {
+		out := map[string]*rules.Rule{}
+		for _, r := range s.Rules() {
+			out[r.Name] = r
+		}
+		return out
+	}
+	before := byName()
+
+	write(ruleDoc("a", "parent.spec.image"), ruleDoc("b", "parent.spec.image + '-2'"), ruleDoc("c", "parent.spec.image"))
+	if !s.readFiles(ctx) {
+		t.Fatal("the edit was not taken")
+	}
+	s.recompute(ctx)
+	after := byName()
+	if after["b"] == before["b"] {
+		t.Error("the edited rule b was kept")
+	}
+	for _, name := range []string{"a", "c"} {
+		if after[name] != before[name] {
+			t.Errorf("rule %s, not edited, was replaced by a new version", name)
+		}
+	}
+
+	// b gains a line: c, below it, moved, and is read again; a is kept.
+	write(ruleDoc("a", "parent.spec.image"), ruleDoc("b", "parent.spec.image + '-2'")+"# one more line\n", ruleDoc("c", "parent.spec.image"))
+	if !s.readFiles(ctx) {
+		t.Fatal("the edit was not taken")
+	}
+	s.recompute(ctx)
+	moved := byName()
+	if moved["a"] != before["a"] {
+		t.Error("rule a, above the edit, was replaced")
+	}
+	if moved["c"] == after["c"] {
+		t.Error("rule c moved down a line and kept its old positions")
+	}
+}

@@ -259,8 +259,10 @@ func (s *Set) readFiles(ctx context.Context) bool {
 	// parent kinds' CRDs.
 	s.mu.Lock()
 	sums := map[string][32]byte{}
+	running := map[string][]*rules.Rule{}
 	for f, fv := range s.files {
 		sums[f] = fv.sum
+		running[f] = fv.rules
 	}
 	s.mu.Unlock()
 	changes := map[string]fileVersion{}
@@ -298,6 +300,17 @@ func (s *Set) readFiles(ctx context.Context) bool {
 			continue
 		}
 		delete(fileProblems, f)
+		// A rule of the file that did not change (another one did) is
+		// kept as it runs: the controller keeps rules by identity, and
+		// must neither restart it nor reconcile its parents (contract
+		// section 7).
+		for i, r := range parsed {
+			for _, old := range running[f] {
+				if old.Name == r.Name && old.SameDocument(r) {
+					parsed[i] = old
+				}
+			}
+		}
 		changes[f] = fileVersion{sum: sum, rules: parsed}
 	}
 	for f := range fileProblems {
