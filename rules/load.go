@@ -121,10 +121,16 @@ func expand(path string) ([]string, error) {
 		}
 	}
 	if len(files) == 0 {
-		return nil, errors.New("the directory has no *.yaml or *.yml files")
+		return nil, ErrNoRulesFiles
 	}
 	return files, nil
 }
+
+// ErrNoRulesFiles is the error of a directory with no *.yaml or *.yml file
+// in it. Load and Files refuse it (a path given by mistake); a directory
+// that was read before and is empty now holds no rules (see
+// FilesOrNone).
+var ErrNoRulesFiles = errors.New("the directory has no *.yaml or *.yml files")
 
 // withoutPath drops the path from a file system error, which Error already
 // starts with.

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -90,6 +91,26 @@ func Files(paths []string) ([]string, error) {
 	var files []string
 	for _, p := range paths {
 		found, err := expand(p)
+		if err != nil {
+			return nil, &Error{Pos: Position{File: p}, Err: withoutPath(err)}
+		}
+		files = append(files, found...)
+	}
+	return files, nil
+}
+
+// FilesOrNone is Files for a path read again: a directory with no rules
+// files in it holds no rules, rather than being an error. The directory
+// itself must still exist. A ConfigMap mounted as the rules directory
+// whose last rules file was removed is such a directory: its rules are
+// gone, not broken.
+func FilesOrNone(paths []string) ([]string, error) {
+	var files []string
+	for _, p := range paths {
+		found, err := expand(p)
+		if errors.Is(err, ErrNoRulesFiles) {
+			continue
+		}
 		if err != nil {
 			return nil, &Error{Pos: Position{File: p}, Err: withoutPath(err)}
 		}

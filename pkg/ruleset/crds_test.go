@@ -615,3 +615,41 @@ func TestSetFileEditKeepsOtherRules(t *testing.T) {
 		t.Error("rule c moved down a line and kept its old positions")
 	}
 }
+
+// A rules directory whose last file is removed (a ConfigMap mounted there
+// emptied, as when moving to Rule objects) holds no rules: its rules stop
+// rather than run on as if the directory were broken, and a kgen started
+// on the empty directory starts.
+func TestSetDirectoryEmptied(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(file, []byte(ruleDoc("a", "parent.spec.image")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Paths: []string{dir}, Client: fakeClient(appCRD(t)), Resources: serveApps, CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps}}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Rules()); n != 1 {
+		t.Fatalf("%d rules, want 1", n)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if !s.readFiles(ctx) {
+		t.Fatal("the removal of the last file was not taken")
+	}
+	s.recompute(ctx)
+	if rs := s.Rules(); len(rs) != 0 || s.fileErr != "" {
+		t.Errorf("rules %v, files' error %q; want none and none", rs, s.fileErr)
+	}
+	if _, err := New(cfg); err != nil {
+		t.Errorf("New on the empty directory: %v", err)
+	}
+	cfg.Paths = []string{filepath.Join(dir, "missing")}
+	if _, err := New(cfg); err == nil {
+		t.Error("New on a directory that does not exist: no error")
+	}
+}

@@ -169,11 +169,14 @@ func New(cfg Config) (*Set, error) {
 	if len(cfg.Paths) == 0 {
 		return s, nil
 	}
-	loaded, err := rules.Load(cfg.Paths, cfg.Options)
+	// A rules directory with no file in it holds no rules, at a start as
+	// at a reread: kgen restarted after the last file was removed from
+	// the ConfigMap mounted there must start, not crash.
+	files, err := rules.FilesOrNone(cfg.Paths)
 	if err != nil {
 		return nil, err
 	}
-	files, err := rules.Files(cfg.Paths)
+	loaded, err := rules.Load(files, cfg.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +251,9 @@ func (s *Set) pollFiles(ctx context.Context) {
 // is valid. It reports whether anything changed.
 func (s *Set) readFiles(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
-	files, err := rules.Files(s.cfg.Paths)
+	// A directory whose last file was removed holds no rules now: they
+	// stop, as a removed file's do.
+	files, err := rules.FilesOrNone(s.cfg.Paths)
 	if err != nil {
 		s.mu.Lock()
 		s.reportFilesLocked(logger, err)
