@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/csaupgrade"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // Who an existing object that stands where a child should be belongs to.
@@ -155,10 +158,17 @@ func ownManager(name string) bool {
 	return name == FieldManager || strings.HasPrefix(name, FieldManager+"-")
 }
 
-// lastWriter names who most recently changed an object other than kgen,
-// from its managed fields, as " (changed by NAME)"; "" when they do not say.
-// It reads the object: the cache keeps no managed fields.
-func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInterface, obj *unstructured.Unstructured) string {
+// lastWriter names who changed a child that kgen repairs, from its managed
+// fields, as " (changed by NAME)"; "" when they do not say. The writer is
+// the one that owns a field of the template (desired): a writer that
+// changes a field kgen applied takes its ownership. Among several, the
+// latest; an entry with no time (kubectl scale writes through the scale
+// subresource, whose entries have none) counts when no timed one touches
+// the template. Only when no entry touches it (fields of a keyed list
+// entry are keyed in managed fields, and not in the template's paths) is
+// it the latest writer of anything. It reads the object: the cache keeps
+// no managed fields.
+func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInterface, obj, desired *unstructured.Unstructured) string {
 	if !r.events.records(EventRepaired) {
 		return ""
 	}
@@ -166,20 +176,42 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 	if err != nil {
 		return ""
 	}
-	var newest *metav1.ManagedFieldsEntry
+	want := fieldpath.SetFromValue(value.NewValueInterface(desired.Object))
+	var newest, touching, untimed *metav1.ManagedFieldsEntry
+	later := func(a, b *metav1.ManagedFieldsEntry) bool { return b == nil || a.Time.After(b.Time.Time) }
 	fields := live.GetManagedFields()
 	for i, e := range fields {
-		if ownManager(e.Manager) || e.Subresource == "status" || e.Time == nil {
+		if ownManager(e.Manager) || e.Subresource == "status" {
 			continue
 		}
-		if newest == nil || e.Time.After(newest.Time.Time) {
-			newest = &fields[i]
+		touches := false
+		if e.FieldsV1 != nil {
+			set := &fieldpath.Set{}
+			if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err == nil {
+				touches = !set.Leaves().Intersection(want).Empty()
+			}
+		}
+		switch {
+		case e.Time == nil:
+			if touches && untimed == nil {
+				untimed = &fields[i]
+			}
+		case touches:
+			if later(&e, touching) {
+				touching = &fields[i]
+			}
+		default:
+			if later(&e, newest) {
+				newest = &fields[i]
+			}
 		}
 	}
-	if newest == nil {
-		return ""
+	for _, who := range []*metav1.ManagedFieldsEntry{touching, untimed, newest} {
+		if who != nil {
+			return fmt.Sprintf(" (changed by %s)", who.Manager)
+		}
 	}
-	return fmt.Sprintf(" (changed by %s)", newest.Manager)
+	return ""
 }
 
 // upgradeOwnership moves the fields an older kgen owns through an Update

@@ -582,7 +582,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 
 	var who string
 	if op == OpRepair {
-		who = r.lastWriter(ctx, reader, live)
+		who = r.lastWriter(ctx, reader, live, desired)
 	}
 	if err := r.upgradeOwnership(ctx, reader, client, live); err != nil {
 		out.reason, out.msg = failure(rule, step.ID, ref, "migrate the field ownership of", err)

@@ -293,6 +293,23 @@ func TestReconcileChanges(t *testing.T) {
 			}
 		},
 	}, {
+		name: "drift repaired, naming the writer of the repaired field, not the latest",
+		change: func(h *harness) {
+			// kubectl scale writes through a subresource, with no time;
+			// kubectl label came after it, and touched no field of the
+			// template.
+			cm := h.api.get(cmGVK, "team", "web-config")
+			cm.Object["data"].(map[string]any)["a"] = "changed"
+			fields := func(json string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(json)} }
+			cm.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kgen", Operation: metav1.ManagedFieldsOperationApply, Time: &metav1.Time{Time: h.now}},
+				{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "scale", FieldsV1: fields(`{"f:data":{"f:a":{}}}`)},
+				{Manager: "kubectl-label", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: h.now.Add(time.Minute)},
+					FieldsV1: fields(`{"f:metadata":{"f:labels":{"f:foo":{}}}}`)}})
+			h.api.add(cm)
+		},
+		writes: []string{"patch configmaps team/web-config"},
+		events: []string{"Normal Repaired Repaired configmaps team/web-config (child config) (changed by kubectl)"},
+	}, {
 		name: "drift repaired, blaming none of kgen's own managers",
 		change: func(h *harness) {
 			// A label removed leaves no entry; kgen-shard relabelled the
