@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -648,8 +649,11 @@ func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg str
 	switch {
 	case apierrors.IsForbidden(err):
 		reason = ReasonForbidden
-	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+	case refusedAsInvalid(err):
 		reason = ReasonInvalid
+		if text, ok := untypedApply(err); ok {
+			err = errors.New(text)
+		}
 		if src := ChildSource(rule, id); src != "" {
 			where = " (its template: " + src + ")"
 		}
@@ -677,10 +681,40 @@ func deleteReason(err error) string {
 // wrapFailure marks an error the API server will give again for the same
 // object (it is invalid) as terminal; the parent's status says why.
 func wrapFailure(err error) error {
-	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+	if refusedAsInvalid(err) {
 		return Terminal(err)
 	}
 	return err
+}
+
+// refusedAsInvalid reports whether the API server refused a write because
+// the object is not valid: it will refuse it again until the object
+// changes. A server-side apply whose object does not fit the kind's schema
+// (a number where a string goes) is refused with a 500, not a 422, and is
+// such a refusal too.
+func refusedAsInvalid(err error) bool {
+	_, typed := untypedApply(err)
+	return typed || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// goValue is how the API server's typed-patch errors print a value: as
+// the Go struct that holds it ("&value.valueUnstructured{Value:8080}").
+var goValue = regexp.MustCompile(`&value\.value[A-Za-z]*\{Value:(.*?)\}`)
+
+// untypedApply returns, for a server-side apply that the API server
+// could not type against the kind's schema, what it said of the field
+// (".data.port: expected string, got 8080"), without the Go notation of
+// values.
+func untypedApply(err error) (string, bool) {
+	var api apierrors.APIStatus
+	if !errors.As(err, &api) {
+		return "", false
+	}
+	m := typedPatchError.FindStringSubmatch(api.Status().Message)
+	if m == nil {
+		return "", false
+	}
+	return goValue.ReplaceAllString(strings.TrimSpace(m[1]), "$1"), true
 }
 
 // prune deletes a child that is no longer wanted, only if it is still the

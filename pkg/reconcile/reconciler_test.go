@@ -673,6 +673,7 @@ func TestReconcileErrors(t *testing.T) {
 		inject   func(h *harness)
 		terminal bool
 		reason   string
+		says     string // words of the Ready message
 	}{{
 		name:     "the parent's data does not render",
 		parent:   map[string]any{"replicas": nil},
@@ -685,6 +686,19 @@ func TestReconcileErrors(t *testing.T) {
 			})
 		},
 		terminal: true, reason: ReasonInvalid,
+	}, {
+		// A value that does not fit the kind's schema (a number where a
+		// string goes): a 500 the API server gives again for the same
+		// object, so the parent's spec is invalid, not a failure to retry.
+		name: "the API server cannot type a child's apply",
+		inject: func(h *harness) {
+			h.api.PrependReactor("patch", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
+					Message: "failed to create typed patch object (team/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got &value.valueUnstructured{Value:\"two\"}"}}
+			})
+		},
+		terminal: true, reason: ReasonInvalid,
+		says:     `child deploy: create deployments.apps team/web: .spec.replicas: expected numeric (int or float), got "two" (its template: rules.yaml:`,
 	}, {
 		name: "kgen may not write a child",
 		inject: func(h *harness) {
@@ -721,8 +735,8 @@ func TestReconcileErrors(t *testing.T) {
 				t.Errorf("err = %v; terminal %t, want %t", err, errors.Is(err, ErrTerminal), tt.terminal)
 			}
 			if tt.reason != "" {
-				if c := h.ready(); c["reason"] != tt.reason {
-					t.Errorf("Ready = %v, want reason %s", c, tt.reason)
+				if c := h.ready(); c["reason"] != tt.reason || !strings.Contains(fmt.Sprint(c["message"]), tt.says) {
+					t.Errorf("Ready = %v, want reason %s saying %q", c, tt.reason, tt.says)
 				}
 			}
 		})
