@@ -698,7 +698,7 @@ func TestReconcileErrors(t *testing.T) {
 			})
 		},
 		terminal: true, reason: ReasonInvalid,
-		says:     `child deploy: create deployments.apps team/web: .spec.replicas: expected numeric (int or float), got "two" (its template: rules.yaml:`,
+		says: `child deploy: create deployments.apps team/web: .spec.replicas: expected numeric (int or float), got "two" (its template: rules.yaml:`,
 	}, {
 		name: "kgen may not write a child",
 		inject: func(h *harness) {
