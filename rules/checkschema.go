@@ -40,6 +40,7 @@ func (r *Rule) CheckSchema(props *apiextensionsv1.JSONSchemaProps, types func(sc
 	if err != nil {
 		return err
 	}
+	c.object = r.source.object
 	parsed, errs := c.parse(r.source.file, r.source.data)
 	var mine ErrorList
 	for _, e := range errs {

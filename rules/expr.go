@@ -44,6 +44,8 @@ type compiler struct {
 	base     *environment.EnvSet
 	envs     map[envKey]*cel.Env
 	maxDepth int
+	// object is set while it compiles a Rule object (see parse).
+	object bool
 }
 
 // envKey identifies a CEL environment of a compiler.

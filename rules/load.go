@@ -66,10 +66,18 @@ func Load(paths []string, opts Options) ([]*Rule, error) {
 // Parse reads the rules in one file's contents; file names it in errors.
 // Errors are as for Load.
 func Parse(file string, data []byte, opts Options) ([]*Rule, error) {
+	return parse(file, data, opts, false)
+}
+
+// parse is Parse, for a file or, when object is set, for the YAML FromObject
+// makes of a Rule object, whose lines no one can see: its errors then name
+// other places by field path rather than by line.
+func parse(file string, data []byte, opts Options, object bool) ([]*Rule, error) {
 	c, err := newCompiler(opts.withDefaults())
 	if err != nil {
 		return nil, err
 	}
+	c.object = object
 	rules, errs := c.parse(file, data)
 	return checkSet(rules, errs)
 }
@@ -262,7 +270,7 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 			before := len(l.errs)
 			r := l.rule(n)
 			if r != nil && len(l.errs) == before {
-				r.source = &source{file: file, data: data, opts: c.opts, digest: documentDigest(n)}
+				r.source = &source{file: file, data: data, opts: c.opts, digest: documentDigest(n), object: c.object}
 				rules = append(rules, r)
 			}
 		}
@@ -857,6 +865,7 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 		return
 	}
 	firstAt := map[string]*yaml.Node{}
+	firstIndex := map[string]int{}
 	for i, item := range n.Content {
 		item = l.resolve(item)
 		iw := w.index(i)
@@ -873,10 +882,15 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 				case len(id) > validation.LabelValueMaxLength || strings.HasSuffix(id, "_"):
 					l.errorf(e.valNode, iw.key("id"), "child id %q must be a valid label value (at most 63 characters, not ending in _), since children carry it in a label", id)
 				case firstAt[id] != nil:
-					l.errorf(e.valNode, iw.key("id"), "duplicate child id %q (first at line %d)", id, firstAt[id].Line)
+					first := fmt.Sprintf("line %d", firstAt[id].Line)
+					if l.c.object {
+						first = fmt.Sprintf("spec.children[%d]", firstIndex[id])
+					}
+					l.errorf(e.valNode, iw.key("id"), "duplicate child id %q (first at %s)", id, first)
 				default:
 					c.ID = id
 					firstAt[id] = e.valNode
+					firstIndex[id] = i
 				}
 			}
 		} else {
@@ -965,8 +979,12 @@ func (l *loader) sameObjects(r *Rule) {
 			first, c = c, first
 			sameAt[key] = first
 		}
+		at := fmt.Sprintf(" (line %d)", first.Pos.Line)
+		if l.c.object {
+			at = "" // the object's lines are no one's; its id says where
+		}
 		l.errorf(c.nameNode, where{rule: r.Name, child: c.ID}.key("template").key("metadata").key("name"),
-			"renders the same %s as child %q (line %d): give each child a name of its own", c.GroupVersionKind.Kind, first.ID, first.Pos.Line)
+			"renders the same %s as child %q%s: give each child a name of its own", c.GroupVersionKind.Kind, first.ID, at)
 	}
 }
 

@@ -44,7 +44,7 @@ func FromObject(obj map[string]any, opts Options) (*Rule, error) {
 		return nil, fmt.Errorf("encode rule: %w", err)
 	}
 	name, _ := clean["name"].(string)
-	parsed, err := Parse(ObjectFile(name), data, opts)
+	parsed, err := parse(ObjectFile(name), data, opts, true)
 	if err != nil {
 		return nil, err
 	}

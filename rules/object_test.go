@@ -109,3 +109,37 @@ func TestParseObjectsReadBack(t *testing.T) {
 		})
 	}
 }
+
+// A Rule object's errors name other places of it by field path: the lines
+// of the YAML kgen makes of an object are no one's to look up.
+func TestObjectErrorsNameNoLines(t *testing.T) {
+	cm := func(name string) map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}}
+	}
+	obj := func(children ...any) map[string]any {
+		return map[string]any{"apiVersion": APIVersion, "kind": Kind, "metadata": map[string]any{"name": "bad"},
+			"spec": map[string]any{"parent": map[string]any{"apiVersion": "example.com/v1", "kind": "App"}, "children": children}}
+	}
+	for _, tt := range []struct {
+		name     string
+		children []any
+		want     string
+	}{
+		{"duplicate child id", []any{
+			map[string]any{"id": "one", "template": cm("a")},
+			map[string]any{"id": "two", "template": cm("b")},
+			map[string]any{"id": "two", "template": cm("c")},
+		}, `duplicate child id "two" (first at spec.children[1])`},
+		{"two children, one object", []any{
+			map[string]any{"id": "one", "template": cm("x")},
+			map[string]any{"id": "two", "template": cm("x")},
+		}, `renders the same ConfigMap as child "one": give each child`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FromObject(obj(tt.children...), Options{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "line ") {
+				t.Errorf("error %v, want one saying %q and naming no line", err, tt.want)
+			}
+		})
+	}
+}

@@ -122,6 +122,8 @@ type source struct {
 	opts Options
 	// digest identifies the rule's document (see documentDigest).
 	digest [32]byte
+	// object is set for a Rule object's YAML (see parse).
+	object bool
 }
 
 // SameDocument reports whether two rules were compiled from the same
