@@ -391,6 +391,23 @@ spec:
 	if _, _, err := LoadRules(t.Context(), client, discovery(), RuleSource{}); err == nil {
 		t.Error("no rules: no error")
 	}
+
+	// Without the files, an object whose status says a file of the
+	// running kgen shadows it is left out, with a note: its template is
+	// not what kgen applies.
+	shadowedByRunning := ruleObject("webapp", "Shadowed")
+	_ = unstructured.SetNestedSlice(shadowedByRunning.Object, []any{map[string]any{"type": "Ready", "status": "False", "reason": "Shadowed"}}, "status", "conditions")
+	client = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, shadowedByRunning, ruleObject("db", "Database"))
+	rs, notes, err = LoadRules(t.Context(), client, discovery(), RuleSource{Objects: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Name != "db" {
+		t.Errorf("rules = %v, want db alone", rs)
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "Rule webapp is shadowed by a --rules file of the running kgen") {
+		t.Errorf("notes = %q", notes)
+	}
 }
 
 // A forEach child is one entry per object: those that exist are judged

@@ -24,7 +24,8 @@ type RuleSource struct {
 }
 
 // LoadRules reads the rules kgenctl run serves from src: the files', and
-// the Rule objects no file rule shadows. It returns, besides, notes on what
+// the Rule objects no file rule shadows: neither one of src's files nor,
+// as the object's status says, one of the running kgen's. It returns, besides, notes on what
 // it left out: Rule objects that are invalid (a running kgen keeps their
 // previous valid version, which explain cannot see), or, when files were
 // given, Rule objects it could not read. An invalid file is an error, and
@@ -51,6 +52,13 @@ func LoadRules(ctx context.Context, client dynamic.Interface, res Resources, src
 			if slices.ContainsFunc(out, func(r *rules.Rule) bool { return r.Name == o.GetName() }) {
 				continue // the file's rule runs
 			}
+			if shadowed(o) {
+				// A rules file of the running kgen has its name, and
+				// that file's rule runs: explaining with the object
+				// would tell what kgen does not do.
+				notes = append(notes, fmt.Sprintf("Rule %s is shadowed by a --rules file of the running kgen, whose rule runs instead; give that file with --rules to explain its parents", o.GetName()))
+				continue
+			}
 			r, err := rules.FromObject(o.Object, rules.Options{})
 			if err != nil {
 				notes = append(notes, fmt.Sprintf("Rule %s is invalid, so its previous version, if any, may run: %s", o.GetName(), oneLine(err.Error())))
@@ -66,6 +74,18 @@ func LoadRules(ctx context.Context, client dynamic.Interface, res Resources, src
 		return nil, nil, errors.New("no rules: give --rules, or serve Rule objects (rules.kgen.dev)")
 	}
 	return out, notes, nil
+}
+
+// shadowed reports whether a Rule object's status says a rules file's
+// rule of its name runs instead (condition Ready, reason Shadowed).
+func shadowed(o unstructured.Unstructured) bool {
+	conditions, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == ruleset.ConditionReady && m["reason"] == ruleset.ReasonShadowed {
+			return true
+		}
+	}
+	return false
 }
 
 // ruleObjects lists the cluster's Rule objects.
