@@ -153,3 +153,58 @@ func TestChangeStatusFieldRemoved(t *testing.T) {
 		})
 	}
 }
+
+// Scenario (contract §6, rules cannot trigger themselves; §7, a changed
+// rule's parents are reconciled once): a status field that reads the
+// parent's status (a counter of reconciles) is written once per reconcile
+// something else caused, also through a change of its rule. During the
+// handover both versions of the rule watch the parents; kgen's own status
+// write must be its own to both, not another writer's to one of them, or
+// the counter runs until kgen backs off with StatusLoop.
+func TestChangeRuleWithStatusReadingStatus(t *testing.T) {
+	const group = "statuscount.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := serveCRD(t, gadgetCRD(group, true))
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	rule := func(value string) string {
+		return gadgetRuleDoc("statuscount", group, "Gadget", ns, configChild(value)+
+			"  status:\n    count: ${parent.?status.?count.orValue(0) + 1}\n")
+	}
+	applyRule(t, rule("one"))
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	count := func() int64 {
+		v, _, _ := unstructured.NestedInt64(get(t, gvr, ns, "g").Object, "status", "count")
+		return v
+	}
+	// settled waits until the counter stayed put for 3 s, and returns it.
+	settled := func() int64 {
+		t.Helper()
+		last, since := count(), time.Now()
+		eventually(t, time.Minute, func() (bool, error) {
+			if now := count(); now != last {
+				last, since = now, time.Now()
+			}
+			return last > 0 && time.Since(since) > 3*time.Second, fmt.Errorf("count %d, status %v", last, get(t, gvr, ns, "g").Object["status"])
+		}, "the counter to settle")
+		return last
+	}
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "one", "data", "value") })
+	before := settled()
+
+	applyRule(t, rule("two"))
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "two", "data", "value") })
+	after := settled()
+	// The change is reconciled once, and the child's write may bring one
+	// more; a loop brings ten or more.
+	if after-before > 3 {
+		t.Errorf("the counter went from %d to %d through one change of the rule, want at most 3 more", before, after)
+	}
+	list, err := env.kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=g,reason=StatusLoop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) > 0 {
+		t.Errorf("kgen backed off a loop of its own: %s", list.Items[0].Message)
+	}
+}

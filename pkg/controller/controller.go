@@ -865,7 +865,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	}
 	var childRegs, inputRegs []*watch.Registration
 	for _, key := range childKeys {
-		reg, err := c.watches.Acquire(key, c.childHandler(rule.Name, key))
+		reg, err := c.watches.Acquire(key, c.ifCurrent(rs, c.childHandler(rule.Name, key)))
 		if err != nil {
 			release()
 			return c.setWaiting(rs, err)
@@ -874,7 +874,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 		childRegs = append(childRegs, reg)
 	}
 	for _, key := range inputKeys {
-		reg, err := c.watches.Acquire(key, c.inputHandler(rule.Name))
+		reg, err := c.watches.Acquire(key, c.ifCurrent(rs, c.inputHandler(rule.Name)))
 		if err != nil {
 			release()
 			return c.setWaiting(rs, err)
@@ -885,7 +885,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	parentRegs := map[string]*watch.Registration{}
 	for _, ns := range place.ParentWatchNamespaces() {
 		key := watch.Key{GVR: parent.GroupVersionResource(), Namespace: ns, Selector: c.shardSelector(rule.Parent.Selector.String())}
-		reg, err := c.watches.Acquire(key, c.parentHandler(rule))
+		reg, err := c.watches.Acquire(key, c.ifCurrent(rs, c.parentHandler(rule)))
 		if err != nil {
 			release()
 			return c.setWaiting(rs, err)
@@ -1045,6 +1045,28 @@ func (c *Controller) parentHandler(rule *rules.Rule) watch.Handler {
 			return
 		}
 		c.enqueue(key, obj, false)
+	}
+}
+
+// ifCurrent wraps a handler of a rule version's informers so that it
+// does something only while that version is the rule's current one: not
+// while it is pending (it waits for its caches, its previous version still
+// running), nor once it retired (replaced, its handlers not yet released).
+// The other version gets the same events through its own handlers, on the
+// same shared informers, and queues the same keys; a new version
+// reconciles every parent when it takes over. Two handlers of one event
+// would each ask Writes.Echo, which forgets an echo when first asked: the
+// second would take kgen's own write for another writer's, and a status
+// field that reads the status would be rewritten in a loop, to StatusLoop,
+// at every change of its rule.
+func (c *Controller) ifCurrent(rs *ruleState, h watch.Handler) watch.Handler {
+	return func(obj metav1.Object, deleted bool) {
+		c.mu.Lock()
+		current := c.rules[rs.rule.Name] == rs
+		c.mu.Unlock()
+		if current {
+			h(obj, deleted)
+		}
 	}
 }
 
