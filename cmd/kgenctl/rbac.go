@@ -28,6 +28,7 @@ type rbacOptions struct {
 	serviceAccount string
 	leaderElect    bool
 	leaseName      string
+	stateName      string
 	ruleObjects    bool
 	shards         bool
 	manageCRDs     bool
@@ -94,6 +95,7 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 	f.StringVar(&o.serviceAccount, "service-account", "kgen", "kgen's ServiceAccount, the subject of the bindings (manifests)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "include the Role for the leader-election Lease (manifests)")
 	f.StringVar(&o.leaseName, "leader-elect-id", "kgen", "name of the leader-election Lease, which the Role names (manifests)")
+	f.StringVar(&o.stateName, "state-configmap", rbac.StateConfigMap, "name of kgen's record ConfigMap (kgenctl run --state-configmap), which the Role names (manifests)")
 	f.BoolVar(&o.ruleObjects, "rule-objects", true, "include the ClusterRole for serving Rule objects, as kgenctl run does by default (manifests)")
 	f.BoolVar(&o.shards, "shards", false, "for 'kgenctl run --shards': the Role for the shards' Leases instead of the leader-election one (manifests)")
 	f.BoolVar(&o.manageCRDs, "manage-crds", false, "also grant create and patch on the CRDs of the rules with spec.parent.schema, for kgenctl run --manage-crds (with -o helm-values: manageCRDs: true)")
@@ -160,7 +162,7 @@ func (o *rbacOptions) header() string {
 func (o *rbacOptions) printManifests(out io.Writer, printer printers.ResourcePrinter, policy *rbac.Policy) error {
 	manifests := policy.Manifests(rbac.ManifestOptions{
 		Name: o.name, Namespace: o.namespace, ServiceAccount: o.serviceAccount, NoLeaderElection: !o.leaderElect,
-		LeaseName: o.leaseName, NoRuleObjects: !o.ruleObjects, Sharding: o.shards,
+		LeaseName: o.leaseName, StateName: o.stateName, NoRuleObjects: !o.ruleObjects, Sharding: o.shards,
 		Labels: map[string]string{"app.kubernetes.io/name": "kgen", "app.kubernetes.io/component": "rbac"},
 	})
 	objs := make([]unstructured.Unstructured, len(manifests))

@@ -36,6 +36,7 @@ type runOptions struct {
 	leaderElect   bool
 	leaderElectNS string
 	leaderElectID string
+	stateName     string
 	leaseDuration time.Duration
 	shards        bool
 	shardID       string
@@ -94,6 +95,7 @@ restart.`,
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run only while holding a coordination.k8s.io Lease, so several replicas can run")
 	f.StringVar(&o.leaderElectNS, "leader-elect-namespace", "", "kgen's namespace: of the Lease and of the ConfigMap kgen-state (default: -n/--namespace, else the kubeconfig context's namespace, else the pod's in a cluster, else default)")
 	f.StringVar(&o.leaderElectID, "leader-elect-id", manager.DefaultLeaseName, "name of the Lease")
+	f.StringVar(&o.stateName, "state-configmap", controller.DefaultRecordName, "name of the ConfigMap, in kgen's namespace, where kgen records where each rule made children and watched parents; two kgens in one namespace need one each")
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", manager.DefaultLeaseDuration, "how long a Lease lasts without renewal")
 	f.BoolVar(&o.shards, "shards", false, "spread the parents over every replica run with --shards, each holding the Lease kgen-shard-<id> in --leader-elect-namespace (excludes --leader-elect)")
 	f.StringVar(&o.shardID, "shard-id", "", "this replica's shard id with --shards: the value of the kgen.dev/shard label on its parents and children (default: $POD_NAME, else the host name)")
@@ -174,7 +176,7 @@ func (o *runOptions) run(ctx context.Context, errOut io.Writer, kube *kubeFlags)
 		Metrics: metricsserver.Options{
 			BindAddress: o.metricsAddr, Secure: o.metricsSecure, CertDir: o.metricsCerts, Profiling: o.profiling,
 		},
-		HealthAddr: o.healthAddr, Events: events, ManageCRDs: o.manageCRDs,
+		HealthAddr: o.healthAddr, Events: events, ManageCRDs: o.manageCRDs, StateName: o.stateName,
 		LeaderElection: manager.LeaderElection{
 			Enabled: o.leaderElect, Namespace: o.leaderElectNS, Name: o.leaderElectID, LeaseDuration: o.leaseDuration, Identity: identity,
 		},

@@ -101,6 +101,12 @@ type Options struct {
 	// ManageCRDs creates and updates the CustomResourceDefinition of every
 	// rule with spec.parent.schema before the rule starts.
 	ManageCRDs bool
+	// StateName names the ConfigMap, in kgen's own namespace, where kgen
+	// records where each rule made children and watched parents;
+	// controller.DefaultRecordName when empty. Two kgens in one namespace
+	// need a record each: one's record read by the other names rules the
+	// other does not have, whose parents it would release.
+	StateName string
 }
 
 // LeaderElection configures the Lease a Manager must hold to run.
@@ -271,7 +277,7 @@ func New(opts Options) (*Manager, error) {
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
 		Schemas: schemas, Events: opts.Events, Sharding: sharding,
 		Impersonate: impersonator(config),
-		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace()},
+		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace(), Name: opts.StateName},
 		Prepare:     crds.Prepare, Admit: admit, Recheck: recheck,
 		RulesLoaded: func() bool { return m.rules == nil || m.rules.Settled() },
 	})

@@ -22,6 +22,9 @@ type ManifestOptions struct {
 	NoLeaderElection bool
 	// LeaseName is the leader-election Lease's name; "kgen" when empty.
 	LeaseName string
+	// StateName is the name of kgen's record ConfigMap (kgenctl run
+	// --state-configmap); StateConfigMap when empty.
+	StateName string
 	// NoRuleObjects leaves out the ClusterRole for serving Rule objects
 	// (kgenctl run --rule-objects=false).
 	NoRuleObjects bool
@@ -81,7 +84,7 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	if !o.NoRuleObjects {
 		role("ClusterRole", o.Name+"-rule-objects", "", RuleObjectRules())
 	}
-	role("Role", o.Name+"-state", o.Namespace, StateRules())
+	role("Role", o.Name+"-state", o.Namespace, StateRules(o.StateName))
 	switch {
 	case o.Sharding:
 		role("Role", o.Name+"-shards", o.Namespace, ShardingRules())

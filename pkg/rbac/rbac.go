@@ -66,20 +66,24 @@ const (
 )
 
 // StateRules are what 'kgenctl run' needs in its own namespace for its
-// record of the rules' child kinds: the ConfigMap kgen-state, which it
-// reads (get), creates by server-side apply and writes (patch), a key per
-// rule. Every request names it, so resourceNames can limit the grant to it.
-func StateRules() []rbacv1.PolicyRule {
+// record of the rules' child kinds: the ConfigMap name (kgen-state unless
+// --state-configmap names another), which it reads (get), creates by
+// server-side apply and writes (patch), a key per rule. Every request
+// names it, so resourceNames can limit the grant to it.
+func StateRules(name string) []rbacv1.PolicyRule {
+	if name == "" {
+		name = StateConfigMap
+	}
 	return []rbacv1.PolicyRule{{
 		APIGroups:     []string{""},
 		Resources:     []string{"configmaps"},
-		ResourceNames: []string{StateConfigMap},
+		ResourceNames: []string{name},
 		Verbs:         []string{"get", "create", "patch"},
 	}}
 }
 
-// StateConfigMap is the name of kgen's record of the rules' child kinds
-// (controller.DefaultRecordName).
+// StateConfigMap is the default name of kgen's record of the rules' child
+// kinds (controller.DefaultRecordName).
 const StateConfigMap = "kgen-state"
 
 // LeaderElectionRules are what 'kgenctl run --leader-elect' needs in the

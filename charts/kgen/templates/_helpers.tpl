@@ -44,6 +44,17 @@ app.kubernetes.io/part-of: kgen
 {{- end }}
 {{- end }}
 
+{{/*
+The ConfigMap of kgen's record of where each rule made children and
+watched parents: one per release, so that two releases in one namespace
+never read each other's (one would release the other's parents). The
+release's full name and "-state", which is kgen-state for a release
+named kgen, the name every kgen used before it could be chosen.
+*/}}
+{{- define "kgen.stateName" -}}
+{{- default (printf "%s-state" (include "kgen.fullname" .)) .Values.stateConfigMap }}
+{{- end }}
+
 {{/* The leader-election Lease's name. */}}
 {{- define "kgen.leaseName" -}}
 {{- default (include "kgen.fullname" .) .Values.leaderElection.leaseName }}
