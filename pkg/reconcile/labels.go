@@ -30,6 +30,12 @@ const (
 	// its marks instead of deleting it. The mark is on the object, so it
 	// holds after the rule changes or kgen restarts.
 	AnnotationDeletionPolicy = "kgen.dev/deletion-policy"
+	// AnnotationServiceAccount marks a child of a rule with
+	// spec.serviceAccount with that ServiceAccount's "namespace/name":
+	// kgen deletes the child, or lets it go, as that ServiceAccount even
+	// once the rule is gone (removed, its parent then released), so a
+	// removed rule can do no more than it could (contract section 7).
+	AnnotationServiceAccount = "kgen.dev/service-account"
 	// AnnotationOrphanedFrom is the one mark kgen leaves on a child it let
 	// go of (deletionPolicy Orphan): its parent then, as JSON
 	// ({"apiVersion", "kind", "namespace", "name", "uid"}). Nothing acts on

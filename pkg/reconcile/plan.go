@@ -129,6 +129,14 @@ func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 			ann[AnnotationDeletionPolicy] = string(rules.DeletionOrphan)
 			c.Object.SetAnnotations(ann)
 		}
+		if sa := rule.ServiceAccount; sa != nil {
+			ann := c.Object.GetAnnotations()
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[AnnotationServiceAccount] = sa.Namespace + "/" + sa.Name
+			c.Object.SetAnnotations(ann)
+		}
 		desired := withHash(c.Object) // Render's objects are ours to change
 		step := Step{Child: c}
 		step.Object = desired

@@ -734,7 +734,7 @@ func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *u
 		return fmt.Errorf("delete %s %s (child %s): %w", obj.GetKind(), klog.KObj(obj), id, err)
 	}
 	ref := describeObject(mapping, obj)
-	client, err := r.childResource(rule, mapping, obj.GetNamespace())
+	client, err := r.childResource(writerOf(rule, obj), mapping, obj.GetNamespace())
 	if err != nil {
 		return err
 	}
@@ -776,7 +776,7 @@ func (r *Reconciler) orphan(ctx context.Context, client dynamic.ResourceInterfac
 		labels[k] = nil
 	}
 	annotations := map[string]any{}
-	for _, k := range []string{AnnotationParent, AnnotationTemplateHash, AnnotationDeletionPolicy} {
+	for _, k := range []string{AnnotationParent, AnnotationTemplateHash, AnnotationDeletionPolicy, AnnotationServiceAccount} {
 		annotations[k] = nil
 	}
 	annotations[AnnotationOrphanedFrom] = orphanedFrom(parent)
@@ -998,6 +998,26 @@ func (r *Reconciler) childResource(rule *rules.Rule, m mapper.Mapping, namespace
 		return res.Namespace(namespace), nil
 	}
 	return res, nil
+}
+
+// writerOf returns the rule to delete (or let go of) a child as: the rule,
+// or, when it writes as no ServiceAccount and the child says one wrote it
+// (AnnotationServiceAccount), the rule as that ServiceAccount. That is a
+// rule known by name alone (removed, and its parent released): it must not
+// delete with kgen's own rights what its ServiceAccount may not. A loaded
+// rule's next apply removes the mark from children it no longer writes as
+// a ServiceAccount.
+func writerOf(rule *rules.Rule, obj *unstructured.Unstructured) *rules.Rule {
+	if rule == nil || rule.ServiceAccount != nil {
+		return rule
+	}
+	ns, name, ok := strings.Cut(obj.GetAnnotations()[AnnotationServiceAccount], "/")
+	if !ok || ns == "" || name == "" {
+		return rule
+	}
+	as := *rule
+	as.ServiceAccount = &rules.ServiceAccount{Namespace: ns, Name: name}
+	return &as
 }
 
 func (r *Reconciler) resource(m mapper.Mapping, namespace string) dynamic.ResourceInterface {

@@ -1195,3 +1195,50 @@ func TestPruneFailsOnReady(t *testing.T) {
 		t.Errorf("Ready = %v once the prune succeeded, want True", c)
 	}
 }
+
+// A rule with spec.serviceAccount marks its children with the account, and
+// a child is deleted as that account even once the rule is gone (known by
+// name alone, its parent released): a removed rule can do no more than its
+// account may (contract section 7). The account may not delete here, so
+// the child stays and the parent keeps kgen's finalizer.
+func TestReleaseDeletesAsTheRemovedRulesAccount(t *testing.T) {
+	var asAccount []string
+	h := newHarness(t, strings.Replace(clusterRule, "spec:\n", "spec:\n  serviceAccount: {namespace: team, name: deployer}\n", 1), func(c *Config) {
+		c.Impersonate = func(sa rules.ServiceAccount) (dynamic.Interface, error) {
+			imp := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+			imp.PrependReactor("*", "*", c.Client.(*fakeAPI).react)
+			imp.PrependReactor("*", "*", func(action clienttesting.Action) (bool, runtime.Object, error) {
+				asAccount = append(asAccount, sa.Name+": "+action.GetVerb()+" "+action.GetResource().Resource)
+				if action.GetVerb() == "delete" {
+					return true, nil, apierrors.NewForbidden(action.GetResource().GroupResource(), "", errors.New(sa.Name+" may not delete"))
+				}
+				return false, nil, nil
+			})
+			return imp, nil
+		}
+	})
+	h.converge(appParent(nil))
+	child := h.api.get(crGVK, "", "team-web")
+	if got := child.GetAnnotations()[AnnotationServiceAccount]; got != "team/deployer" {
+		t.Fatalf("the child's %s = %q, want team/deployer", AnnotationServiceAccount, got)
+	}
+
+	p := h.api.get(appGVK, "team", "web")
+	now := metav1.NewTime(h.now)
+	p.SetDeletionTimestamp(&now)
+	h.api.add(p)
+	removed := &rules.Rule{Name: h.rule.Name}
+	err := h.r.Release(context.Background(), removed, fakeMappings[appGVK], h.api.get(appGVK, "team", "web"), []*unstructured.Unstructured{child})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("Release = %v, want the account's Forbidden", err)
+	}
+	if !slices.Contains(asAccount, "deployer: delete clusterroles") {
+		t.Errorf("requests as the account = %q, want the delete made as it", asAccount)
+	}
+	if h.api.get(crGVK, "", "team-web") == nil {
+		t.Error("the child was deleted with kgen's own rights")
+	}
+	if !slices.Contains(h.api.get(appGVK, "team", "web").GetFinalizers(), Finalizer) {
+		t.Error("the finalizer went while the child it guards stays")
+	}
+}
