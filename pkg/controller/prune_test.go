@@ -444,3 +444,31 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A rule narrowed from every namespace to one (the record holds the
+// kind in every namespace): the prune-only informer there also sees the
+// children the rule still makes in its namespace, which its own informer
+// watches. They do not keep the prune-only informer: two passes drop it.
+func TestPruneOnlyScopeOfNarrowedRule(t *testing.T) { synctest.Test(t, testPruneOnlyScopeOfNarrowedRule) }
+
+func testPruneOnlyScopeOfNarrowedRule(t *testing.T) {
+	client, m := fakeCluster(
+		object("example.com/v1", "Gadget", "g", "p1", ""),
+		object("v1", "ConfigMap", "g", "c1", "p1"),
+	)
+	rec := &memRecord{scopes: map[string][]ChildScope{"r": {{GroupVersionKind: configMaps}}}}
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx := activateRule(t, c)
+	s := waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+	if want := []string{"v1 ConfigMap"}; !slices.Equal(s.Pruning, want) {
+		t.Fatalf("Pruning = %v, want %v", s.Pruning, want)
+	}
+	c.prunePass(ctx)
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); len(s.Pruning) != 0 {
+		t.Errorf("Pruning = %v after two passes: the wanted child in the rule's namespace keeps it", s.Pruning)
+	}
+	if got, _ := rec.get("r"); !slices.Equal(got, []ChildScope{{GroupVersionKind: configMaps, Namespace: "ns"}}) {
+		t.Errorf("record = %v, want the rule's namespace alone", got)
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/cache"
 	clientretry "k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -683,7 +682,7 @@ func (c *Controller) prunePass(ctx context.Context) {
 			kept := rs.pruning[:0]
 			for _, p := range rs.pruning {
 				switch {
-				case !p.reg.HasSynced() || holdsChildOf(p.reg.Informer().Indexer(), uids) || holdsChildOf(p.reg.Informer().Indexer(), all):
+				case !p.reg.HasSynced() || holdsUncovered(p, rs.scopes, uids) || holdsUncovered(p, rs.scopes, all):
 					p.empty = false
 				case p.empty:
 					dropped = append(dropped, p.reg)
@@ -715,7 +714,7 @@ func (c *Controller) mayBeEmpty(rs *ruleState) bool {
 	uids := parentUIDs(rs)
 	for _, p := range rs.pruning {
 		indexer := p.reg.Informer().Indexer()
-		if p.reg.HasSynced() && !holdsChildOf(indexer, uids) && len(indexer.ListKeys()) > 0 {
+		if p.reg.HasSynced() && !holdsUncovered(p, rs.scopes, uids) && len(indexer.ListKeys()) > 0 {
 			return true
 		}
 	}
@@ -764,10 +763,27 @@ func parentUIDs(rs *ruleState) []string {
 
 // holdsChildOf tells whether a child informer's cache holds a child of one
 // of the parents.
-func holdsChildOf(indexer cache.Indexer, parents []string) bool {
+// holdsUncovered tells whether a prune-only informer holds a child of one
+// of the parents where the rule no longer makes children: a child in a
+// namespace that a scope the rule has now covers (a rule narrowed from
+// every namespace to some) is watched by the rule's own informer there,
+// and would keep the prune-only one for good.
+func holdsUncovered(p *pruneWatch, current []ChildScope, parents []string) bool {
+	indexer := p.reg.Informer().Indexer()
 	for _, uid := range parents {
-		if objs, err := indexer.ByIndex(indexParent, uid); err == nil && len(objs) > 0 {
-			return true
+		objs, err := indexer.ByIndex(indexParent, uid)
+		if err != nil {
+			continue
+		}
+		for _, obj := range objs {
+			m, ok := obj.(metav1.Object)
+			if !ok {
+				return true
+			}
+			at := ChildScope{GroupVersionKind: p.scope.GroupVersionKind, Namespace: m.GetNamespace()}
+			if !slices.ContainsFunc(current, func(s ChildScope) bool { return s.covers(at) }) {
+				return true
+			}
 		}
 	}
 	return false
