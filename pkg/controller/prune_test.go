@@ -449,7 +449,9 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // kind in every namespace): the prune-only informer there also sees the
 // children the rule still makes in its namespace, which its own informer
 // watches. They do not keep the prune-only informer: two passes drop it.
-func TestPruneOnlyScopeOfNarrowedRule(t *testing.T) { synctest.Test(t, testPruneOnlyScopeOfNarrowedRule) }
+func TestPruneOnlyScopeOfNarrowedRule(t *testing.T) {
+	synctest.Test(t, testPruneOnlyScopeOfNarrowedRule)
+}
 
 func testPruneOnlyScopeOfNarrowedRule(t *testing.T) {
 	client, m := fakeCluster(
