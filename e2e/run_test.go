@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,14 +71,31 @@ func userKubeconfig(t *testing.T, user string) string {
 	return path
 }
 
+// freePort returns a free address for a kgenctl run to listen on. It is
+// free when freePort returns, and must stay free until kgenctl binds it: a
+// port of the kernel's ephemeral range (what a listen on port 0 gets) may
+// meanwhile become the source port of any outgoing connection, which made
+// a kgen fail with "address already in use". So it picks a port below
+// that range, which only explicit binds use.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	for range 200 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+rand.IntN(low-10000)))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
 
 // startKgen runs 'kgenctl run' as the given user, in system:masters, with
