@@ -82,6 +82,9 @@ type UnavailableError struct {
 	Ref string
 	// Failed are the group versions whose discovery failed, and why.
 	Failed map[schema.GroupVersion]error
+	// Searched says what the reference was compared with, among what
+	// discovery could read; empty for an exact kind.
+	Searched string
 }
 
 func (e *UnavailableError) Error() string {
@@ -89,6 +92,12 @@ func (e *UnavailableError) Error() string {
 	parts := make([]string, 0, len(gvs))
 	for _, gv := range gvs {
 		parts = append(parts, fmt.Sprintf("%s: %v", gv, e.Failed[gv]))
+	}
+	if e.Searched != "" {
+		// Most likely a typo, in a cluster where some aggregated API is
+		// down: say first that nothing matched.
+		return fmt.Sprintf("%q is not served by the API group versions discovery could read (searched %s); it may be served where discovery failed: %s",
+			e.Ref, e.Searched, strings.Join(parts, "; "))
 	}
 	return fmt.Sprintf("%q cannot be mapped now, and it may be served where discovery failed: %s", e.Ref, strings.Join(parts, "; "))
 }
@@ -116,6 +125,9 @@ type Mapper struct {
 	// cache.
 	changedAt map[string]time.Time
 	resetAt   time.Time
+	// unavailableAt is when a lookup in a failed group version last
+	// reset the cache (see unavailableResets).
+	unavailableAt time.Time
 }
 
 // recentChange is how long after a Watcher announced a change of a group a
@@ -160,11 +172,13 @@ func (m *Mapper) Reset() {
 // ResourceFor returns the mapping of an exact group, version and kind.
 // A miss resets the cache and asks once more before it reports an error that
 // matches ErrNotFound, or ErrUnavailable when discovery could not read the
-// kind's group version; while a Watcher keeps the cache true, only shortly
-// after a change of the kind's group, and at most once a second.
+// kind's group version; while a Watcher keeps the cache true, a miss resets
+// it only shortly after a change of the kind's group, and at most once a
+// second. A lookup in a group version discovery could not read resets it
+// at most once per unavailableRetry, Watcher or not.
 func (m *Mapper) ResourceFor(gvk schema.GroupVersionKind) (Mapping, error) {
 	mapping, err := m.resourceFor(gvk)
-	if (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable)) && m.missResets(gvk.Group) {
+	if errors.Is(err, ErrNotFound) && m.missResets(gvk.Group) || errors.Is(err, ErrUnavailable) && m.unavailableResets() {
 		m.Reset()
 		mapping, err = m.resourceFor(gvk)
 	}
@@ -187,6 +201,28 @@ func (m *Mapper) missResets(group string) bool {
 		}
 	}
 	m.resetAt = now
+	return true
+}
+
+// unavailableRetry is how often a lookup in a group version that discovery
+// could not read reads discovery again. A Watcher does not make that
+// needless: the view is rebuilt at any change of any group, and one
+// rebuilt while an API was briefly unreadable (an aggregated server rolling
+// out, a 429) would keep it unavailable until the next change of any
+// group.
+const unavailableRetry = 5 * time.Second
+
+// unavailableResets reports whether a lookup in a failed group version
+// should reset the cache, at most once per unavailableRetry, and if so
+// records that it does.
+func (m *Mapper) unavailableResets() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if now.Sub(m.unavailableAt) < unavailableRetry {
+		return false
+	}
+	m.unavailableAt = now
 	return true
 }
 
@@ -383,13 +419,11 @@ func (m *Mapper) resolve(ref string) ([]Mapping, error) {
 			maps.Copy(failed, groups.failedFor(q))
 		}
 	}
+	searched := fmt.Sprintf("kinds, resource names, singular names, short names and categories of %d API group versions", groups.groupVersions)
 	if len(failed) > 0 {
-		return nil, &UnavailableError{Ref: ref, Failed: failed}
+		return nil, &UnavailableError{Ref: ref, Failed: failed, Searched: searched}
 	}
-	return nil, &NotFoundError{
-		Ref:      ref,
-		Searched: fmt.Sprintf("kinds, resource names, singular names, short names and categories of %d API group versions", groups.groupVersions),
-	}
+	return nil, &NotFoundError{Ref: ref, Searched: searched}
 }
 
 func gvkString(gvk schema.GroupVersionKind) string {

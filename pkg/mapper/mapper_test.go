@@ -5,11 +5,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
@@ -299,6 +302,15 @@ func (d *downDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIRe
 // exist. Other groups still map, and the kind maps once discovery reads it
 // again.
 func TestUnavailableGroupVersion(t *testing.T) {
+	// The discovery cache reports the 503s through client-go's error
+	// handlers, whose backoff would sleep for decades in the bubble.
+	handlers := utilruntime.ErrorHandlers
+	utilruntime.ErrorHandlers = handlers[:1]
+	t.Cleanup(func() { utilruntime.ErrorHandlers = handlers })
+	synctest.Test(t, testUnavailableGroupVersion)
+}
+
+func testUnavailableGroupVersion(t *testing.T) {
 	lists := append(cluster(), &metav1.APIResourceList{GroupVersion: "metrics.example.com/v1beta1", APIResources: []metav1.APIResource{
 		res("nodemetrics", "nodemetrics", "NodeMetrics", false),
 	}})
@@ -335,12 +347,23 @@ func TestUnavailableGroupVersion(t *testing.T) {
 			t.Errorf("Resolve(%q) error = %v, want %v", ref, err, want)
 		}
 	}
+	if _, err := m.Resolve("deploymentz"); err == nil || !strings.HasPrefix(err.Error(), `"deploymentz" is not served by the API group versions discovery could read`) {
+		t.Errorf("Resolve of a typo = %v, want it to say first that nothing matched", err)
+	}
 	if got, err := m.Resolve("deploy"); err != nil || len(got) != 1 {
 		t.Errorf("Resolve(deploy) = %v, %v", got, err)
 	}
 
-	// The API server is back: the next lookup reads discovery again.
+	// The API server is back: a lookup reads discovery again, at most once
+	// per unavailableRetry, also while a Watcher keeps the cache true (it
+	// may have rebuilt the view while the API was down, at a change of
+	// another group, and sees no change of this one).
+	m.setWatched(func() bool { return true })
 	d.down = nil
+	if _, err := m.ResourceFor(metrics); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("ResourceFor(%v) right after a reset = %v, want it to wait for unavailableRetry", metrics, err)
+	}
+	time.Sleep(unavailableRetry)
 	got, err := m.ResourceFor(metrics)
 	if err != nil || got.Resource != "nodemetrics" {
 		t.Errorf("ResourceFor(%v) once discovery reads it = %+v, %v", metrics, got, err)
