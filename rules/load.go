@@ -945,11 +945,14 @@ func (l *loader) children(r *Rule, n *yaml.Node, w where) {
 
 // sameObjects rejects two children that render one object always, whatever
 // the parent: they would write it over each other forever. Those that
-// differ only once rendered, or that may be left out (an includeWhen, a
-// forEach, or a dependency on such a child: a child whose dependency is
-// left out is left out with it), are left to Render, which reports two
-// renders of one object on the parent. It runs after graph, which fills in
-// DependsOn and the order that puts dependencies first.
+// differ only once rendered, that are a forEach's (its elements have
+// names of their own), or that may be left out are left to Render, which
+// reports two renders of one object on the parent. A child may be left
+// out when it has an includeWhen or reads a child that may be (Render
+// leaves out a child whose dependency it left out), not for reading a
+// forEach child, which Render never leaves out for having no element. It
+// runs after graph, which fills in DependsOn and the order that puts
+// dependencies first.
 func (l *loader) sameObjects(r *Rule) {
 	children := r.order
 	if children == nil {
@@ -958,14 +961,14 @@ func (l *loader) sameObjects(r *Rule) {
 	mayBeLeftOut := map[string]bool{}
 	sameAt := map[sameObject]*Child{}
 	for _, c := range children {
-		left := len(c.ForEach) > 0 || len(c.IncludeWhen) > 0
+		left := len(c.IncludeWhen) > 0
 		if r.order != nil {
 			for _, d := range c.DependsOn {
 				left = left || mayBeLeftOut[d]
 			}
 		}
 		mayBeLeftOut[c.ID] = left
-		if left || c.nameNode == nil || c.ID == "" {
+		if left || len(c.ForEach) > 0 || c.nameNode == nil || c.ID == "" {
 			continue
 		}
 		key := sameObject{c.GroupVersionKind.GroupKind(), c.namespaceKey(), c.nameNode.Value}

@@ -653,3 +653,17 @@ func TestSameObjectThroughDependencies(t *testing.T) {
 		t.Errorf("children always rendered: error %v, want one saying %s", err, want)
 	}
 }
+
+// Reading a forEach child does not make a child possibly left out: Render
+// leaves a forEach child out only through its includeWhen, so two children
+// that read one and share a name always collide.
+func TestSameObjectThroughForEach(t *testing.T) {
+	doc := header +
+		"  - id: items\n    forEach: [{i: \"${['a', 'b']}\"}]\n" + cm("${parent.metadata.name}-${i}") +
+		"  - id: route_a\n" + cm("route") + "      data: {n: \"${string(size(children.items))}\"}\n" +
+		"  - id: route_b\n" + cm("route") + "      data: {n: \"${string(size(children.items))}\"}\n"
+	_, err := Parse("rules.yaml", []byte(doc), Options{})
+	if want := `child "route_b": template.metadata.name: renders the same ConfigMap as child "route_a"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want one saying %s", err, want)
+	}
+}
