@@ -161,3 +161,46 @@ func TestRecheckOnKindsChanged(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// Only a rule's current version acts on the events of its informers: a
+// pending version (its previous one running) and a retired one (replaced,
+// its handlers not yet released) get the same events as the current one
+// through the shared informers, and must not queue them again, or ask
+// Writes.Echo, which forgets an echo when first asked.
+func TestOnlyTheCurrentVersionHandles(t *testing.T) {
+	v1 := gadgetRule(t, configChild)
+	c := New(Config{Rules: []*rules.Rule{v1}, Recorder: record.NewFakeRecorder(10)})
+	old := c.rules["r"]
+	calls := map[string]int{}
+	handler := func(name string) func(metav1.Object, bool) { return func(metav1.Object, bool) { calls[name]++ } }
+	oldH := c.ifCurrent(old, handler("old"))
+	oldH(&metav1.ObjectMeta{Name: "p"}, false)
+
+	c.mu.Lock()
+	old.active = true // running, so a new version waits as pending
+	c.mu.Unlock()
+	c.SetRules([]*rules.Rule{gadgetRule(t, configChild+deployChild)})
+	c.mu.Lock()
+	next := c.pending["r"]
+	c.mu.Unlock()
+	if next == nil {
+		t.Fatal("no pending version")
+	}
+	nextH := c.ifCurrent(next, handler("next"))
+	oldH(&metav1.ObjectMeta{Name: "p"}, false)
+	nextH(&metav1.ObjectMeta{Name: "p"}, false)
+	if calls["old"] != 2 || calls["next"] != 0 {
+		t.Errorf("calls %v while the new version is pending, want old 2, next 0", calls)
+	}
+
+	// The swap (awaitSync): the new version is current, the old one retires.
+	c.mu.Lock()
+	c.rules["r"] = next
+	delete(c.pending, "r")
+	c.mu.Unlock()
+	oldH(&metav1.ObjectMeta{Name: "p"}, false)
+	nextH(&metav1.ObjectMeta{Name: "p"}, false)
+	if calls["old"] != 2 || calls["next"] != 1 {
+		t.Errorf("calls %v after the swap, want old 2, next 1", calls)
+	}
+}

@@ -492,7 +492,7 @@ func (c *Controller) watchRecorded(ctx context.Context, rs *ruleState) {
 			ns = metav1.NamespaceAll
 		}
 		key := watch.Key{GVR: m.GroupVersionResource(), Namespace: ns, Selector: childSelector}
-		reg, err := c.watches.Acquire(key, c.childHandler(name, key))
+		reg, err := c.watches.Acquire(key, c.ifCurrent(rs, c.childHandler(name, key)))
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Cannot watch a kind the rule made children of; trying again", "rule", name, "scope", s.String())
 			unwatched = append(unwatched, s)
