@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -400,7 +401,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		}
 	}
 	cond := r.readiness(rule, parent, plan.Rendered, outcomes, observedNow)
-	if len(pruneFailed) > 0 && (cond.Status == metav1.ConditionTrue || cond.Reason == ReasonNotReady || cond.Reason == ReasonWaiting) {
+	if len(pruneFailed) > 0 && (cond.Status == metav1.ConditionTrue || cond.Reason == ReasonNotReady || cond.Reason == ReasonWaiting || cond.Reason == ReasonInputMissing) {
 		// An object kgen must delete and cannot (the rule's
 		// ServiceAccount may not, say) is a failure of the parent's,
 		// not a detail of the log: a failed write of a child outranks
@@ -854,6 +855,11 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 	}
 	var errs []error
 	remaining := 0
+	// In a stable order, so that the Ready message of failed deletes
+	// stays the same from one try to the next.
+	observed = slices.SortedFunc(slices.Values(observed), func(a, b *unstructured.Unstructured) int {
+		return cmp.Or(strings.Compare(a.GetLabels()[LabelChild], b.GetLabels()[LabelChild]), strings.Compare(a.GetNamespace(), b.GetNamespace()), strings.Compare(a.GetName(), b.GetName()))
+	})
 	for _, obj := range observed {
 		if hasOwner(obj, parent.GetUID()) {
 			continue // the garbage collector's job
