@@ -638,6 +638,14 @@ func TestSetDirectoryEmptied(t *testing.T) {
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
+	// Empty at one read, as when a file is removed and written again: the
+	// rules keep running.
+	if s.readFiles(ctx) {
+		t.Fatal("a directory empty at one read stopped its rules")
+	}
+	if n := len(s.Rules()); n != 1 {
+		t.Fatalf("%d rules after one empty read, want 1", n)
+	}
 	if !s.readFiles(ctx) {
 		t.Fatal("the removal of the last file was not taken")
 	}

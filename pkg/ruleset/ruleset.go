@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -120,7 +121,10 @@ type Set struct {
 	// fileProblems are, per rules file, why its latest version is not
 	// the one running.
 	fileProblems map[string]error
-	objects      map[string]*object
+	// emptied holds the --rules directories found empty once after they
+	// held files (see readFiles).
+	emptied map[string]bool
+	objects map[string]*object
 	// applied is the set last handed to Apply, by name.
 	applied map[string]*rules.Rule
 	// origin says, per applied rule, whether it came from a file.
@@ -164,7 +168,7 @@ func New(cfg Config) (*Set, error) {
 		cfg.RetryInterval = 5 * time.Second
 	}
 	s := &Set{cfg: cfg, files: map[string]fileVersion{}, objects: map[string]*object{}, applied: map[string]*rules.Rule{},
-		fromFile: map[string]bool{}, fileTypeErrs: map[*rules.Rule]error{}, fileProblems: map[string]error{}, kick: make(chan struct{}, 1),
+		fromFile: map[string]bool{}, fileTypeErrs: map[*rules.Rule]error{}, fileProblems: map[string]error{}, emptied: map[string]bool{}, kick: make(chan struct{}, 1),
 		kindsChanged: make(chan struct{}, 1)}
 	if len(cfg.Paths) == 0 {
 		return s, nil
@@ -252,13 +256,31 @@ func (s *Set) pollFiles(ctx context.Context) {
 func (s *Set) readFiles(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	// A directory whose last file was removed holds no rules now: they
-	// stop, as a removed file's do.
-	files, err := rules.FilesOrNone(s.cfg.Paths)
-	if err != nil {
+	// stop, as a removed file's do. Only once it is empty at two reads in
+	// a row: a directory emptied for a moment (rm, then cp) must not stop
+	// its rules, which releases their parents.
+	var files []string
+	for _, p := range s.cfg.Paths {
+		found, err := rules.FilesOrNone([]string{p})
+		if err != nil {
+			s.mu.Lock()
+			s.reportFilesLocked(logger, err)
+			s.mu.Unlock()
+			return false
+		}
 		s.mu.Lock()
-		s.reportFilesLocked(logger, err)
+		held := slices.ContainsFunc(slices.Collect(maps.Keys(s.files)), func(f string) bool { return f == p || strings.HasPrefix(f, p+string(filepath.Separator)) })
+		switch {
+		case len(found) > 0:
+			delete(s.emptied, p)
+		case held && !s.emptied[p]:
+			s.emptied[p] = true
+			s.mu.Unlock()
+			logger.Info("A rules directory has no rules files; its rules stop if it is still empty at the next read", "path", p)
+			return false
+		}
 		s.mu.Unlock()
-		return false
+		files = append(files, found...)
 	}
 	// Read, compiled and checked without the lock: the check may read the
 	// parent kinds' CRDs.
