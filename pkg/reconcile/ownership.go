@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/csaupgrade"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
-	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // Who an existing object that stands where a child should be belongs to.
@@ -160,14 +160,13 @@ func ownManager(name string) bool {
 
 // lastWriter names who changed a child that kgen repairs, from its managed
 // fields, as " (changed by NAME)"; "" when they do not say. The writer is
-// the one that owns a field of the template (desired): a writer that
-// changes a field kgen applied takes its ownership. Among several, the
-// latest; an entry with no time (kubectl scale writes through the scale
-// subresource, whose entries have none) counts when no timed one touches
-// the template. Only when no entry touches it (fields of a keyed list
-// entry are keyed in managed fields, and not in the template's paths) is
-// it the latest writer of anything. It reads the object: the cache keeps
-// no managed fields.
+// one that owns a field of the template whose live value differs from it
+// (a writer that changes a field kgen applied takes its ownership); among
+// several, the latest, and an entry with no time (kubectl scale writes
+// through the scale subresource, whose entries have none) only when no
+// timed one does. Only when no entry owns a differing field is it the
+// latest writer of anything. It reads the object: the cache keeps no
+// managed fields.
 func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInterface, obj, desired *unstructured.Unstructured) string {
 	if !r.events.records(EventRepaired) {
 		return ""
@@ -176,7 +175,7 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 	if err != nil {
 		return ""
 	}
-	want := fieldpath.SetFromValue(value.NewValueInterface(desired.Object))
+	differ := differences(desired.Object, live.Object, nil)
 	var newest, touching, untimed *metav1.ManagedFieldsEntry
 	later := func(a, b *metav1.ManagedFieldsEntry) bool { return b == nil || a.Time.After(b.Time.Time) }
 	fields := live.GetManagedFields()
@@ -184,19 +183,19 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 		if ownManager(e.Manager) || e.Subresource == "status" {
 			continue
 		}
-		touches := false
+		owns := false
 		if e.FieldsV1 != nil {
 			set := &fieldpath.Set{}
 			if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err == nil {
-				touches = !set.Leaves().Intersection(want).Empty()
+				owns = ownsAny(set, differ)
 			}
 		}
 		switch {
 		case e.Time == nil:
-			if touches && untimed == nil {
+			if owns && untimed == nil {
 				untimed = &fields[i]
 			}
-		case touches:
+		case owns:
 			if later(&e, touching) {
 				touching = &fields[i]
 			}
@@ -212,6 +211,41 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 		}
 	}
 	return ""
+}
+
+// differences returns the paths of the template's (desired's) fields whose
+// live value differs or is missing: of a map, the keys that differ, and of
+// anything else (a list too) the field itself.
+func differences(desired, live map[string]any, at fieldpath.Path) []fieldpath.Path {
+	var out []fieldpath.Path
+	for k, dv := range desired {
+		p := append(at.Copy(), fieldpath.PathElement{FieldName: &k})
+		lv, ok := live[k]
+		dm, dMap := dv.(map[string]any)
+		lm, lMap := lv.(map[string]any)
+		switch {
+		case dMap && lMap:
+			out = append(out, differences(dm, lm, p)...)
+		case !ok || !equality.Semantic.DeepEqual(dv, lv):
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ownsAny reports whether a managed-fields set owns one of the paths, or a
+// field under one (an entry of a list that differs: managed fields key the
+// entries of a keyed list, which the template's paths do not).
+func ownsAny(set *fieldpath.Set, paths []fieldpath.Path) bool {
+	found := false
+	set.Leaves().Iterate(func(owned fieldpath.Path) {
+		for _, p := range paths {
+			if !found && len(owned) >= len(p) && owned[:len(p)].Equals(p) {
+				found = true
+			}
+		}
+	})
+	return found
 }
 
 // upgradeOwnership moves the fields an older kgen owns through an Update

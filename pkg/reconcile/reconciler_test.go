@@ -310,6 +310,21 @@ func TestReconcileChanges(t *testing.T) {
 		writes: []string{"patch configmaps team/web-config"},
 		events: []string{"Normal Repaired Repaired configmaps team/web-config (child config) (changed by kubectl)"},
 	}, {
+		name: "drift repaired, naming the writer of the differing field, not a later co-owner of another",
+		change: func(h *harness) {
+			// helm set kgen's managed-by label to the value kgen applies after kubectl-edit
+			// changed data.a: only data.a differs.
+			cm := h.api.get(cmGVK, "team", "web-config")
+			cm.Object["data"].(map[string]any)["a"] = "changed"
+			fields := func(json string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(json)} }
+			cm.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kgen", Operation: metav1.ManagedFieldsOperationApply, Time: &metav1.Time{Time: h.now}},
+				{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: h.now.Add(time.Minute)}, FieldsV1: fields(`{"f:data":{"f:a":{}}}`)},
+				{Manager: "helm", Operation: metav1.ManagedFieldsOperationApply, Time: &metav1.Time{Time: h.now.Add(2 * time.Minute)}, FieldsV1: fields(`{"f:metadata":{"f:labels":{"f:app.kubernetes.io/managed-by":{}}}}`)}})
+			h.api.add(cm)
+		},
+		writes: []string{"patch configmaps team/web-config"},
+		events: []string{"Normal Repaired Repaired configmaps team/web-config (child config) (changed by kubectl-edit)"},
+	}, {
 		name: "drift repaired, blaming none of kgen's own managers",
 		change: func(h *harness) {
 			// A label removed leaves no entry; kgen-shard relabelled the
