@@ -1006,15 +1006,15 @@ func (r *Reconciler) childResource(rule *rules.Rule, m mapper.Mapping, namespace
 	return res, nil
 }
 
-// writerOf returns the rule to delete (or let go of) a child as: the rule,
-// or, when it writes as no ServiceAccount and the child says one wrote it
-// (AnnotationServiceAccount), the rule as that ServiceAccount. That is a
-// rule known by name alone (removed, and its parent released): it must not
-// delete with kgen's own rights what its ServiceAccount may not. A loaded
-// rule's next apply removes the mark from children it no longer writes as
-// a ServiceAccount.
+// writerOf returns the rule to delete (or let go of) a child as: the rule
+// itself, unless it is a rule known by name alone (removed, and its parent
+// released; a loaded rule has children) and the child says a ServiceAccount
+// wrote it (AnnotationServiceAccount): then the rule as that account. A
+// removed rule must not delete with kgen's own rights what its account may
+// not. A loaded rule acts with the rights it has now: one that no longer
+// names an account deletes as kgen, as its author chose.
 func writerOf(rule *rules.Rule, obj *unstructured.Unstructured) *rules.Rule {
-	if rule == nil || rule.ServiceAccount != nil {
+	if rule == nil || rule.ServiceAccount != nil || len(rule.Children) > 0 {
 		return rule
 	}
 	ns, name, ok := strings.Cut(obj.GetAnnotations()[AnnotationServiceAccount], "/")

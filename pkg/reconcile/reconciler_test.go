@@ -1256,4 +1256,15 @@ func TestReleaseDeletesAsTheRemovedRulesAccount(t *testing.T) {
 	if !slices.Contains(h.api.get(appGVK, "team", "web").GetFinalizers(), Finalizer) {
 		t.Error("the finalizer went while the child it guards stays")
 	}
+
+	// A loaded rule that names no account any more acts with the rights
+	// it has now, kgen's, whatever the child's mark says.
+	asAccount = nil
+	err = h.r.Release(context.Background(), parseRule(t, clusterRule), fakeMappings[appGVK], h.api.get(appGVK, "team", "web"), []*unstructured.Unstructured{child})
+	if err != nil || len(asAccount) != 0 {
+		t.Errorf("Release by a loaded rule without an account = %v, requests as an account %q; want it done as kgen", err, asAccount)
+	}
+	if h.api.get(crGVK, "", "team-web") != nil {
+		t.Error("the child stays")
+	}
 }
