@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -160,8 +159,9 @@ func ownManager(name string) bool {
 
 // lastWriter names who changed a child that kgen repairs, from its managed
 // fields, as " (changed by NAME)"; "" when they do not say. The writer is
-// one that owns a field of the template whose live value differs from it
-// (a writer that changes a field kgen applied takes its ownership); among
+// one that owns a field of the template whose live value differs from it,
+// as Differences finds them (a writer that changes a field kgen applied
+// takes its ownership); among
 // several, the latest, and an entry with no time (kubectl scale writes
 // through the scale subresource, whose entries have none) only when no
 // timed one does. Only when no entry owns a differing field is it the
@@ -175,7 +175,7 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 	if err != nil {
 		return ""
 	}
-	differ := differences(desired.Object, live.Object, nil)
+	differ := Differences(desired.Object, live.Object, r.kind(desired.GroupVersionKind()))
 	var newest, touching, untimed *metav1.ManagedFieldsEntry
 	later := func(a, b *metav1.ManagedFieldsEntry) bool { return b == nil || a.Time.After(b.Time.Time) }
 	fields := live.GetManagedFields()
@@ -213,39 +213,46 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 	return ""
 }
 
-// differences returns the paths of the template's (desired's) fields whose
-// live value differs or is missing: of a map, the keys that differ, and of
-// anything else (a list too) the field itself.
-func differences(desired, live map[string]any, at fieldpath.Path) []fieldpath.Path {
-	var out []fieldpath.Path
-	for k, dv := range desired {
-		p := append(at.Copy(), fieldpath.PathElement{FieldName: &k})
-		lv, ok := live[k]
-		dm, dMap := dv.(map[string]any)
-		lm, lMap := lv.(map[string]any)
-		switch {
-		case dMap && lMap:
-			out = append(out, differences(dm, lm, p)...)
-		case !ok || !equality.Semantic.DeepEqual(dv, lv):
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// ownsAny reports whether a managed-fields set owns one of the paths, or a
-// field under one (an entry of a list that differs: managed fields key the
-// entries of a keyed list, which the template's paths do not).
-func ownsAny(set *fieldpath.Set, paths []fieldpath.Path) bool {
+// ownsAny reports whether a managed-fields set owns one of the paths
+// (written as Differences writes them), or a field under one: a list that
+// differs whole, or a map key whose value is a map.
+func ownsAny(set *fieldpath.Set, paths []string) bool {
 	found := false
 	set.Leaves().Iterate(func(owned fieldpath.Path) {
+		o := pathString(owned)
 		for _, p := range paths {
-			if !found && len(owned) >= len(p) && owned[:len(p)].Equals(p) {
+			if !found && strings.HasPrefix(o, p) && (len(o) == len(p) || o[len(p)] == '.' || o[len(p)] == '[') {
 				found = true
 			}
 		}
 	})
 	return found
+}
+
+// pathString writes a managed-fields path as Differences writes paths:
+// spec.replicas, metadata.labels[app.kubernetes.io/name], an element of a
+// keyed list by its keys ([name=app]), of another list by its index.
+func pathString(p fieldpath.Path) string {
+	var b strings.Builder
+	for _, pe := range p {
+		switch {
+		case pe.FieldName != nil && plainField.MatchString(*pe.FieldName):
+			b.WriteString("." + *pe.FieldName)
+		case pe.FieldName != nil:
+			b.WriteString("[" + *pe.FieldName + "]")
+		case pe.Key != nil:
+			parts := make([]string, 0, len(*pe.Key))
+			for _, f := range *pe.Key {
+				parts = append(parts, fmt.Sprintf("%s=%v", f.Name, f.Value.Unstructured()))
+			}
+			b.WriteString("[" + strings.Join(parts, ",") + "]")
+		case pe.Index != nil:
+			fmt.Fprintf(&b, "[%d]", *pe.Index)
+		default:
+			b.WriteString("[?]") // a set's value: Differences names the set whole
+		}
+	}
+	return strings.TrimPrefix(b.String(), ".")
 }
 
 // upgradeOwnership moves the fields an older kgen owns through an Update
