@@ -1006,15 +1006,21 @@ func (r *Reconciler) childResource(rule *rules.Rule, m mapper.Mapping, namespace
 	return res, nil
 }
 
-// writerOf returns the rule to delete (or let go of) a child as: the rule
-// itself, unless it is a rule known by name alone (removed, and its parent
-// released; a loaded rule has children) and the child says a ServiceAccount
-// wrote it (AnnotationServiceAccount): then the rule as that account. A
-// removed rule must not delete with kgen's own rights what its account may
-// not. A loaded rule acts with the rights it has now: one that no longer
-// names an account deletes as kgen, as its author chose.
+// writerOf returns the rule to delete (or let go of) a child as. A rule
+// with spec.serviceAccount acts as its account, whoever's the child is: it
+// can do no more than the account may. A loaded rule without one acts on
+// its own children (LabelRule) with kgen's rights, as its author chose,
+// whatever account an earlier version of it used. Any other child is a
+// removed rule's: the rule is known by name alone (its parent released),
+// or a loaded rule of the same kind releases a parent the removed rule
+// had. Such a child is deleted as the ServiceAccount it says wrote it
+// (AnnotationServiceAccount), if any: a removed rule must not delete with
+// kgen's rights what its account may not.
 func writerOf(rule *rules.Rule, obj *unstructured.Unstructured) *rules.Rule {
-	if rule == nil || rule.ServiceAccount != nil || len(rule.Children) > 0 {
+	if rule == nil || rule.ServiceAccount != nil {
+		return rule
+	}
+	if len(rule.Children) > 0 && obj.GetLabels()[LabelRule] == rule.Name {
 		return rule
 	}
 	ns, name, ok := strings.Cut(obj.GetAnnotations()[AnnotationServiceAccount], "/")

@@ -1213,8 +1213,9 @@ func TestPruneFailsOnReady(t *testing.T) {
 
 // A rule with spec.serviceAccount marks its children with the account, and
 // a child is deleted as that account even once the rule is gone (known by
-// name alone, its parent released): a removed rule can do no more than its
-// account may (contract section 7). The account may not delete here, so
+// name alone, its parent released, or released by another loaded rule of
+// the kind): a removed rule can do no more than its account may (contract
+// section 7). The account may not delete here, so
 // the child stays and the parent keeps kgen's finalizer.
 func TestReleaseDeletesAsTheRemovedRulesAccount(t *testing.T) {
 	var asAccount []string
@@ -1257,8 +1258,22 @@ func TestReleaseDeletesAsTheRemovedRulesAccount(t *testing.T) {
 		t.Error("the finalizer went while the child it guards stays")
 	}
 
-	// A loaded rule that names no account any more acts with the rights
-	// it has now, kgen's, whatever the child's mark says.
+	// A loaded rule of the same kind, without an account, that releases
+	// the parent the removed rule had, deletes its child as the account
+	// too, not with kgen's rights.
+	asAccount = nil
+	other := parseRule(t, strings.Replace(clusterRule, "name: guarded", "name: other", 1))
+	err = h.r.Release(context.Background(), other, fakeMappings[appGVK], h.api.get(appGVK, "team", "web"), []*unstructured.Unstructured{child})
+	if !apierrors.IsForbidden(err) || !slices.Contains(asAccount, "deployer: delete clusterroles") {
+		t.Errorf("Release by another loaded rule = %v, requests as the account %q; want the delete made as it", err, asAccount)
+	}
+	if h.api.get(crGVK, "", "team-web") == nil {
+		t.Error("another rule deleted the child with kgen's own rights")
+	}
+
+	// A loaded rule that names no account any more acts on its own
+	// children with the rights it has now, kgen's, whatever the child's
+	// mark says.
 	asAccount = nil
 	err = h.r.Release(context.Background(), parseRule(t, clusterRule), fakeMappings[appGVK], h.api.get(appGVK, "team", "web"), []*unstructured.Unstructured{child})
 	if err != nil || len(asAccount) != 0 {
