@@ -346,15 +346,105 @@ spec:
 	applyRule(t, changing("two"))
 	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "two", "data", "value") })
 	t.Logf("the child followed the Rule change in %s", time.Since(start).Round(time.Millisecond))
+	othersAlone(t, r, user, start, "steady", before)
+}
+
+// othersAlone checks, 2 s after a change of one rule, that kgen restarted
+// none of its informers of configmaps or widgets since start, and that the
+// rule steady, unchanged, reconciled no parent since it counted before.
+func othersAlone(t *testing.T, r *running, user string, start time.Time, steady string, before float64) {
+	t.Helper()
 	time.Sleep(2 * time.Second)
 	for _, e := range auditOf(t, user, start) {
 		if (e.Verb == "list" || e.Verb == "watch") && (e.ObjectRef.Resource == "configmaps" || e.ObjectRef.Resource == "widgets") {
 			t.Errorf("an informer still in use restarted: %s %s at %s", e.Verb, e.ObjectRef.Resource, e.StageTimestamp.Format(time.StampMilli))
 		}
 	}
-	if after := reconciles(t, r, "steady"); after != before {
+	if after := reconciles(t, r, steady); after != before {
 		t.Errorf("the unchanged rule's parents were reconciled again: %v reconciles, were %v", after, before)
 	}
+}
+
+// Scenario (contract §7): one rule of a file that holds two is edited. The
+// other rule of the file keeps running as it is: none of its informers
+// restarts and none of its parents is reconciled again.
+func TestRuleFileEditLeavesOtherRulesAlone(t *testing.T) {
+	const group = "filealone.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	other := newCRD(t, group, "Widget", "widgets")
+	const user = "kgen-filealone"
+	file := writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: changing}
+spec:
+  parent: {apiVersion: %s/v1, kind: Gadget, namespaces: [%s]}
+%s---
+apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: steady}
+spec:
+  parent: {apiVersion: %s/v1, kind: Widget, namespaces: [%s]}
+%s`, group, ns, configChild("one"), group, ns,
+		strings.Replace(configChild("w"), "${parent.metadata.name}", "w-${parent.metadata.name}", 1)))
+	r := startControllerWith(t, controllerOptions{User: user}, file)
+	r.waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	create(t, other, map[string]any{"apiVersion": group + "/v1", "kind": "Widget", "metadata": map[string]any{"name": "x", "namespace": ns}})
+	waitFor(t, cmGVR, ns, "g", nil)
+	waitFor(t, cmGVR, ns, "w-x", nil)
+	settle(t, user, ns)
+	before := reconciles(t, r, "steady")
+
+	start := time.Now()
+	if err := os.WriteFile(file, []byte(strings.Replace(mustRead(t, file), "value: one", "value: two", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "two", "data", "value") })
+	othersAlone(t, r, user, start, "steady", before)
+	if o := get(t, cmGVR, ns, "w-x"); o == nil || expect(o, "w", "data", "value") != nil {
+		t.Errorf("the other rule's child = %v", o)
+	}
+}
+
+// Scenario (contract §7): the last file of a --rules directory is removed.
+// The directory then holds no rules: the rule stops, its parent loses
+// kgen's finalizer and keeps its child. Put back, the rule runs again.
+func TestRuleDirectoryEmptied(t *testing.T) {
+	const group = "emptied.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), "e2e-"+ns+"-g", metav1.DeleteOptions{})
+	})
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	doc := mustRead(t, clusterRoleRule(t, "emptied", group, ns))
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startController(t, nil, dir)
+	r.waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, gvr, ns, "g", hasFinalizer(true))
+	waitFor(t, crGVR, "", "e2e-"+ns+"-g", nil)
+
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, gvr, ns, "g", hasFinalizer(false))
+	if get(t, crGVR, "", "e2e-"+ns+"-g") == nil {
+		t.Error("the stopped rule's child was deleted")
+	}
+	eventually(t, 10*time.Second, func() (bool, error) {
+		_, running := r.ctrl.State("emptied")
+		return !running, fmt.Errorf("rule emptied still runs")
+	}, "the rule of the emptied directory to stop")
+
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, gvr, ns, "g", hasFinalizer(true))
 }
 
 // reconciles sums the reconcile counter of a rule in the in-process kgen's
