@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"kgen.dev/kgen/pkg/reconcile"
 )
 
 // The tests of this file install charts/kgen with helm and run kgen as the
@@ -45,13 +47,20 @@ func helmInstallWebApp(t *testing.T, chart, ns string, extra ...string) (string,
 // uninstalls it when the test ends.
 func helmInstall(t *testing.T, chart, release string, args ...string) {
 	t.Helper()
+	helmInstallNamed(t, chart, "kgen", release, args...)
+}
+
+// helmInstallNamed installs a chart as the named release in the namespace
+// release, waits for it, and uninstalls it when the test ends.
+func helmInstallNamed(t *testing.T, chart, name, release string, args ...string) {
+	t.Helper()
 	start := time.Now()
-	if _, err := runHelm(t, append([]string{"install", "kgen", chart, "--namespace", release, "--wait", "--timeout", "3m"}, args...)...); err != nil {
+	if _, err := runHelm(t, append([]string{"install", name, chart, "--namespace", release, "--wait", "--timeout", "3m"}, args...)...); err != nil {
 		dumpPods(t, release)
-		t.Fatalf("helm install: %v", err)
+		t.Fatalf("helm install %s: %v", name, err)
 	}
-	t.Logf("helm install --wait took %s", time.Since(start).Round(time.Millisecond))
-	t.Cleanup(func() { _, _ = runHelm(t, "uninstall", "kgen", "--namespace", release, "--wait", "--timeout", "2m") })
+	t.Logf("helm install %s --wait took %s", name, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() { _, _ = runHelm(t, "uninstall", name, "--namespace", release, "--wait", "--timeout", "2m") })
 }
 
 // helm test passes on a running install, and fails, saying why, once kgen
@@ -235,6 +244,148 @@ spec:
 			t.Fatal(err)
 		}
 		waitGone(t, octopusGVR, p.ns, p.name)
+	}
+}
+
+// Two releases of the chart in one namespace, each with its own rule of
+// one kind in every namespace, told apart by a label selector (a
+// cluster-scoped child, so kgen's finalizer guards it). Each keeps its own
+// record of its rules (<fullname>-state): the second release neither takes
+// the first's rule for a removed one and releases its parent when it
+// starts, nor the first the second's when it restarts.
+func TestHelmTwoReleasesInOneNamespace(t *testing.T) {
+	installCRD(t, "e2e/testdata/octopus-crd.yaml")
+	release := newNamespace(t)
+	startPods(t, release)
+	chart := filepath.Join(env.root, "charts/kgen")
+	type install struct{ name, rule, ns, parent string }
+	installs := []install{{"kgen-a", "two-a", newNamespace(t), "otto"}, {"kgen-b", "two-b", newNamespace(t), "olga"}}
+	converged := func(in install) func(*unstructured.Unstructured) error {
+		return func(o *unstructured.Unstructured) error {
+			if !slices.Contains(o.GetFinalizers(), reconcile.Finalizer) {
+				return fmt.Errorf("finalizers of %s = %v, want kgen's", in.parent, o.GetFinalizers())
+			}
+			return nil
+		}
+	}
+	start := time.Now()
+	for _, in := range installs {
+		rulesFile := writeRules(t, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: `+in.rule+`
+spec:
+  parent:
+    apiVersion: zoo.example.com/v1
+    kind: Octopus
+    selector: {matchLabels: {release: `+in.name+`}}
+  children:
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata:
+        name: octopus-${parent.metadata.namespace}-${parent.metadata.name}
+      rules: []
+`)
+		values, err := kgenctl(t, "rbac", "--rules", rulesFile, "--crd", filepath.Join(env.root, "e2e/testdata/octopus-crd.yaml"), "-o", "helm-values")
+		if err != nil {
+			t.Fatal(err)
+		}
+		valuesFile := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Rule objects are for one kgen per cluster; these run files only.
+		helmInstallNamed(t, chart, in.name, release, "-f", valuesFile, "--set-file", "rules.octopus="+rulesFile, "--set", "ruleObjects.enabled=false")
+		role := "octopus-" + in.ns + "-" + in.parent
+		t.Cleanup(func() {
+			_, _ = env.dynamic.Resource(octopusGVR).Namespace(in.ns).Patch(context.Background(), in.parent, types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+		})
+		create(t, octopusGVR, map[string]any{"apiVersion": "zoo.example.com/v1", "kind": "Octopus",
+			"metadata": map[string]any{"name": in.parent, "namespace": in.ns, "labels": map[string]any{"release": in.name}},
+			"spec":     map[string]any{"arms": int64(8)}})
+		waitFor(t, crGVR, "", role, nil)
+		waitFor(t, octopusGVR, in.ns, in.parent, converged(in))
+	}
+	// Neither release writes to the other's parents or children: a release
+	// and a re-add of kgen's finalizer would pass unseen by a check of the
+	// parents alone.
+	crossWrites := func() {
+		t.Helper()
+		for _, in := range installs {
+			for _, e := range auditOfPods(t, "system:serviceaccount:"+release+":"+in.name, start) {
+				if !isWrite(e.Verb) || e.ObjectRef.Resource == "leases" || e.ObjectRef.Resource == "events" || e.ObjectRef.Resource == "configmaps" {
+					continue
+				}
+				if slices.ContainsFunc(installs, func(o install) bool {
+					return o != in && (e.ObjectRef.Namespace == o.ns || e.ObjectRef.Name == "octopus-"+o.ns+"-"+o.parent)
+				}) {
+					t.Errorf("release %s wrote the other release's %s %s/%s (%s)", in.name, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name, e.Verb)
+				}
+			}
+		}
+	}
+	records := func() {
+		t.Helper()
+		crossWrites()
+		for _, in := range installs {
+			cm, err := env.kube.CoreV1().ConfigMaps(release).Get(t.Context(), in.name+"-state", metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("the record of release %s: %v", in.name, err)
+			}
+			var got []string
+			for k := range cm.Data {
+				got = append(got, k)
+			}
+			if !slices.Contains(got, in.rule) || slices.ContainsFunc(installs, func(o install) bool { return o != in && slices.Contains(got, o.rule) }) {
+				t.Errorf("the record of release %s holds rules %v, want %s and not the other release's", in.name, got, in.rule)
+			}
+		}
+	}
+	// The second release has started, swept and recorded.
+	time.Sleep(3 * time.Second)
+	records()
+	for _, in := range installs {
+		if p := get(t, octopusGVR, in.ns, in.parent); p == nil || converged(in)(p) != nil {
+			t.Errorf("after the second release started: %v", p)
+		}
+	}
+
+	// The first restarts, and again leaves the second's parent alone.
+	pods, err := env.kube.CoreV1().Pods(release).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=kgen-a"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("the pods of release kgen-a: %v, %v", pods, err)
+	}
+	old := map[string]bool{}
+	for _, p := range pods.Items {
+		old[p.Name] = true
+		if err := env.kube.CoreV1().Pods(release).Delete(t.Context(), p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 2*time.Minute, func() (bool, error) {
+		pods, err := env.kube.CoreV1().Pods(release).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=kgen-a"})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if !old[p.Name] && c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+			}
+		}
+		return false, fmt.Errorf("no new pod of kgen-a is ready")
+	}, "release kgen-a to run again")
+	time.Sleep(3 * time.Second)
+	records()
+	for _, in := range installs {
+		if p := get(t, octopusGVR, in.ns, in.parent); p == nil || converged(in)(p) != nil {
+			t.Errorf("after the first release restarted: %v", p)
+		}
 	}
 }
 

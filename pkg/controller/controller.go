@@ -578,7 +578,8 @@ func (c *Controller) sweepLeft(ctx context.Context, rs *ruleState) {
 			}
 			for i := range list.Items {
 				p := &list.Items[i]
-				if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(p) {
+				if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(p) ||
+					c.anothers(ctx, c.childrenOf(rs, p.GetUID())) {
 					continue
 				}
 				key := Key{Rule: rs.rule.Name, Namespace: p.GetNamespace(), Name: p.GetName()}

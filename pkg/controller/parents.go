@@ -304,7 +304,15 @@ func (c *Controller) sweepScope(ctx context.Context, s ChildScope, recordedBy []
 	var errs []error
 	for _, p := range held {
 		pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(p)))
-		if err := retry(ctx, func() error { return c.releaseParent(pctx, rule, m, p, nil) }); err != nil {
+		children, err := c.listChildren(pctx, p, c.recordedChildScopes(p))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if c.anothers(pctx, children) {
+			continue
+		}
+		if err := retry(ctx, func() error { return c.reconciler.Release(pctx, rule, m, p, children) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -337,6 +345,41 @@ func (c *Controller) releaseParent(ctx context.Context, rule *rules.Rule, mappin
 		}
 	}
 	return c.reconciler.Release(ctx, rule, mapping, parent, children)
+}
+
+// anothers reports whether the children of a parent that carries kgen's
+// finalizer, and that no rule selects, were all made by rules this kgen
+// does not know: neither loaded nor in its record. The parent is then
+// another kgen's (a second chart release, with its own record, whose rules
+// have the same parent kind), and releasing it would take away the
+// finalizer that guards that kgen's children, which it puts back at once:
+// a fight, and a window in which a deleted parent loses its children's
+// guard. A parent without children, with a child that names no rule, or
+// seen before the record was read, is released: kgen never leaves one of
+// its own stuck.
+func (c *Controller) anothers(ctx context.Context, children []*unstructured.Unstructured) bool {
+	if len(children) == 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.record.loaded {
+		return false
+	}
+	var names []string
+	for _, o := range children {
+		name := o.GetLabels()[reconcile.LabelRule]
+		_, loaded := c.rules[name]
+		_, pending := c.pending[name]
+		_, made := c.record.want[name]
+		_, watched := c.record.parents[name]
+		if name == "" || loaded || pending || made || watched {
+			return false
+		}
+		names = append(names, name)
+	}
+	klog.FromContext(ctx).V(2).Info("Leaving a parent another kgen's rules made children of", "rules", slices.Compact(slices.Sorted(slices.Values(names))))
+	return true
 }
 
 // recordedChildScopes returns where the rules whose record says they

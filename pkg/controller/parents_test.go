@@ -83,9 +83,10 @@ func newSweeper(t *testing.T, client *dynamicfake.FakeDynamicClient, rec *memRec
 // kind is loaded any more: a parent that carries kgen's finalizer loses it
 // (its other finalizers stay), one being deleted first loses the children
 // only the finalizer guards (listed by its UID where the rule made
-// children), and the scope leaves the record. A scope a loaded rule still
-// covers is left to that rule's own sweep; a kind no longer served leaves
-// the record without a request.
+// children), and the scope leaves the record. A parent whose children
+// another kgen's rules made keeps the finalizer and its children. A scope
+// a loaded rule still covers is left to that rule's own sweep; a kind no
+// longer served leaves the record without a request.
 func TestSweepRecordedParents(t *testing.T) { synctest.Test(t, testSweepRecordedParents) }
 
 func testSweepRecordedParents(t *testing.T) {
@@ -96,12 +97,24 @@ func testSweepRecordedParents(t *testing.T) {
 	orphanChild.SetAnnotations(map[string]string{reconcile.AnnotationParent: "ns/doomed"})
 	ownedChild := object("v1", "ConfigMap", "doomed-owned", "uid-doomed-owned", "uid-doomed")
 	ownedChild.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Gadget", Name: "doomed", UID: "uid-doomed"}})
+	// foreign is another kgen's parent (a second chart release, with its
+	// own record): its child names a rule this kgen does not know.
+	foreignChild := object("v1", "ConfigMap", "foreign-config", "uid-foreign-config", "uid-foreign")
+	foreignChild.SetNamespace("team-b")
+	withRule := func(o *unstructured.Unstructured, rule string) {
+		labels := o.GetLabels()
+		labels[reconcile.LabelRule] = rule
+		o.SetLabels(labels)
+	}
+	withRule(foreignChild, "another-kgens")
+	withRule(orphanChild, "gone")
 	client, _ := fakeCluster(
 		gadgetWith("left", true, false),
 		gadgetWith("doomed", true, true),
+		gadgetWith("foreign", true, true),
 		gadgetWith("plain", false, false),
 		object("v1", "ConfigMap", "stranger", "uid-stranger", "uid-someone-else"),
-		orphanChild, ownedChild,
+		orphanChild, ownedChild, foreignChild,
 	)
 	applyFinalizers(client)
 	rec := &memRecord{
@@ -151,6 +164,8 @@ spec:
 		"list configmaps  app.kubernetes.io/managed-by=kgen,kgen.dev/parent-uid=uid-doomed",
 		"delete configmaps doomed-config",
 		"patch gadgets doomed",
+		"list configmaps  app.kubernetes.io/managed-by=kgen,kgen.dev/parent-uid=uid-foreign",
+		"list configmaps  app.kubernetes.io/managed-by=kgen,kgen.dev/parent-uid=uid-left",
 		"patch gadgets left",
 	}
 	if !slices.Equal(got, want) {
@@ -158,6 +173,7 @@ spec:
 	}
 	for name, want := range map[string][]string{
 		"left": {"other.example.com/keep"}, "doomed": {"other.example.com/keep"}, "plain": nil,
+		"foreign": {reconcile.Finalizer, "other.example.com/keep"},
 	} {
 		obj, err := client.Tracker().Get(gadgets, "ns", name)
 		if err != nil {
@@ -167,7 +183,7 @@ spec:
 			t.Errorf("finalizers of %s = %v, want %v", name, got, want)
 		}
 	}
-	for name, want := range map[string]bool{"team-b/doomed-config": false, "ns/doomed-owned": true, "ns/stranger": true} {
+	for name, want := range map[string]bool{"team-b/doomed-config": false, "ns/doomed-owned": true, "ns/stranger": true, "team-b/foreign-config": true} {
 		ns, name, _ := strings.Cut(name, "/")
 		_, err := client.Tracker().Get(cmResource, ns, name)
 		if exists := err == nil; exists != want {

@@ -18,7 +18,8 @@ import (
 // When a rule starts, once every rule is loaded, the parents of its kind
 // that carry kgen's finalizer and that no rule selects (running, waiting,
 // on any version of the kind) are taken as having left: they left while
-// kgen was not running.
+// kgen was not running. One whose children another kgen's rules made is
+// not.
 func TestSweepLeft(t *testing.T) { synctest.Test(t, testSweepLeft) }
 
 func testSweepLeft(t *testing.T) {
@@ -30,12 +31,20 @@ func testSweepLeft(t *testing.T) {
 		}
 		return o
 	}
+	// The child of alien names a rule this kgen does not know: alien is
+	// another kgen's parent (a second chart release), not one that left.
+	alienChild := object("v1", "ConfigMap", "alien", "uid-alien-config", "uid-alien")
+	labels := alienChild.GetLabels()
+	labels[reconcile.LabelRule] = "another-kgens"
+	alienChild.SetLabels(labels)
 	client, m := fakeCluster(
 		gadget("kept", "web", true),     // selected by the running rule
 		gadget("left", "batch", true),   // selected by no rule: it left
 		gadget("plain", "batch", false), // not kgen's
 		gadget("versioned", "db", true), // selected by a rule of another version, waiting
 		gadget("lonely", "none", false), // no finalizer, no rule
+		gadget("alien", "batch", true),  // another kgen's
+		alienChild,
 	)
 	rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
 kind: Rule
