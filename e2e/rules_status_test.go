@@ -618,3 +618,39 @@ func TestRuleRecheckedWhenCRDChanges(t *testing.T) {
 	patchSpec(t, gvr, ns, "g", map[string]any{"image": "nginx:2"})
 	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "nginx:2", "data", "image") })
 }
+
+// Scenario (contract §7): a Rule object that may select the same parents
+// as another is not accepted and does not run. Once the other is deleted
+// it runs, and its status says so: Accepted True, Ready "the rule runs" (a
+// rename done by applying the new name and deleting the old).
+func TestRuleConflictResolved(t *testing.T) {
+	const group = "conflictgone.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, gadgetRuleDoc("conflict-old", group, "Gadget", ns, configChild("old")))
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "old", "data", "value") })
+	applyRule(t, gadgetRuleDoc("conflict-new", group, "Gadget", ns, configChild("new")))
+	waitRuleStatus(t, "conflict-new", func(o *unstructured.Unstructured) error {
+		if c := conditionOf(o, "Accepted"); c == nil || c["status"] != "False" || !strings.Contains(fmt.Sprint(c["message"]), "conflict-old") {
+			return fmt.Errorf("Accepted = %v, want False naming conflict-old", c)
+		}
+		return nil
+	})
+
+	if err := env.dynamic.Resource(ruleGVR).Delete(t.Context(), "conflict-old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "new", "data", "value") })
+	waitRuleStatus(t, "conflict-new", func(o *unstructured.Unstructured) error {
+		if c := conditionOf(o, "Accepted"); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Accepted = %v, want True once the conflict is gone", c)
+		}
+		return readyIs("True", "Running", "the rule runs")(o)
+	})
+	if c := conditionOf(get(t, ruleGVR, "", "conflict-new"), "Ready"); strings.Contains(fmt.Sprint(c["message"]), "previous") {
+		t.Errorf("Ready = %v, which speaks of a previous version that never ran", c)
+	}
+}

@@ -3,6 +3,7 @@ package ruleset
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -659,5 +660,59 @@ func TestSetDirectoryEmptied(t *testing.T) {
 	cfg.Paths = []string{filepath.Join(dir, "missing")}
 	if _, err := New(cfg); err == nil {
 		t.Error("New on a directory that does not exist: no error")
+	}
+}
+
+// A Rule object that conflicts with another (both may select the same
+// parents) is Accepted=False and does not run; once the other is deleted it
+// runs, and its status says so: Accepted=True, Ready "the rule runs",
+// not a previous version that never was.
+func TestStatusConflictResolved(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ruleObject := func(name, uid string) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		// Both watch the namespace "team".
+		if err := yaml.Unmarshal([]byte(strings.Replace(ruleDoc(name, "parent.spec.image"), "namespaces: ["+name+"]", "namespaces: [team]", 1)), &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetUID(types.UID(uid))
+		obj.SetGeneration(1)
+		return obj
+	}
+	conditions := func(name string) (accepted, ready map[string]any) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c := s.statusLocked(name, s.objects[name])["conditions"].([]any)
+		return c[0].(map[string]any), c[1].(map[string]any)
+	}
+	first, second := ruleObject("first", "u1"), ruleObject("second", "u2")
+	for _, o := range []*unstructured.Unstructured{first, second} {
+		if !s.observe(ctx, o, false) {
+			t.Fatalf("Rule %s, valid in itself, was not taken", o.GetName())
+		}
+		s.recompute(ctx)
+	}
+	if acc, ready := conditions("second"); acc["status"] != "False" || !strings.Contains(fmt.Sprint(acc["message"]), `rule "first"`) || ready["status"] != "False" {
+		t.Errorf("the conflicting rule: Accepted = %v, Ready = %v; want both False, naming rule first", acc, ready)
+	}
+
+	if !s.observe(ctx, first, true) {
+		t.Fatal("the deleted Rule was not taken")
+	}
+	s.recompute(ctx)
+	if got := s.applied["second"]; got == nil || got != s.objects["second"].rule {
+		t.Fatal("the rule does not run once the rule it conflicted with is gone")
+	}
+	acc, ready := conditions("second")
+	if acc["status"] != "True" {
+		t.Errorf("Accepted = %v once the conflict is gone, want True", acc)
+	}
+	if ready["status"] != "True" || ready["message"] != "the rule runs" {
+		t.Errorf("Ready = %v, want True, the rule runs", ready)
 	}
 }

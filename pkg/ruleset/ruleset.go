@@ -147,8 +147,12 @@ type object struct {
 	obj *unstructured.Unstructured
 	// rule is its newest valid version, nil if it never had one.
 	rule *rules.Rule
-	// err is why its latest version is not the one running, or nil.
+	// err is why its latest version is invalid, or nil.
 	err error
+	// conflict is why its latest version, valid in itself, does not run
+	// next to the other rules (rules.CheckSet), as the last recompute
+	// found; nil once it runs.
+	conflict error
 	// typeErr is why its running version does not start: it does not
 	// fit its parent kind's schema (see Set.Admit); nil otherwise.
 	typeErr error
@@ -666,6 +670,9 @@ func describe(err error, u *unstructured.Unstructured) error {
 func (s *Set) recompute(ctx context.Context) {
 	s.mu.Lock()
 	candidates, fromFile := s.candidatesLocked()
+	for _, o := range s.objects {
+		o.conflict = nil // found again below while it lasts
+	}
 	// Rules that did not change come first, so a conflict is blamed on
 	// the new version, which then does not run.
 	slices.SortStableFunc(candidates, func(a, b *rules.Rule) int {
@@ -691,7 +698,7 @@ func (s *Set) recompute(ctx context.Context) {
 		rejected := candidates[i]
 		candidates = slices.Delete(candidates, i, i+1)
 		if o := s.objects[bad]; o != nil && !fromFile[bad] {
-			o.err = errors.New(strings.TrimPrefix(errs[0].Error(), errs[0].Pos.String()+": "))
+			o.conflict = errors.New(strings.TrimPrefix(errs[0].Error(), errs[0].Pos.String()+": "))
 		} else {
 			klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; its previous version keeps running", "rule", bad)
 		}
@@ -833,13 +840,16 @@ func statusKey(status map[string]any) (key, counts string) {
 func (s *Set) statusLocked(name string, o *object) map[string]any {
 	gen := o.obj.GetGeneration()
 	accepted := condition(ConditionAccepted, true, ReasonAccepted, "the rule is valid", gen)
-	if o.err != nil {
+	switch {
+	case o.err != nil:
 		accepted = condition(ConditionAccepted, false, ReasonInvalid, o.err.Error(), gen)
+	case o.conflict != nil:
+		accepted = condition(ConditionAccepted, false, ReasonInvalid, o.conflict.Error(), gen)
 	}
 	var ready map[string]any
 	var parents, readyParents int
 	running := s.applied[name]
-	if o.err == nil && o.typeErr != nil && running == o.rule && !s.fromFile[name] {
+	if o.err == nil && o.conflict == nil && o.typeErr != nil && running == o.rule && !s.fromFile[name] {
 		accepted = condition(ConditionAccepted, false, ReasonInvalid, o.typeErr.Error(), gen)
 	}
 	switch {
@@ -858,7 +868,7 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		}
 		parents, readyParents = st.Parents, st.ReadyParents
 		msg := "the rule runs"
-		if o.err != nil || running != o.rule {
+		if o.err != nil || o.conflict != nil || running != o.rule {
 			msg += " (its previous valid version: the latest is not accepted)"
 		}
 		if st.RecordError != "" {
