@@ -393,7 +393,7 @@ func TestTemplateVariants(t *testing.T) {
 			checkRuleObjectsRBAC(t, objs, "kgen")
 			var job batchv1.Job
 			convert(t, objs["Job/kgen-cleanup"], &job)
-			want := []string{"cleanup", "--rule-objects=true", "--stop-deployment=kgen-system/kgen", "--timeout=3m"}
+			want := []string{"cleanup", "--rule-objects=true", "--stop-deployment=kgen-system/kgen", "--state-configmap=kgen-state", "--timeout=3m"}
 			if got := job.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
 				t.Errorf("the cleanup hook runs %q, want %q", got, want)
 			}
@@ -417,7 +417,7 @@ func TestTemplateVariants(t *testing.T) {
 			}
 			var job batchv1.Job
 			convert(t, objs["Job/kgen-cleanup"], &job)
-			want := []string{"cleanup", "--rules=/etc/kgen/rules", "--rule-objects=false", "--stop-deployment=kgen-system/kgen", "--timeout=3m"}
+			want := []string{"cleanup", "--rules=/etc/kgen/rules", "--rule-objects=false", "--stop-deployment=kgen-system/kgen", "--state-configmap=kgen-state", "--timeout=3m"}
 			if got := job.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
 				t.Errorf("the cleanup hook runs %q, want %q", got, want)
 			}
@@ -446,7 +446,7 @@ func TestTemplateVariants(t *testing.T) {
 			}
 			var job batchv1.Job
 			convert(t, objs["Job/k-cleanup"], &job)
-			want := []string{"cleanup", "--rules=/etc/kgen/rules", "--rule-objects=true", "--stop-deployment=kgen-system/k", "--timeout=3m"}
+			want := []string{"cleanup", "--rules=/etc/kgen/rules", "--rule-objects=true", "--stop-deployment=kgen-system/k", "--state-configmap=k-state", "--timeout=3m"}
 			if got := job.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
 				t.Errorf("the cleanup hook runs %q, want %q", got, want)
 			}

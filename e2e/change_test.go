@@ -1604,3 +1604,54 @@ func TestChangeOtherWriterRekeysPort(t *testing.T) {
 		return nil
 	})
 }
+
+// Scenario (contract §6, audit s10): a rule removed while kgen could not
+// release its parents (here: kgen stopped, and never started again, as when
+// an upgrade took the grant away with the rule). kgenctl cleanup, given
+// only the rules that remain, finds the removed rule's parents through
+// kgen's record and releases them; its child stays.
+func TestCleanupReleasesRecordedParents(t *testing.T) {
+	const group = "cleanrecord.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	removed := clusterRoleRule(t, "cleanrecord", group, ns)
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), "e2e-"+ns+"-g", metav1.DeleteOptions{})
+		_, _ = env.dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), "g", types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	r := startController(t, nil, removed)
+	r.waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, gvr, ns, "g", hasFinalizer(true))
+	waitFor(t, crGVR, "", "e2e-"+ns+"-g", nil)
+	waitRecord(t, metav1.NamespaceDefault, "cleanrecord"+controller.ParentsKeySuffix, group+"/v1 Gadget "+ns+"\n")
+	r.stop()
+
+	// The rules that remain: another kind's.
+	remaining := writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: cleanrecord-other}
+spec:
+  parent: {apiVersion: v1, kind: ConfigMap, namespaces: [%s], selector: {matchLabels: {none: none}}}
+%s`, ns, strings.Replace(configChild("x"), "${parent.metadata.name}", "other-${parent.metadata.name}", 1)))
+	admin := userKubeconfig(t, "kgen-cleanrecord")
+	without, err := kgenctl(t, "cleanup", "--kubeconfig", admin, "--rules", remaining, "--rule-objects=false", "--state-configmap=", "-n", metav1.NamespaceDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := get(t, gvr, ns, "g"); p == nil || hasFinalizer(true)(p) != nil {
+		t.Fatalf("kgenctl cleanup without the record released the parent of a rule it was not given:\n%s", without)
+	}
+	out, err := kgenctl(t, "cleanup", "--kubeconfig", admin, "--rules", remaining, "--rule-objects=false", "-n", metav1.NamespaceDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "released gadgets."+group+" "+ns+"/g") {
+		t.Errorf("kgenctl cleanup says:\n%s\nwant it to release %s/g", out, ns)
+	}
+	waitFor(t, gvr, ns, "g", hasFinalizer(false))
+	if get(t, crGVR, "", "e2e-"+ns+"-g") == nil {
+		t.Error("kgenctl cleanup deleted the child")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"kgen.dev/kgen/pkg/cleanup"
+	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/rules"
 )
@@ -21,6 +22,7 @@ type cleanupOptions struct {
 	rules          []string
 	ruleObjects    bool
 	stopDeployment string
+	stateName      string
 	timeout        time.Duration
 }
 
@@ -42,6 +44,12 @@ kgenctl run serves them. A Rule object with the name of a file's rule is
 left out, as the file's rule ran instead; an invalid one still names its
 parent kind, which is looked at all the same.
 
+kgen's record (the ConfigMap --state-configmap, kgen-state by default)
+says where rules watched their parents, also rules removed since that kgen
+could not release (it was stopped, or an upgrade took its grants away with
+the rule). Those places are looked at too; one that cannot be listed, or a
+record that cannot be read, is a note, not an error.
+
 A running kgen puts the finalizer back, so stop it first: --stop-deployment
 scales kgen's Deployment to 0 and waits until its pods are gone. The Helm
 chart runs this command as a pre-delete hook.`,
@@ -58,6 +66,7 @@ chart runs this command as a pre-delete hook.`,
 	f.StringArrayVar(&o.rules, "rules", nil, "a rules file or directory (repeatable)")
 	f.BoolVar(&o.ruleObjects, "rule-objects", true, "also release the parents of the cluster's Rule objects (rules.kgen.dev)")
 	f.StringVar(&o.stopDeployment, "stop-deployment", "", "NAMESPACE/NAME of kgen's Deployment, to scale to 0 and wait for before the finalizers are removed")
+	f.StringVar(&o.stateName, "state-configmap", controller.DefaultRecordName, "name of kgen's record ConfigMap (kgenctl run --state-configmap), in kgen's namespace (the --stop-deployment's, else -n/--namespace, else the kubeconfig context's, else the pod's): where it says rules watched their parents is looked at too; empty: not read")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the Deployment's pods to stop")
 	return cmd
 }
@@ -102,6 +111,15 @@ func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *k
 		fmt.Fprintf(out, "deployment %s is stopped\n", stop)
 	}
 	src := cleanup.Sources{Files: loaded, RuleObjects: o.ruleObjects}
+	if o.stateName != "" {
+		ns := stop.Namespace
+		if ns == "" {
+			if ns, err = kube.namespace(); err != nil {
+				return err
+			}
+		}
+		src.Record = &controller.ConfigMapRecord{Client: kubeClient.CoreV1(), Namespace: ns, Name: o.stateName}
+	}
 	res, err := cleanup.Release(ctx, dynClient, mapper.New(kubeClient.Discovery()), src)
 	for _, note := range res.Skipped {
 		fmt.Fprintln(errOut, "Note:", note)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
+	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/pkg/ruleset"
@@ -73,7 +75,22 @@ type Sources struct {
 	// instead. An invalid one still names its parent kind, whose objects are
 	// looked at all the same.
 	RuleObjects bool
+	// Record, when set, is kgen's record (kgenctl run --state-configmap).
+	// Where it says a rule watched its parents, and no rule of Files or
+	// of the Rule objects looks, is looked at too: the parents of a rule
+	// removed while kgen could not release them (it was stopped, or a
+	// helm upgrade took its grants away with the rule). A record that
+	// cannot be read, or such a place kgen may not list, is a note, not
+	// an error: kgen's own rules' parents are released all the same.
+	Record RecordLoader
 }
+
+// RecordLoader reads kgen's record; *controller.ConfigMapRecord is one.
+type RecordLoader interface {
+	Load(ctx context.Context) (controller.Recorded, error)
+}
+
+var _ RecordLoader = (*controller.ConfigMapRecord)(nil)
 
 // ruleParents says where one rule's parents are: the objects of its parent
 // kind, in its namespaces (none: every namespace).
@@ -94,6 +111,49 @@ type scope struct {
 	// namespaces are the rules' namespaces; nil when a rule covers every
 	// namespace.
 	namespaces []string
+	// recorded is set for a place only kgen's record names: one kgen may
+	// not list there is a note, not an error.
+	recorded bool
+}
+
+// covers reports whether the scope looks at the kind in a namespace ("":
+// every namespace).
+func (s *scope) covers(gvk schema.GroupVersionKind, ns string) bool {
+	return s.gvk == gvk && (s.namespaces == nil || ns != "" && slices.Contains(s.namespaces, ns))
+}
+
+// recordedScopes returns the places kgen's record says rules watched their
+// parents that none of the rules' scopes covers.
+func recordedScopes(rec controller.Recorded, covered []*scope) []*scope {
+	var out []*scope
+	for _, rule := range slices.Sorted(maps.Keys(rec.Parents)) {
+		for _, p := range rec.Parents[rule] {
+			if slices.ContainsFunc(covered, func(s *scope) bool { return s.covers(p.GroupVersionKind, p.Namespace) }) {
+				continue
+			}
+			i := slices.IndexFunc(out, func(s *scope) bool { return s.gvk == p.GroupVersionKind && s.namespaces != nil })
+			if i < 0 || p.Namespace == "" {
+				s := &scope{gvk: p.GroupVersionKind, recorded: true}
+				if p.Namespace != "" {
+					s.namespaces = []string{p.Namespace}
+				}
+				if i >= 0 {
+					s.rules = out[i].rules
+					out = slices.Delete(out, i, i+1)
+				}
+				s.rules = append(s.rules, rule)
+				out = append(out, s)
+				continue
+			}
+			if !slices.Contains(out[i].rules, rule) {
+				out[i].rules = append(out[i].rules, rule)
+			}
+			if !slices.Contains(out[i].namespaces, p.Namespace) {
+				out[i].namespaces = append(out[i].namespaces, p.Namespace)
+			}
+		}
+	}
+	return out
 }
 
 // scopes merges the rules that share a parent kind, in the rules' order.
@@ -197,12 +257,13 @@ func parentOfObject(u *unstructured.Unstructured) (ruleParents, error) {
 
 // Release removes Finalizer from every object of the parent kinds of the
 // sources' rules that carries it, and leaves every other finalizer in
-// place. A parent kind the API server does not serve is skipped and noted
-// in the result, as are the Rule objects left out. An error on one kind,
+// place, and then does the same where src.Record says rules watched their
+// parents and no rule looks any more. A parent kind the API server does
+// not serve is skipped and noted in the result, as are the Rule objects
+// left out. An error on one kind,
 // or in listing the Rule objects, does not stop the others; all errors are
 // returned together. Running it again finds nothing more to do.
 func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, src Sources) (*Result, error) {
-	logger := klog.FromContext(ctx)
 	res := &Result{}
 	var errs []error
 	var all []ruleParents
@@ -217,57 +278,85 @@ func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, s
 		all = append(all, objects...)
 		res.Skipped = append(res.Skipped, notes...)
 	}
-	for _, s := range scopes(all) {
-		mapping, err := resolver.ResourceFor(s.gvk)
-		if errors.Is(err, mapper.ErrNotFound) {
-			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (rule %s) is not served: no parent can hold the finalizer",
-				kindString(s.gvk), strings.Join(s.rules, ", ")))
-			continue
-		}
+	look := scopes(all)
+	if src.Record != nil {
+		rec, err := src.Record.Load(ctx)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("rule %s: %w", strings.Join(s.rules, ", "), err))
-			continue
+			res.Skipped = append(res.Skipped, fmt.Sprintf("kgen's record cannot be read, so parents of rules removed while kgen could not release them are not looked for: %v", err))
 		}
-		gvr := mapping.GroupVersionResource()
-		namespaces := []string{metav1.NamespaceAll}
-		if mapping.Namespaced && s.namespaces != nil {
-			namespaces = s.namespaces
-		}
-		for _, ns := range namespaces {
-			var ri dynamic.ResourceInterface = client.Resource(gvr)
-			if mapping.Namespaced {
-				ri = client.Resource(gvr).Namespace(ns)
-			}
-			err := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				return ri.List(ctx, opts)
-			}).EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
-				u, ok := obj.(*unstructured.Unstructured)
-				if !ok {
-					return fmt.Errorf("list %s: unexpected item %T", gvr.Resource, obj)
-				}
-				res.Checked++
-				o := Object{Resource: gvr.GroupResource(), Namespace: u.GetNamespace(), Name: u.GetName()}
-				released, err := release(ctx, client.Resource(gvr), mapping.Namespaced, u)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("release %s: %w", o, err))
-				} else if released {
-					logger.V(2).Info("Removed the finalizer", "resource", o.Resource.String(), "object", klog.KObj(u), "finalizer", Finalizer)
-					res.Released = append(res.Released, o)
-				}
-				return nil
-			})
-			if err != nil {
-				where := "every namespace"
-				if ns != "" {
-					where = "namespace " + ns
-				} else if !mapping.Namespaced {
-					where = "the cluster"
-				}
-				errs = append(errs, fmt.Errorf("list %s in %s: %w", gvr.GroupResource(), where, err))
-			}
+		look = append(look, recordedScopes(rec, look)...)
+	}
+	for _, s := range look {
+		if err := releaseIn(ctx, client, resolver, s, res); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// releaseIn releases the parents of one scope, adding what it did to res.
+func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver, s *scope, res *Result) error {
+	logger := klog.FromContext(ctx)
+	whose := "rule " + strings.Join(s.rules, ", ")
+	if s.recorded {
+		whose = "recorded for rule " + strings.Join(s.rules, ", ")
+	}
+	mapping, err := resolver.ResourceFor(s.gvk)
+	if errors.Is(err, mapper.ErrNotFound) {
+		res.Skipped = append(res.Skipped, fmt.Sprintf("%s (%s) is not served: no parent can hold the finalizer", kindString(s.gvk), whose))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", whose, err)
+	}
+	gvr := mapping.GroupVersionResource()
+	namespaces := []string{metav1.NamespaceAll}
+	if mapping.Namespaced && s.namespaces != nil {
+		namespaces = s.namespaces
+	}
+	var errs []error
+	for _, ns := range namespaces {
+		var ri dynamic.ResourceInterface = client.Resource(gvr)
+		if mapping.Namespaced {
+			ri = client.Resource(gvr).Namespace(ns)
+		}
+		err := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return ri.List(ctx, opts)
+		}).EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				return fmt.Errorf("list %s: unexpected item %T", gvr.Resource, obj)
+			}
+			res.Checked++
+			o := Object{Resource: gvr.GroupResource(), Namespace: u.GetNamespace(), Name: u.GetName()}
+			released, err := release(ctx, client.Resource(gvr), mapping.Namespaced, u)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("release %s: %w", o, err))
+			} else if released {
+				logger.V(2).Info("Removed the finalizer", "resource", o.Resource.String(), "object", klog.KObj(u), "finalizer", Finalizer)
+				res.Released = append(res.Released, o)
+			}
+			return nil
+		})
+		if err == nil {
+			continue
+		}
+		where := "every namespace"
+		if ns != "" {
+			where = "namespace " + ns
+		} else if !mapping.Namespaced {
+			where = "the cluster"
+		}
+		if s.recorded && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s in %s (%s) may not be listed: %v; a user who may can run kgenctl cleanup again", gvr.GroupResource(), where, whose, err))
+			continue
+		}
+		if s.recorded {
+			where += " (" + whose + ")"
+		}
+		errs = append(errs, fmt.Errorf("list %s in %s: %w", gvr.GroupResource(), where, err))
+	}
+	return errors.Join(errs...)
 }
 
 // release removes Finalizer from one object, reading it again when its

@@ -17,6 +17,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
+	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/rules"
 )
@@ -77,6 +78,9 @@ func TestRelease(t *testing.T) {
 		served      fakeResolver
 		objects     []*unstructured.Unstructured
 		reactors    func(*dynamicfake.FakeDynamicClient)
+		// record is kgen's record, or recordErr the error reading it.
+		record    *controller.Recorded
+		recordErr error
 		// want maps "kind ns/name" to the finalizers left.
 		want         map[string][]string
 		wantReleased []string
@@ -262,6 +266,48 @@ func TestRelease(t *testing.T) {
 		served:      fakeResolver{tenants, ruleKinds},
 		objects:     []*unstructured.Unstructured{parent("Tenant", "", "acme", Finalizer)},
 		want:        map[string][]string{"Tenant acme": {Finalizer}},
+	}, {
+		name:  "where the record says a removed rule watched, its parents are released too",
+		rules: []string{webappRule},
+		// gone watched WebApps in team-c and Tenants; webapp still
+		// covers team-a.
+		record: &controller.Recorded{Parents: map[string][]controller.ChildScope{
+			"gone":   {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-c"}, {GroupVersionKind: tenants.GroupVersionKind()}},
+			"webapp": {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-a"}},
+		}},
+		served: fakeResolver{webapps, tenants},
+		objects: []*unstructured.Unstructured{
+			parent("WebApp", "team-c", "left", Finalizer),
+			parent("WebApp", "team-d", "never", Finalizer),
+			parent("Tenant", "", "acme", Finalizer),
+		},
+		want:         map[string][]string{"WebApp team-c/left": nil, "WebApp team-d/never": {Finalizer}, "Tenant acme": nil},
+		wantReleased: []string{"tenants.example.com acme", "webapps.example.com team-c/left"},
+	}, {
+		name:   "a recorded place that may not be listed is a note",
+		rules:  []string{rule("tenant", "Tenant", "")},
+		record: &controller.Recorded{Parents: map[string][]controller.ChildScope{"gone": {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-c"}}}},
+		served: fakeResolver{webapps, tenants},
+		objects: []*unstructured.Unstructured{
+			parent("Tenant", "", "acme", Finalizer),
+		},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
+			})
+		},
+		want:         map[string][]string{"Tenant acme": nil},
+		wantReleased: []string{"tenants.example.com acme"},
+		wantSkipped:  "webapps.example.com in namespace team-c (recorded for rule gone) may not be listed",
+	}, {
+		name:         "a record that cannot be read is a note",
+		rules:        []string{rule("tenant", "Tenant", "")},
+		recordErr:    errors.New("configmaps \"kgen-state\" is forbidden"),
+		served:       fakeResolver{tenants},
+		objects:      []*unstructured.Unstructured{parent("Tenant", "", "acme", Finalizer)},
+		want:         map[string][]string{"Tenant acme": nil},
+		wantReleased: []string{"tenants.example.com acme"},
+		wantSkipped:  "kgen's record cannot be read",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -287,6 +333,9 @@ func TestRelease(t *testing.T) {
 				tt.reactors(client)
 			}
 			src := Sources{Files: loaded, RuleObjects: tt.withObjects}
+			if tt.record != nil || tt.recordErr != nil {
+				src.Record = fakeRecord{tt.record, tt.recordErr}
+			}
 			res, err := Release(ctx, client, tt.served, src)
 			if tt.wantErr == "" && err != nil {
 				t.Fatalf("Release: %v", err)
@@ -318,6 +367,19 @@ func TestRelease(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeRecord is a RecordLoader with a fixed answer.
+type fakeRecord struct {
+	rec *controller.Recorded
+	err error
+}
+
+func (f fakeRecord) Load(context.Context) (controller.Recorded, error) {
+	if f.err != nil {
+		return controller.Recorded{}, f.err
+	}
+	return *f.rec, nil
 }
 
 func newClient(objs ...*unstructured.Unstructured) *dynamicfake.FakeDynamicClient {

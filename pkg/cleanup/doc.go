@@ -10,8 +10,11 @@
 // relabelled out of a rule's selector may still carry the finalizer. Rule
 // objects are read as kgen serves them: one that a file rule's name
 // shadows is left out, and an invalid one counts by the parent kind it
-// names, since kgen may have run an earlier version of it. It
-// removes only kgen's entry, with a JSON patch that first tests the entry
+// names, since kgen may have run an earlier version of it. With kgen's
+// record (Sources.Record), it also looks where the record says rules
+// watched their parents and no rule of the sources looks: the parents of
+// a rule removed before kgen could release them. It removes only kgen's
+// entry, with a JSON patch that first tests the entry
 // is where it was read, so other controllers' finalizers, even ones added
 // meanwhile, are kept. Children are not touched: like a rule that is
 // removed, an uninstalled kgen leaves its children where they are.
@@ -22,6 +25,7 @@
 // triggers.
 //
 // The package knows nothing of Helm; it needs list and patch on the
-// parents, list on rules.kgen.dev for Rule objects, and for StopDeployment
+// parents, list on rules.kgen.dev for Rule objects, get on the record's
+// ConfigMap, and for StopDeployment
 // get and update on deployments/scale and list on pods.
 package cleanup
