@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -323,4 +324,47 @@ func totalOf(ds []time.Duration) time.Duration {
 		s += d
 	}
 	return s
+}
+
+// A Conflict on one child (its name taken by an object that is not the
+// parent's) does not hold back a sibling that waits for a child this
+// reconcile wrote: the parent is reconciled again 50 ms later, not after
+// the conflict's backoff, and the waiting child is written then. The
+// conflict is still looked at again later.
+func TestAgainDespiteConflict(t *testing.T) { synctest.Test(t, testAgainDespiteConflict) }
+
+func testAgainDespiteConflict(t *testing.T) {
+	a := newAgainCluster(false)
+	// The ConfigMap "taken" is someone else's: kgen's apply, which may not
+	// take over, is refused, and a read finds it has no kgen marks.
+	foreign := object("v1", "ConfigMap", "taken", "uid-taken", "")
+	if err := a.client.Tracker().Create(cmResource, foreign, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	a.client.PrependReactor("patch", "configmaps", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.(clienttesting.PatchAction).GetName() == "taken" {
+			return true, nil, apierrors.NewAlreadyExists(cmResource.GroupResource(), "taken")
+		}
+		return false, nil, nil
+	})
+	metrics := NewMetrics(prometheus.NewRegistry())
+	blocked := `  - id: blocked
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: taken}}
+`
+	c := New(Config{
+		Rules: []*rules.Rule{gadgetRule(t, configChild+readerChild+blocked)}, Client: a.client, Mapper: a.mapper,
+		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: metrics,
+	})
+	runController(t, c)
+	clk := firstWrite(t, a, metrics)
+	at := clk.advance(time.Second)
+	if len(at) == 0 || !sameDelays(at[:1], againDelays(1)) {
+		t.Fatalf("reconciles after the first write at %v, want one 50 ms later", at)
+	}
+	if got := writes(a.client); !slices.Contains(got, "patch deployments g") {
+		t.Errorf("writes = %v: the child that waited for the ConfigMap was not written", got)
+	}
+	if at := clk.advance(2 * time.Minute); len(at) == 0 {
+		t.Error("the conflict was never looked at again")
+	}
 }

@@ -402,6 +402,13 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// Transient: back off, per key and overall; logged once per step.
 		c.queue.AddRateLimited(key)
 		logger.Error(err, "Reconcile failed; will retry", "retries", c.queue.NumRequeues(key))
+	case result.Conflict && result.Again:
+		// A child waits for one this reconcile wrote: that comes first,
+		// soon, whatever stands in another child's way. The conflict's
+		// backoff is kept; the next reconcile that only has the conflict
+		// steps it.
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, c.again.When(key))
 	case result.Conflict:
 		// Done for now, but an object kgen cannot watch is in the way:
 		// look again later, less often while it stays.
