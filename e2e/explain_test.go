@@ -160,3 +160,51 @@ func TestExplain(t *testing.T) {
 		}
 	}
 }
+
+// Scenario (contract §10, audit s10): a Rule object edited to a version
+// the running kgen does not accept (an expression its parent kind's schema
+// refuses); the previous version keeps running. kgenctl explain, which
+// cannot see that version, does not explain with the rejected one: it says
+// the rule was left out, and why, instead of a render error kgen does not
+// have.
+func TestExplainRejectedRuleObject(t *testing.T) {
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	rule := func(name, ns, field string) string {
+		return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  parent: {apiVersion: example.com/v1alpha1, kind: WebApp, namespaces: [%s]}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}"}
+      data: {image: "${parent.spec.%s}"}
+`, name, ns, field)
+	}
+	// Another rule, valid, whose parents are elsewhere.
+	applyRule(t, rule("explain-elsewhere", newNamespace(t), "image"))
+	applyRule(t, rule("explain-rejected", ns, "image"))
+	create(t, webappGVR, webapp(ns, "shop", 1))
+	waitFor(t, cmGVR, ns, "shop", nil)
+	applyRule(t, rule("explain-rejected", ns, "imgae"))
+	waitRuleStatus(t, "explain-rejected", func(o *unstructured.Unstructured) error {
+		if c := conditionOf(o, "Accepted"); c == nil || c["status"] != "False" || c["observedGeneration"] != o.GetGeneration() {
+			return fmt.Errorf("Accepted = %v, want False for generation %d", c, o.GetGeneration())
+		}
+		return nil
+	})
+
+	_, stderr, err := kgenctlAs(t, "explain", "webapp/shop", "-n", ns, "--kubeconfig", userKubeconfig(t, "explain-rejected"))
+	wantExitError(t, err, stderr)
+	for _, want := range []string{"no rule selects it", "Rule explain-rejected: the running kgen did not accept its latest version", "imgae"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("kgenctl explain said:\n%s\nwant it to say %q", stderr, want)
+		}
+	}
+}

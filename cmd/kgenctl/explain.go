@@ -100,6 +100,10 @@ object: {"parent", "rule", "conditions", "children": [{"id", "apiVersion",
 		report, err := explain.Explain(ctx, explain.Config{
 			Client: client, Resources: resources, Schemas: schema.New(disco.OpenAPIV3()), Rules: rs,
 		}, explain.Ref{Kind: kind, Namespace: namespace, Name: name})
+		if errors.Is(err, explain.ErrNoRule) && len(notes) > 0 {
+			// The rule meant for it may be one explain left out.
+			err = fmt.Errorf("%w\nRules left out: %s", err, strings.Join(notes, "\n  "))
+		}
 		if err != nil {
 			return kube.withServerMessage(err)
 		}

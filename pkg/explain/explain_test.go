@@ -408,6 +408,30 @@ spec:
 	if len(notes) != 1 || !strings.Contains(notes[0], "Rule webapp is shadowed by a --rules file of the running kgen") {
 		t.Errorf("notes = %q", notes)
 	}
+
+	// An object whose status says the running kgen did not accept its
+	// generation (it does not fit its kinds' schemas, or conflicts with
+	// another rule) is left out too: its previous version runs. A status
+	// of an earlier generation says nothing of this one.
+	rejected, older := ruleObject("db", "Database"), ruleObject("webapp", "WebApp")
+	for _, o := range []*unstructured.Unstructured{rejected, older} {
+		o.SetGeneration(3)
+	}
+	_ = unstructured.SetNestedSlice(rejected.Object, []any{map[string]any{"type": "Accepted", "status": "False", "reason": "Invalid",
+		"observedGeneration": int64(3), "message": "spec.children[0].template.metadata.name: no such key: nmae"}}, "status", "conditions")
+	_ = unstructured.SetNestedSlice(older.Object, []any{map[string]any{"type": "Accepted", "status": "False", "reason": "Invalid",
+		"observedGeneration": int64(2), "message": "an older problem"}}, "status", "conditions")
+	client = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, rejected, older)
+	rs, notes, err = LoadRules(t.Context(), client, discovery(), RuleSource{Objects: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Name != "webapp" {
+		t.Errorf("rules = %v, want webapp alone", rs)
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "Rule db: the running kgen did not accept its latest version (spec.children[0].template.metadata.name: no such key: nmae)") {
+		t.Errorf("notes = %q", notes)
+	}
 }
 
 // A forEach child is one entry per object: those that exist are judged

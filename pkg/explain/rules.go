@@ -25,9 +25,11 @@ type RuleSource struct {
 
 // LoadRules reads the rules kgenctl run serves from src: the files', and
 // the Rule objects no file rule shadows: neither one of src's files nor,
-// as the object's status says, one of the running kgen's. It returns, besides, notes on what
-// it left out: Rule objects that are invalid (a running kgen keeps their
-// previous valid version, which explain cannot see), or, when files were
+// as the object's status says, one of the running kgen's. It returns,
+// besides, notes on what it left out: Rule objects that are invalid, or
+// whose latest version the running kgen did not accept, as their status
+// says (a running kgen keeps their previous valid version, which explain
+// cannot see), or, when files were
 // given, Rule objects it could not read. An invalid file is an error, and
 // so is finding no rules at all.
 func LoadRules(ctx context.Context, client dynamic.Interface, res Resources, src RuleSource) ([]*rules.Rule, []string, error) {
@@ -59,6 +61,14 @@ func LoadRules(ctx context.Context, client dynamic.Interface, res Resources, src
 				notes = append(notes, fmt.Sprintf("Rule %s is shadowed by a --rules file of the running kgen, whose rule runs instead; give that file with --rules to explain its parents", o.GetName()))
 				continue
 			}
+			if why, rejected := notAccepted(o); rejected {
+				// Valid on its own, but the running kgen did not take
+				// this version (it does not fit its kinds' schemas, or
+				// conflicts with another rule): explaining with it
+				// would tell what kgen does not do.
+				notes = append(notes, fmt.Sprintf("Rule %s: the running kgen did not accept its latest version (%s), so its previous version, if any, runs, which explain cannot see", o.GetName(), oneLine(why)))
+				continue
+			}
 			r, err := rules.FromObject(o.Object, rules.Options{})
 			if err != nil {
 				notes = append(notes, fmt.Sprintf("Rule %s is invalid, so its previous version, if any, may run: %s", o.GetName(), oneLine(err.Error())))
@@ -86,6 +96,24 @@ func shadowed(o unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// notAccepted reports whether a Rule object's status says the running kgen
+// did not accept its current generation (condition Accepted False, for
+// that generation), and why.
+func notAccepted(o unstructured.Unstructured) (string, bool) {
+	conditions, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, c := range conditions {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != ruleset.ConditionAccepted || m["status"] != string(metav1.ConditionFalse) {
+			continue
+		}
+		if gen, ok := m["observedGeneration"]; ok && fmt.Sprint(gen) == fmt.Sprint(o.GetGeneration()) {
+			msg, _ := m["message"].(string)
+			return msg, true
+		}
+	}
+	return "", false
 }
 
 // ruleObjects lists the cluster's Rule objects.
