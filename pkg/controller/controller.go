@@ -1247,7 +1247,11 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	c.watchErrors[key] = e
 	var names []string
 	for _, rs := range c.statesLocked() {
-		if rs.active && slices.Contains(rs.gvrs, key.GVR) && !slices.Contains(names, rs.rule.Name) {
+		// Only the rules that use this informer (its resource in its
+		// namespace), not every rule of the resource: a rule that
+		// watches another namespace is not failing.
+		uses := slices.ContainsFunc(rs.registrations(), func(r *watch.Registration) bool { return r.Informer().Key() == key })
+		if rs.active && uses && !slices.Contains(names, rs.rule.Name) {
 			names = append(names, rs.rule.Name)
 		}
 	}
