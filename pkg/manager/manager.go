@@ -507,6 +507,13 @@ func impersonator(config *rest.Config) func(rules.ServiceAccount) (dynamic.Inter
 		if c, ok := clients[sa]; ok {
 			return c, nil
 		}
+		if as := config.Impersonate.UserName; as != "" {
+			// Kubernetes impersonates one identity per request: acting
+			// as the account would drop --as, and the credential
+			// underneath would be checked for impersonate instead of
+			// the user kgen runs as, who may not.
+			return nil, fmt.Errorf("kgen runs as %s (--as), and cannot act as %s on top of that: a request impersonates one identity; run kgen with %s's own credentials to use a rule's serviceAccount", as, sa.UserName(), as)
+		}
 		c := rest.CopyConfig(config)
 		// The API server gives an impersonated ServiceAccount its groups
 		// (system:serviceaccounts and system:serviceaccounts:NAMESPACE).
