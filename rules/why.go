@@ -33,6 +33,9 @@ import (
 //     negated one true.
 //   - Of a conjunction (&&), the first operand that is false, as above, or
 //     else as "${operand} is false".
+//   - An exists() or all() over a list field is false: "status.conditions
+//     has no entry where ${...}; its entries: {type: "Ready", status:
+//     "False"}", each entry by the fields the condition reads of it.
 //
 // Paths of self are named without "self.": the message is about the
 // child. Why returns "" for any other shape, and for an error that no
@@ -294,6 +297,9 @@ func (w *why) whyFalse(e celast.Expr) (string, bool) {
 		}
 		return "", false
 	}
+	if e.Kind() == celast.ComprehensionKind {
+		return w.whyNone(e.AsComprehension())
+	}
 	if e.Kind() != celast.CallKind {
 		return "", false
 	}
@@ -344,6 +350,103 @@ func (w *why) whyFalse(e celast.Expr) (string, bool) {
 		return w.comparison(fn, args[0], args[1])
 	}
 	return "", false
+}
+
+// whyNone explains an exists() or all() over a list field that is false:
+// "status.conditions has no entry where ${c.type == "Available" &&
+// c.status == "True"}; its entries: {type: "Available", status: "False"}",
+// each entry shown by the fields the condition reads of it.
+func (w *why) whyNone(c celast.ComprehensionExpr) (string, bool) {
+	p, ok := w.pathOf(c.IterRange())
+	if !ok || c.HasIterVar2() {
+		return "", false
+	}
+	v, st := w.lookup(p)
+	list, isList := v.([]any)
+	if st != found || !isList {
+		return "", false
+	}
+	// exists(x, P): the step is accu || P; all(x, P): accu && P.
+	step := c.LoopStep()
+	if step.Kind() != celast.CallKind {
+		return "", false
+	}
+	call := step.AsCall()
+	args := call.Args()
+	if len(args) != 2 || args[0].Kind() != celast.IdentKind || args[0].AsIdent() != c.AccuVar() {
+		return "", false
+	}
+	var verb string
+	switch call.FunctionName() {
+	case operators.LogicalOr:
+		verb = "has no entry where"
+	case operators.LogicalAnd:
+		verb = "has an entry where not"
+	default:
+		return "", false
+	}
+	src, err := cel.ExprToString(args[1], w.info)
+	if err != nil {
+		return "", false
+	}
+	if len(list) == 0 {
+		return fmt.Sprintf("%s %s ${%s}: it has no entries", p, verb, src), true
+	}
+	fields := readOf(args[1], c.IterVar())
+	const most = 5
+	shown := make([]string, 0, most)
+	for _, item := range list[:min(len(list), most)] {
+		m, isMap := item.(map[string]any)
+		if !isMap || len(fields) == 0 {
+			shown = append(shown, show(item))
+			continue
+		}
+		parts := make([]string, 0, len(fields))
+		for _, f := range fields {
+			if fv, set := m[f]; set {
+				parts = append(parts, f+": "+show(fv))
+			}
+		}
+		shown = append(shown, "{"+strings.Join(parts, ", ")+"}")
+	}
+	if len(list) > most {
+		shown = append(shown, fmt.Sprintf("and %d more", len(list)-most))
+	}
+	return fmt.Sprintf("%s %s ${%s}; its entries: %s", p, verb, src, strings.Join(shown, ", ")), true
+}
+
+// readOf returns the fields an expression selects of a variable (c.type,
+// c.status for c), in reading order, each once.
+func readOf(e celast.Expr, name string) []string {
+	var out []string
+	var walk func(celast.Expr)
+	walk = func(e celast.Expr) {
+		switch e.Kind() {
+		case celast.SelectKind:
+			sel := e.AsSelect()
+			if op := sel.Operand(); op.Kind() == celast.IdentKind && op.AsIdent() == name {
+				if !slices.Contains(out, sel.FieldName()) {
+					out = append(out, sel.FieldName())
+				}
+				return
+			}
+			walk(sel.Operand())
+		case celast.CallKind:
+			call := e.AsCall()
+			if call.IsMemberFunction() {
+				walk(call.Target())
+			}
+			for _, a := range call.Args() {
+				walk(a)
+			}
+		case celast.ListKind:
+			for _, el := range e.AsList().Elements() {
+				walk(el)
+			}
+		}
+	}
+	walk(e)
+	return out
 }
 
 // operand returns the value of a comparison's operand: a field path (then
