@@ -1655,3 +1655,42 @@ spec:
 		t.Error("kgenctl cleanup deleted the child")
 	}
 }
+
+// Scenario (contract §3, §6; audit s10): a child id renamed in the rules
+// file while kgen runs. The object stays (same UID), relabelled in place:
+// kgen neither deletes it as the old id's prune nor creates it again.
+func TestChangeChildIDRenamed(t *testing.T) {
+	const group = "idrename.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	file := gadgetRule(t, "idrename", group, fmt.Sprintf("    namespaces: [%s]\n%s", ns, configChild("v")))
+	startController(t, nil, file).waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	before := waitFor(t, cmGVR, ns, "g", nil)
+	start := time.Now()
+	if err := os.WriteFile(file, []byte(strings.Replace(mustRead(t, file), "  - id: config\n", "  - id: settings\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	after := waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
+		if id := o.GetLabels()[reconcile.LabelChild]; id != "settings" {
+			return fmt.Errorf("%s = %q, want settings", reconcile.LabelChild, id)
+		}
+		return nil
+	})
+	if after.GetUID() != before.GetUID() {
+		t.Errorf("the child is another object: UID %s, was %s", after.GetUID(), before.GetUID())
+	}
+	time.Sleep(2 * time.Second)
+	if o := get(t, cmGVR, ns, "g"); o == nil || o.GetUID() != before.GetUID() {
+		t.Errorf("the child was deleted after its relabel: %v", o)
+	}
+	evs, err := env.kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.CreationTimestamp.After(start.Add(-time.Second)) && (e.Reason == reconcile.EventDeleted || e.Reason == reconcile.EventRepaired || e.Reason == reconcile.EventCreated) {
+			t.Errorf("event %s: %s", e.Reason, e.Message)
+		}
+	}
+}

@@ -90,6 +90,30 @@ type Judge func(desired, live *unstructured.Unstructured) Op
 // An error comes from rendering: a *RenderError (ErrInvalid) for a problem
 // of the rule or the parent's data, or the Scoper's error.
 func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*unstructured.Unstructured, inputs map[string][]*unstructured.Unstructured, scope Scoper, judge Judge) (*Plan, error) {
+	p, err := makePlan(rule, parent, observed, inputs, scope, judge, nil)
+	if err != nil || len(p.Rendered.Waiting) == 0 {
+		return p, err
+	}
+	// A child that waits may read one whose object still carries another
+	// id (see makePlan): it is rendered again with that object under the
+	// id it now has, as the cache will show it once it is relabelled. A
+	// CreateOnly child is never relabelled, so without this its readers
+	// would wait for good.
+	moved := map[types.UID]string{}
+	for _, st := range p.Steps {
+		if st.Live != nil && st.Live.GetLabels()[LabelChild] != st.ID {
+			moved[st.Live.GetUID()] = st.ID
+		}
+	}
+	if len(moved) == 0 {
+		return p, nil
+	}
+	return makePlan(rule, parent, observed, inputs, scope, judge, moved)
+}
+
+// makePlan is MakePlan; moved gives objects the id (by UID) that the
+// render should see them under instead of their label's.
+func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*unstructured.Unstructured, inputs map[string][]*unstructured.Unstructured, scope Scoper, judge Judge, moved map[types.UID]string) (*Plan, error) {
 	// Only the parent's own children count: an object that merely carries
 	// its marks (someone added kgen's labels to an object of theirs) is
 	// neither read, written, nor pruned.
@@ -106,7 +130,26 @@ func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 			ofKind = append(ofKind, obj)
 		}
 	}
-	rendered, err := Render(rule, parent, Observed{Children: GroupChildren(rule, ofKind), Inputs: inputs}, scope)
+	seen := ofKind // what the render reads
+	if len(moved) > 0 {
+		seen = nil
+		for _, obj := range observed {
+			id, ok := moved[obj.GetUID()]
+			if !ok {
+				id = obj.GetLabels()[LabelChild]
+			} else {
+				view := obj.DeepCopy()
+				labels := view.GetLabels()
+				labels[LabelChild] = id
+				view.SetLabels(labels)
+				obj = view
+			}
+			if c := rule.Child(id); c != nil && sameKind(obj, c.GroupVersionKind) {
+				seen = append(seen, obj)
+			}
+		}
+	}
+	rendered, err := Render(rule, parent, Observed{Children: GroupChildren(rule, seen), Inputs: inputs}, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -144,19 +187,43 @@ func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 			step.Live = live
 			handled[live.GetUID()] = true
 		}
-		switch {
-		case step.Live == nil:
-			step.Op = OpCreate
-		case rule.Child(c.ID).UpdatePolicy == rules.UpdateCreateOnly:
-			step.Op = OpKeep // created once, never written again
-		default:
-			step.Op = judge(desired, step.Live)
-		}
 		if !c.OwnerReference {
 			p.Finalizer = true
 		}
 		rendering[c.ID] = true
 		p.Steps = append(p.Steps, step)
+	}
+	// A child whose object carries another id (the id was renamed, two
+	// ids swapped names, or the parent moved from a rule whose ids
+	// differ) is the object of its kind and name that is this parent's:
+	// it is taken as it is and relabelled by the apply, never created
+	// anew while its old id's prune deletes the same object.
+	for i := range p.Steps {
+		step := &p.Steps[i]
+		if step.Live != nil {
+			continue
+		}
+		for _, obj := range observed {
+			if !handled[obj.GetUID()] && sameKind(obj, step.Object.GroupVersionKind()) &&
+				obj.GetNamespace() == step.Object.GetNamespace() && obj.GetName() == step.Object.GetName() {
+				step.Live = obj
+				handled[obj.GetUID()] = true
+				break
+			}
+		}
+	}
+	for i := range p.Steps {
+		step := &p.Steps[i]
+		switch {
+		case step.Live == nil:
+			step.Op = OpCreate
+		case rule.Child(step.ID).UpdatePolicy == rules.UpdateCreateOnly:
+			// Created once, never written again: not even to relabel
+			// it after its id changed (it is found by kind and name).
+			step.Op = OpKeep
+		default:
+			step.Op = judge(step.Object, step.Live)
+		}
 	}
 	excluded := map[string]bool{}
 	for _, id := range rendered.Excluded {

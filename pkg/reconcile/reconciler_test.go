@@ -1283,3 +1283,82 @@ func TestReleaseDeletesAsTheRemovedRulesAccount(t *testing.T) {
 		t.Error("the child stays")
 	}
 }
+
+// A child id renamed in the rule (or ids that swap names, or a parent that
+// moves to a rule whose ids differ) keeps its object: the child of that
+// kind and name that is this parent's is taken as it is and relabelled in
+// place, never deleted as the old id's prune while the new id creates it
+// again (contract sections 3 and 6). A CreateOnly child is not even
+// relabelled: it is never written again.
+func TestChildIDRenamedKeepsTheObject(t *testing.T) {
+	renamed := strings.Replace(strings.Replace(appRule, "  - id: config\n", "  - id: settings\n", 1), "children.config.", "children.settings.", 1)
+	swapped := strings.Replace(strings.Replace(strings.Replace(appRule, "  - id: deploy\n", "  - id: other\n", 1),
+		`name: ${parent.spec.?cmName.orValue(parent.metadata.name + "-config")}`, `name: ${parent.metadata.name + "-one"}`, 1),
+		"      apiVersion: apps/v1\n      kind: Deployment\n      metadata: {name: \"${parent.metadata.name}\"}\n",
+		"      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"${parent.metadata.name}-two\"}\n", 1)
+	for _, tc := range []struct {
+		name     string
+		from, to string
+		// writes are the requests after the change; uids the ConfigMaps
+		// whose object must stay.
+		writes []string
+		keep   []string
+	}{{
+		name: "renamed id", from: appRule, to: renamed,
+		writes: []string{"patch configmaps team/web-config"},
+		keep:   []string{"web-config"},
+	}, {
+		// Its reader, the Deployment, reads it under the new id at once,
+		// though it keeps its old label.
+		name: "renamed id of a CreateOnly child",
+		from: strings.NewReplacer("  - id: config\n", "  - id: config\n    updatePolicy: CreateOnly\n",
+			`metadata: {name: "${parent.metadata.name}"}`, `metadata: {name: "${parent.metadata.name}", annotations: {config: "${children.config.metadata.name}"}}`).Replace(appRule),
+		to: strings.NewReplacer("  - id: config\n", "  - id: settings\n    updatePolicy: CreateOnly\n", "children.config.", "children.settings.",
+			`metadata: {name: "${parent.metadata.name}"}`, `metadata: {name: "${parent.metadata.name}", annotations: {config: "${children.settings.metadata.name}"}}`).Replace(appRule),
+		keep: []string{"web-config"},
+	}, {
+		name: "two ids swap names",
+		from: swapped,
+		to: strings.NewReplacer(`"-one"`, `"-two"`, `"${parent.metadata.name}-two"`, `"${parent.metadata.name}-one"`).Replace(swapped),
+		writes: []string{"patch configmaps team/web-two", "patch configmaps team/web-one"},
+		keep:   []string{"web-one", "web-two"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.from)
+			h.converge(appParent(nil))
+			uids := map[string]types.UID{}
+			for _, name := range tc.keep {
+				uids[name] = h.api.get(cmGVK, "team", name).GetUID()
+			}
+			h.rule = parseRule(t, tc.to)
+			h.api.resetRequests()
+			if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+				t.Fatal(err)
+			}
+			var writes []string
+			for _, w := range h.api.writes() {
+				if !strings.Contains(w, "/status ") {
+					writes = append(writes, w)
+				}
+			}
+			if !slices.Equal(writes, tc.writes) {
+				t.Errorf("writes = %q, want %q", writes, tc.writes)
+			}
+			for name, uid := range uids {
+				if o := h.api.get(cmGVK, "team", name); o == nil || o.GetUID() != uid {
+					t.Errorf("ConfigMap %s is gone or another object: %v", name, o)
+				}
+			}
+			for _, ev := range h.drain() {
+				if strings.Contains(ev, "Deleted") || strings.Contains(ev, "Repaired") {
+					t.Errorf("event %q", ev)
+				}
+			}
+			h.converge(h.api.get(appGVK, "team", "web"))
+			// The status reads the renamed child, CreateOnly too.
+			if c := h.ready(); c["status"] != "True" {
+				t.Errorf("Ready = %v after the rename, want True", c)
+			}
+		})
+	}
+}
