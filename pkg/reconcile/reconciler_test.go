@@ -1317,9 +1317,9 @@ func TestChildIDRenamedKeepsTheObject(t *testing.T) {
 			`metadata: {name: "${parent.metadata.name}"}`, `metadata: {name: "${parent.metadata.name}", annotations: {config: "${children.settings.metadata.name}"}}`).Replace(appRule),
 		keep: []string{"web-config"},
 	}, {
-		name: "two ids swap names",
-		from: swapped,
-		to: strings.NewReplacer(`"-one"`, `"-two"`, `"${parent.metadata.name}-two"`, `"${parent.metadata.name}-one"`).Replace(swapped),
+		name:   "two ids swap names",
+		from:   swapped,
+		to:     strings.NewReplacer(`"-one"`, `"-two"`, `"${parent.metadata.name}-two"`, `"${parent.metadata.name}-one"`).Replace(swapped),
 		writes: []string{"patch configmaps team/web-two", "patch configmaps team/web-one"},
 		keep:   []string{"web-one", "web-two"},
 	}} {
