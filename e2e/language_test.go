@@ -575,6 +575,33 @@ func TestLanguageRemovedKindAfterRestart(t *testing.T) {
 	sameObjects(t, cmGVR, configs...)
 }
 
+// Scenario (contract §8, audit s10): while kgen is stopped, a rule is
+// renamed and loses a kind in the same edit. The restarted kgen learns from
+// its record that the old name watched these parents and made children of
+// that kind: they are pruned from every parent; the child the rule still
+// makes stays, the same object.
+func TestLanguageRemovedKindOfRenamedRule(t *testing.T) {
+	const group = "renamedkind.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	file := languageRule(t, "renamed-kind", group, []string{ns}, removedKindV1)
+	first := startController(t, nil, file)
+	first.waitReady(t)
+	create(t, gvr, gadget(group, ns, "n1", nil))
+	config := waitFor(t, cmGVR, ns, "n1", nil)
+	waitFor(t, saGVR, ns, "n1", nil)
+	waitRecord(t, metav1.NamespaceDefault, "renamed-kind", "v1 ConfigMap "+ns+"\nv1 ServiceAccount "+ns+"\n")
+	first.stop()
+
+	if err := os.WriteFile(file, []byte(languageRuleText("renamed-kind2", group, []string{ns}, removedKindV2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second := startController(t, nil, file)
+	second.waitReady(t)
+	waitGone(t, saGVR, ns, "n1")
+	sameObjects(t, cmGVR, config)
+}
+
 // Scenario: a kind removed from a rule while kgen runs (the rules file is
 // edited): its children are pruned, the other child stays.
 func TestLanguageRemovedKindLive(t *testing.T) {

@@ -276,6 +276,37 @@ func testPruneOnlyScopeAfterRestart(t *testing.T) {
 	}
 }
 
+// A rule renamed while kgen was stopped, losing a kind with the rename: the
+// old name's record (its parents where the new rule watches) leads the new
+// rule to the old kind, so its children are the parents' children again,
+// to be pruned, as under the rule's own name. A removed rule whose parents
+// were elsewhere leads nowhere.
+func TestPruneOnlyScopeOfRenamedRule(t *testing.T) {
+	synctest.Test(t, testPruneOnlyScopeOfRenamedRule)
+}
+
+func testPruneOnlyScopeOfRenamedRule(t *testing.T) {
+	client, m := fakeCluster(
+		object("example.com/v1", "Gadget", "g", "p1", ""),
+		object("apps/v1", "Deployment", "g", "d1", "p1"),
+	)
+	gadgetsIn := func(ns string) []ChildScope { return []ChildScope{{GroupVersionKind: gadgetKind, Namespace: ns}} }
+	rec := &memRecord{
+		scopes: map[string][]ChildScope{
+			"old":       {{GroupVersionKind: configMaps, Namespace: "ns"}, {GroupVersionKind: deployments, Namespace: "ns"}},
+			"elsewhere": {{GroupVersionKind: deployments, Namespace: "other"}},
+		},
+		parents: map[string][]ChildScope{"old": gadgetsIn("ns"), "elsewhere": gadgetsIn("other")},
+	}
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	activateRule(t, c)
+	s := waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
+		t.Errorf("Pruning = %v, want %v: the renamed rule's kind, not the other removed rule's", s.Pruning, want)
+	}
+	waitFor(t, "the Deployment to be a child again", func() bool { return slices.Equal(childNames(c, "p1"), []string{"Deployment/g"}) })
+}
+
 // A rule changed while kgen runs: its first version records its kinds
 // before any parent is reconciled; the version without the Deployment
 // watches Deployments to prune them.

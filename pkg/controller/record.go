@@ -449,6 +449,28 @@ func sortScopes(scopes []ChildScope) []ChildScope {
 	return slices.Compact(scopes)
 }
 
+// inheritedLocked returns the child scopes recorded for rules that are no
+// longer loaded and that watched parents where this rule now does: a rule
+// renamed (or replaced by another of its parents' kind) while kgen was
+// stopped. Their children are this rule's parents' now, and a kind that
+// left the rule with the rename is pruned like one that left it under its
+// own name. The caller holds Controller.mu.
+func (c *Controller) inheritedLocked(rs *ruleState) []ChildScope {
+	var out []ChildScope
+	for rule, scopes := range c.record.want {
+		if rule == rs.rule.Name || c.rules[rule] != nil || c.pending[rule] != nil {
+			continue
+		}
+		overlaps := slices.ContainsFunc(c.record.parents[rule], func(old ChildScope) bool {
+			return slices.ContainsFunc(rs.parentScopes, func(now ChildScope) bool { return now.covers(old) || old.covers(now) })
+		})
+		if overlaps {
+			out = append(out, scopes...)
+		}
+	}
+	return out
+}
+
 // watchRecorded starts prune-only informers, for an active rule, of the
 // scopes recorded for it that the rule does not cover and that it does not
 // watch yet: at its start, and again at every pass, for scopes learned
@@ -464,7 +486,7 @@ func (c *Controller) watchRecorded(ctx context.Context, rs *ruleState) {
 		c.logRecordError(ctx, name, err)
 	}
 	c.mu.Lock()
-	recorded := slices.Clone(c.record.want[name])
+	recorded := append(slices.Clone(c.record.want[name]), c.inheritedLocked(rs)...)
 	delete(c.record.fresh, name)
 	current := slices.Clone(rs.scopes)
 	watched := map[ChildScope]bool{}
