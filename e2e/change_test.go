@@ -1694,3 +1694,39 @@ func TestChangeChildIDRenamed(t *testing.T) {
 		}
 	}
 }
+
+// Scenario (contract §3; audit s10): a child deleted while another
+// controller's finalizer holds it. The parent is not Ready while it is
+// being deleted, and once it is gone kgen creates it again and the parent
+// is Ready.
+func TestChangeChildHeldByFinalizer(t *testing.T) {
+	const group = "heldchild.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, gadgetRule(t, "heldchild", group, fmt.Sprintf("    namespaces: [%s]\n%s", ns, configChild("v")))).waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	old := waitFor(t, cmGVR, ns, "g", nil)
+	waitFor(t, gvr, ns, "g", readyIs("True", reconcile.ReasonReady))
+	cms := env.dynamic.Resource(cmGVR).Namespace(ns)
+	if _, err := cms.Patch(t.Context(), "g", types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = cms.Patch(context.Background(), "g", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	if err := cms.Delete(t.Context(), "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, gvr, ns, "g", readyIs("False", reconcile.ReasonNotReady, "child config is being deleted"))
+
+	if _, err := cms.Patch(t.Context(), "g", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
+		if o.GetUID() == old.GetUID() {
+			return errNotYet
+		}
+		return nil
+	})
+	waitFor(t, gvr, ns, "g", readyIs("True", reconcile.ReasonReady))
+}

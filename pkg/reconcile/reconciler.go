@@ -549,12 +549,18 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 				out.reason, out.msg = failure(rule, step.ID, ref, "read", getErr)
 				return out, fmt.Errorf("get %s: %w", ref, getErr)
 			}
-			switch who := r.owner(ctx, existing, parent); who {
-			case ownerThis:
+			switch who := r.owner(ctx, existing, parent); {
+			case who == ownerThis && existing.GetDeletionTimestamp() != nil:
+				// Being deleted (held by a finalizer of someone
+				// else's): nothing to write to; it is created again
+				// once it is gone, and until then it is not ready.
+				out.live, out.ok = existing, true
+				return out, nil
+			case who == ownerThis:
 				live = existing
-			case ownerGone:
+			case who == ownerGone:
 				live, adopted = existing, "its owner no longer exists"
-			case ownerOrphaned:
+			case who == ownerOrphaned:
 				live, adopted = existing, "this parent let go of it earlier (deletionPolicy Orphan) and wants it again"
 			default:
 				out.live = nil

@@ -1362,3 +1362,32 @@ func TestChildIDRenamedKeepsTheObject(t *testing.T) {
 		})
 	}
 }
+
+// A child being deleted but held by someone else's finalizer is not ready:
+// the parent's Ready says so, instead of all children being applied and
+// ready; kgen writes nothing to it, and creates it again once it is gone.
+func TestChildBeingDeletedIsNotReady(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.converge(appParent(nil))
+	cm := h.api.get(cmGVK, "team", "web-config")
+	now := metav1.NewTime(h.now)
+	cm.SetDeletionTimestamp(&now)
+	cm.SetFinalizers([]string{"example.com/hold"})
+	h.api.add(cm)
+	h.api.resetRequests()
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	c := h.ready()
+	if c["status"] != "False" || !strings.Contains(fmt.Sprint(c["message"]), "child config is being deleted (finalizers: example.com/hold)") {
+		t.Errorf("Ready = %v, want False saying child config is being deleted", c)
+	}
+	for _, w := range h.api.writes() {
+		if strings.Contains(w, "configmaps") && !strings.HasPrefix(w, "patch configmaps team/web-config") {
+			t.Errorf("write %q to the child being deleted", w)
+		}
+	}
+	if o := h.api.get(cmGVK, "team", "web-config"); o == nil || o.GetUID() != cm.GetUID() || fmt.Sprint(o.Object["data"]) != fmt.Sprint(cm.Object["data"]) {
+		t.Errorf("the child being deleted changed: %v", o)
+	}
+}

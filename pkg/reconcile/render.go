@@ -827,6 +827,10 @@ func CheckReady(rule *rules.Rule, c Child, parent, self *unstructured.Unstructur
 	if self == nil || self.Object == nil {
 		return Readiness{Message: fmt.Sprintf("child %s does not exist yet", c.ID)}, nil
 	}
+	if self.GetDeletionTimestamp() != nil {
+		// Held by a finalizer: kgen creates it again once it is gone.
+		return Readiness{Message: fmt.Sprintf("child %s is being deleted (finalizers: %s); kgen creates it again once it is gone", c.ID, strings.Join(self.GetFinalizers(), ", "))}, nil
+	}
 	if len(rc.ReadyWhen) == 0 {
 		return Readiness{Ready: true}, nil
 	}
