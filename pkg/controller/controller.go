@@ -816,11 +816,6 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("parent kind %s: %w", rule.Parent.GroupVersionKind, err))
 	}
-	if c.cfg.Admit != nil {
-		if err := c.cfg.Admit(ctx, rule); err != nil {
-			return c.setWaiting(rs, err)
-		}
-	}
 	// Where the rule's objects live: the one answer pkg/rbac grants
 	// access by, so kgen watches exactly where it may.
 	place, err := rule.Placement(scoper{c.cfg.Mapper})
@@ -863,6 +858,13 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	scopes, err := childScopes(place.ChildWatchNamespaces(), c.cfg.Mapper)
 	if err != nil {
 		return c.setWaiting(rs, fmt.Errorf("child %w", err))
+	}
+	// Only once every kind is served: Admit reads the parent kind's CRD,
+	// which a rule that waits for a child kind must not cost every try.
+	if c.cfg.Admit != nil {
+		if err := c.cfg.Admit(ctx, rule); err != nil {
+			return c.setWaiting(rs, err)
+		}
 	}
 
 	var regs []*watch.Registration

@@ -204,3 +204,23 @@ func TestOnlyTheCurrentVersionHandles(t *testing.T) {
 		t.Errorf("calls %v after the swap, want old 2, next 1", calls)
 	}
 }
+
+// A rule that waits for a child kind is not admitted (Admit reads the
+// parent kind's CRD) at each try to start it: only once every kind it
+// names is served. A waiting rule costs no request every 5 s.
+func TestWaitingRuleIsNotAdmittedEachTry(t *testing.T) { synctest.Test(t, testWaitingRuleIsNotAdmittedEachTry) }
+
+func testWaitingRuleIsNotAdmittedEachTry(t *testing.T) {
+	client, m := fakeCluster(gadgetWith("g1", false, false))
+	var admitted atomic.Int32
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild+widgetChild)}, Client: client, Mapper: m,
+		Recorder: record.NewFakeRecorder(1000), Workers: 1, RetryInterval: time.Second,
+		Admit: func(context.Context, *rules.Rule) error { admitted.Add(1); return nil }})
+	runController(t, c)
+	waitFor(t, "the rule to wait for Widget", func() bool { s, _ := c.State("r"); return s.KindNotServed })
+	time.Sleep(time.Minute)
+	synctest.Wait()
+	if n := admitted.Load(); n != 0 {
+		t.Errorf("Admit was called %d times in a minute while a child kind is not served, want 0", n)
+	}
+}
