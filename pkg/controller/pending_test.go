@@ -208,7 +208,9 @@ func TestOnlyTheCurrentVersionHandles(t *testing.T) {
 // A rule that waits for a child kind is not admitted (Admit reads the
 // parent kind's CRD) at each try to start it: only once every kind it
 // names is served. A waiting rule costs no request every 5 s.
-func TestWaitingRuleIsNotAdmittedEachTry(t *testing.T) { synctest.Test(t, testWaitingRuleIsNotAdmittedEachTry) }
+func TestWaitingRuleIsNotAdmittedEachTry(t *testing.T) {
+	synctest.Test(t, testWaitingRuleIsNotAdmittedEachTry)
+}
 
 func testWaitingRuleIsNotAdmittedEachTry(t *testing.T) {
 	client, m := fakeCluster(gadgetWith("g1", false, false))
