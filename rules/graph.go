@@ -83,16 +83,17 @@ func (l *loader) graph(r *Rule) {
 	for _, s := range r.Status {
 		check(s.Value.Expressions())
 	}
-	if !valid {
-		return
-	}
+	// A cycle among the children that are well formed is reported with
+	// the other errors: every error is listed at once.
 	if cycle := findCycle(r); cycle != nil {
 		first := r.byID[cycle[0]]
 		l.errs = append(l.errs, &Error{Pos: first.Pos, Rule: r.Name, Child: first.ID,
 			Err: fmt.Errorf("dependency cycle: %s", strings.Join(cycle, " -> "))})
 		return
 	}
-	r.order = topoOrder(r)
+	if valid {
+		r.order = topoOrder(r)
+	}
 }
 
 // findCycle returns a dependency cycle as a path that starts and ends with
@@ -111,6 +112,9 @@ func findCycle(r *Rule) []string {
 		state[id] = inPath
 		path = append(path, id)
 		for _, dep := range r.byID[id].DependsOn {
+			if r.byID[dep] == nil {
+				continue
+			}
 			switch state[dep] {
 			case inPath:
 				start := slices.Index(path, dep)
@@ -126,7 +130,7 @@ func findCycle(r *Rule) []string {
 		return nil
 	}
 	for _, c := range r.Children {
-		if state[c.ID] == unvisited {
+		if c.ID != "" && r.byID[c.ID] != nil && state[c.ID] == unvisited {
 			if cycle := visit(c.ID); cycle != nil {
 				return cycle
 			}
