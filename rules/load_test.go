@@ -333,8 +333,8 @@ func TestParseErrors(t *testing.T) {
 			name: "cycle next to another error",
 			yaml: header + "  - id: a\n" + cm("${children.b.metadata.name}") + "  - id: b\n" + cm("${children.a.metadata.name}") + "  - id: c\n" + cm("${children.zz.metadata.name}"),
 			want: []string{
-				`rules.yaml:19:25: rule "r": child "c": template.metadata.name: ${children.zz.metadata.name}: unknown child id "zz" in children.zz (the rule's children are: a, b, c)`,
 				`rules.yaml:7:5: rule "r": child "a": dependency cycle: a -> b -> a`,
+				`rules.yaml:21:25: rule "r": child "c": template.metadata.name: ${children.zz.metadata.name}: unknown child id "zz" in children.zz (the rule's children are: a, b, c)`,
 			},
 		},
 		{
