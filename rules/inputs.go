@@ -133,7 +133,7 @@ func (r *Rule) inputPlacements(scope kinds.Scoper, p *Placement) ([]InputPlaceme
 		ip := InputPlacement{ID: in.ID, GroupVersionKind: in.GroupVersionKind, Scope: s}
 		if s == kinds.Namespaced {
 			switch {
-			case in.Namespace != nil:
+			case in.Namespace != nil && !in.inParentNamespace:
 				if ns, ok := in.Namespace.Literal(); ok {
 					ip.Namespaces = []string{ns.(string)}
 				}

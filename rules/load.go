@@ -685,7 +685,7 @@ func (l *loader) inputs(r *Rule, n *yaml.Node, w where) {
 			if key == "name" {
 				in.Name = t
 			} else {
-				in.Namespace = t
+				in.Namespace, in.inParentNamespace = t, isParentNamespace(v)
 			}
 		}
 		l.kind = valueExpr

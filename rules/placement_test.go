@@ -238,3 +238,31 @@ func TestOwnerReference(t *testing.T) {
 		}
 	}
 }
+
+// An input whose namespace is exactly ${parent.metadata.namespace} is
+// where an input without one is: in the parent's namespaces, so kgen
+// watches, and kgenctl rbac grants, only those. Any other expression may
+// name any namespace.
+func TestInputPlacementInParentNamespace(t *testing.T) {
+	doc := placementRule("App", "    namespaces: [team-e]\n", `  inputs:
+  - {id: same, apiVersion: v1, kind: ConfigMap, name: x, namespace: '${parent.metadata.namespace}'}
+  - {id: absent, apiVersion: v1, kind: Secret, name: x}
+  - {id: other, apiVersion: v1, kind: ServiceAccount, name: x, namespace: '${parent.spec.ns}'}
+`, "a ConfigMap")
+	rs, err := Parse("rules.yaml", []byte(doc), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := rs[0].Placement(placementScoper(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for gvk, ns := range p.InputWatchNamespaces() {
+		got[gvk.Kind] = ns
+	}
+	want := map[string][]string{"ConfigMap": {"team-e"}, "Secret": {"team-e"}, "ServiceAccount": nil}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("InputWatchNamespaces() = %v, want %v", got, want)
+	}
+}

@@ -221,6 +221,10 @@ type Input struct {
 	// Namespace is the input's namespace: a string template of parent; nil
 	// for the parent's namespace (for a namespaced kind).
 	Namespace *Template
+	// inParentNamespace is set when Namespace is exactly
+	// ${parent.metadata.namespace}: placed (watched, granted) as if it
+	// were absent.
+	inParentNamespace bool
 	// LabelSelector selects the input's objects instead of Name; nil for a
 	// named input. Selector is it compiled.
 	LabelSelector *metav1.LabelSelector
