@@ -213,6 +213,10 @@ type ruleState struct {
 	pruning   []*pruneWatch
 	unwatched []ChildScope
 	recordErr string
+	// refused are the scopes inherited from a removed rule (see
+	// inheritedLocked) that kgen may not list: not watched again until
+	// the rule restarts.
+	refused map[ChildScope]bool
 	// parentScopes are where the rule watches its parents, for the
 	// record (see parents.go).
 	parentScopes []ChildScope
@@ -237,7 +241,11 @@ type ruleState struct {
 func (rs *ruleState) registrations() []*watch.Registration {
 	out := append(slices.Clone(rs.childRegs), rs.inputRegs...)
 	for _, p := range rs.pruning {
-		out = append(out, p.reg)
+		// One inherited from a removed rule is not the rule's to sync
+		// or fail: the rule's state and watch errors leave it out.
+		if !p.inherited {
+			out = append(out, p.reg)
+		}
 	}
 	return append(out, mapsValues(rs.parentRegs)...)
 }
@@ -586,7 +594,7 @@ func (c *Controller) sweepLeft(ctx context.Context, rs *ruleState) {
 			for i := range list.Items {
 				p := &list.Items[i]
 				if !slices.Contains(p.GetFinalizers(), reconcile.Finalizer) || c.selectedByAny(p) ||
-					c.anothers(ctx, c.childrenOf(rs, p.GetUID())) {
+					c.anothers(ctx, p, c.childrenOf(rs, p.GetUID())) {
 					continue
 				}
 				key := Key{Rule: rs.rule.Name, Namespace: p.GetNamespace(), Name: p.GetName()}

@@ -305,11 +305,15 @@ func (c *Controller) sweepScope(ctx context.Context, s ChildScope, recordedBy []
 	for _, p := range held {
 		pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(p)))
 		children, err := c.listChildren(pctx, p, c.recordedChildScopes(p))
-		if err != nil {
+		switch {
+		case err != nil && beingFinalized(p):
 			errs = append(errs, err)
 			continue
-		}
-		if c.anothers(pctx, children) {
+		case err != nil:
+			// Only the finalizer goes, which needs no child: the check
+			// for another kgen's parent is skipped.
+			children = nil
+		case c.anothers(pctx, p, children):
 			continue
 		}
 		if err := retry(ctx, func() error { return c.reconciler.Release(pctx, rule, m, p, children) }); err != nil {
@@ -354,16 +358,19 @@ func (c *Controller) releaseParent(ctx context.Context, rule *rules.Rule, mappin
 // have the same parent kind), and releasing it would take away the
 // finalizer that guards that kgen's children, which it puts back at once:
 // a fight, and a window in which a deleted parent loses its children's
-// guard. A parent without children, with a child that names no rule, or
-// seen before the record was read, is released: kgen never leaves one of
-// its own stuck.
-func (c *Controller) anothers(ctx context.Context, children []*unstructured.Unstructured) bool {
-	if len(children) == 0 {
+// guard. A parent being deleted is released all the same: its children
+// go with it whichever kgen deletes them, and none is left Terminating. So
+// is one without children, with a child that names no rule, or seen while
+// kgen's record is unread or held nothing when read (a new install, or an
+// upgrade to a record of another name, knows none of kgen's own removed
+// rules).
+func (c *Controller) anothers(ctx context.Context, parent *unstructured.Unstructured, children []*unstructured.Unstructured) bool {
+	if len(children) == 0 || parent.GetDeletionTimestamp() != nil {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.record.loaded {
+	if !c.record.loaded || !c.record.held {
 		return false
 	}
 	var names []string

@@ -111,7 +111,7 @@ func testSweepRecordedParents(t *testing.T) {
 	client, _ := fakeCluster(
 		gadgetWith("left", true, false),
 		gadgetWith("doomed", true, true),
-		gadgetWith("foreign", true, true),
+		gadgetWith("foreign", true, false),
 		gadgetWith("plain", false, false),
 		object("v1", "ConfigMap", "stranger", "uid-stranger", "uid-someone-else"),
 		orphanChild, ownedChild, foreignChild,

@@ -10,11 +10,13 @@ import (
 	"testing/synctest"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -281,7 +283,15 @@ func testPruneOnlyScopeAfterRestart(t *testing.T) {
 // rule to the old kind, so its children are the parents' children again,
 // to be pruned, as under the rule's own name. A removed rule whose parents
 // were elsewhere leads nowhere.
+//
+// The inherited scope is not written to the new rule's record (the old
+// name's entry holds it), and one kgen may not list (the removed rule's
+// grants went with it) is dropped, without holding the rule back or
+// making it Forbidden.
 func TestPruneOnlyScopeOfRenamedRule(t *testing.T) {
+	handlers := utilruntime.ErrorHandlers
+	utilruntime.ErrorHandlers = handlers[:1]
+	t.Cleanup(func() { utilruntime.ErrorHandlers = handlers })
 	synctest.Test(t, testPruneOnlyScopeOfRenamedRule)
 }
 
@@ -290,21 +300,45 @@ func testPruneOnlyScopeOfRenamedRule(t *testing.T) {
 		object("example.com/v1", "Gadget", "g", "p1", ""),
 		object("apps/v1", "Deployment", "g", "d1", "p1"),
 	)
+	client.PrependReactor("list", depResource.Resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() == "locked" {
+			return true, nil, apierrors.NewForbidden(depResource.GroupResource(), "", nil)
+		}
+		return false, nil, nil
+	})
 	gadgetsIn := func(ns string) []ChildScope { return []ChildScope{{GroupVersionKind: gadgetKind, Namespace: ns}} }
 	rec := &memRecord{
 		scopes: map[string][]ChildScope{
 			"old":       {{GroupVersionKind: configMaps, Namespace: "ns"}, {GroupVersionKind: deployments, Namespace: "ns"}},
+			"locked":    {{GroupVersionKind: deployments, Namespace: "locked"}},
 			"elsewhere": {{GroupVersionKind: deployments, Namespace: "other"}},
 		},
-		parents: map[string][]ChildScope{"old": gadgetsIn("ns"), "elsewhere": gadgetsIn("other")},
+		parents: map[string][]ChildScope{"old": gadgetsIn("ns"), "locked": gadgetsIn("ns"), "elsewhere": gadgetsIn("other")},
 	}
 	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
-	activateRule(t, c)
+	ctx := activateRule(t, c)
 	s := waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
-	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
-		t.Errorf("Pruning = %v, want %v: the renamed rule's kind, not the other removed rule's", s.Pruning, want)
+	if want := []string{"apps/v1 Deployment locked", "apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) {
+		t.Errorf("Pruning = %v, want %v: the renamed rule's kinds, not the other removed rule's", s.Pruning, want)
 	}
 	waitFor(t, "the Deployment to be a child again", func() bool { return slices.Equal(childNames(c, "p1"), []string{"Deployment/g"}) })
+	waitFor(t, "the refused list", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.watchErrors) > 0
+	})
+	c.prunePass(ctx)
+	s, _ = c.State("r")
+	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) || s.Forbidden {
+		t.Errorf("Pruning = %v, Forbidden = %v after a pass: want the refused inherited scope dropped, and the rule not Forbidden", s.Pruning, s.Forbidden)
+	}
+	c.prunePass(ctx)
+	if s, _ := c.State("r"); !slices.Equal(s.Pruning, []string{"apps/v1 Deployment ns"}) {
+		t.Errorf("Pruning = %v after another pass: the refused scope was watched again", s.Pruning)
+	}
+	if got, _ := rec.get("r"); slices.ContainsFunc(got, func(s ChildScope) bool { return s.GroupVersionKind == deployments }) {
+		t.Errorf("the rule's record = %v: it holds the inherited scopes", got)
+	}
 }
 
 // A rule changed while kgen runs: its first version records its kinds

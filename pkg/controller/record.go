@@ -339,6 +339,9 @@ func uncovered(recorded, current []ChildScope) []ChildScope {
 type pruneWatch struct {
 	scope ChildScope
 	reg   *watch.Registration
+	// inherited is set for a scope of a removed rule's record (see
+	// inheritedLocked), which is not written to this rule's record.
+	inherited bool
 	// empty is set when a pass found no child of the rule's parents in
 	// it; a second such pass drops it.
 	empty bool
@@ -353,9 +356,12 @@ type recordState struct {
 	// while kgen runs are pruned even when the Record cannot be used.
 	want map[string][]ChildScope
 	// loaded is set once the Record was read (and merged into want);
-	// saved is what it holds, by rule, as read or last written.
-	loaded bool
-	saved  map[string][]ChildScope
+	// saved is what it holds, by rule, as read or last written. held is
+	// set when it held anything then: a record that did not exist yet
+	// (a new install, an upgrade to a record of another name) knows no
+	// rule, not even this kgen's own removed ones.
+	loaded, held bool
+	saved        map[string][]ChildScope
 	// fresh are the scopes the Record held, by rule, that no
 	// watchRecorded of the rule has looked at yet: a write keeps them.
 	fresh map[string][]ChildScope
@@ -440,6 +446,7 @@ func (c *Controller) loadRecord(ctx context.Context) error {
 		c.record.want[rule] = sortScopes(append(slices.Clone(c.record.want[rule]), scopes...))
 	}
 	c.record.loaded = true
+	c.record.held = len(recorded.Children) > 0 || len(recorded.Parents) > 0
 	return nil
 }
 
@@ -485,8 +492,20 @@ func (c *Controller) watchRecorded(ctx context.Context, rs *ruleState) {
 		// What is known so far is watched.
 		c.logRecordError(ctx, name, err)
 	}
+	// Only once every rule is known: a Rule object not read yet is not
+	// a removed rule.
+	allKnown := c.cfg.RulesLoaded == nil || c.cfg.RulesLoaded()
 	c.mu.Lock()
-	recorded := append(slices.Clone(c.record.want[name]), c.inheritedLocked(rs)...)
+	own := slices.Clone(c.record.want[name])
+	recorded := slices.Clone(own)
+	if allKnown {
+		for _, s := range c.inheritedLocked(rs) {
+			if !rs.refused[s] {
+				recorded = append(recorded, s)
+			}
+		}
+		recorded = sortScopes(recorded)
+	}
 	delete(c.record.fresh, name)
 	current := slices.Clone(rs.scopes)
 	watched := map[ChildScope]bool{}
@@ -526,7 +545,7 @@ func (c *Controller) watchRecorded(ctx context.Context, rs *ruleState) {
 			reg.Release()
 			return
 		}
-		rs.pruning = append(rs.pruning, &pruneWatch{scope: s, reg: reg})
+		rs.pruning = append(rs.pruning, &pruneWatch{scope: s, reg: reg, inherited: !slices.Contains(own, s)})
 		if !slices.Contains(rs.gvrs, key.GVR) {
 			rs.gvrs = append(rs.gvrs, key.GVR)
 		}
@@ -549,7 +568,9 @@ func (c *Controller) watchRecorded(ctx context.Context, rs *ruleState) {
 func recordScopesOf(rs *ruleState) []ChildScope {
 	out := slices.Clone(rs.scopes)
 	for _, p := range rs.pruning {
-		out = append(out, p.scope)
+		if !p.inherited {
+			out = append(out, p.scope)
+		}
 	}
 	out = append(out, rs.unwatched...)
 	return sortScopes(out)
@@ -704,6 +725,16 @@ func (c *Controller) prunePass(ctx context.Context) {
 			kept := rs.pruning[:0]
 			for _, p := range rs.pruning {
 				switch {
+				case p.inherited && !p.reg.HasSynced() && reasonOf(c.watchErrors[p.reg.Informer().Key()].err) == "Forbidden":
+					// A removed rule's scope kgen may not list (its
+					// grants went with it): not this rule's to wait on.
+					if rs.refused == nil {
+						rs.refused = map[ChildScope]bool{}
+					}
+					rs.refused[p.scope] = true
+					dropped = append(dropped, p.reg)
+					logger.Info("Cannot watch where a removed rule made children, to prune those of this rule's parents; kgenctl cleanup or a grant of list there lets them be found", "rule", rs.rule.Name, "scope", p.scope.String())
+					continue
 				case !p.reg.HasSynced() || holdsUncovered(p, rs.scopes, uids) || holdsUncovered(p, rs.scopes, all):
 					p.empty = false
 				case p.empty:

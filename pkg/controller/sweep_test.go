@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -8,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 
@@ -64,7 +67,10 @@ spec:
 		t.Fatal(err)
 	}
 	var loaded atomic.Bool
-	c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), RulesLoaded: loaded.Load})
+	// A record that holds this kgen's rules: a parent whose children name
+	// none of them is another kgen's.
+	rec := &memRecord{scopes: map[string][]ChildScope{"r": {{GroupVersionKind: configMaps, Namespace: "ns"}}}}
+	c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), RulesLoaded: loaded.Load, Record: rec})
 	activateRule(t, c)
 	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
 	leaving := func() []string {
@@ -86,5 +92,56 @@ spec:
 	synctest.Wait()
 	if got, want := leaving(), []string{"left"}; !slices.Equal(got, want) {
 		t.Errorf("leaving = %v, want %v", got, want)
+	}
+}
+
+// A parent is another kgen's only on evidence: its children all name
+// rules this kgen neither runs nor records, and its record held something
+// when read. A parent being deleted is never left: its children go with it
+// whoever deletes them.
+func TestAnothers(t *testing.T) {
+	child := object("v1", "ConfigMap", "c", "uid-c", "uid-p")
+	labels := child.GetLabels()
+	labels[reconcile.LabelRule] = "another-kgens"
+	child.SetLabels(labels)
+	ours := child.DeepCopy()
+	labels = ours.GetLabels()
+	labels[reconcile.LabelRule] = "gone"
+	ours.SetLabels(labels)
+	parent := object("example.com/v1", "Gadget", "p", "uid-p", "")
+	deleting := parent.DeepCopy()
+	now := metav1.Now()
+	deleting.SetDeletionTimestamp(&now)
+
+	c := New(Config{Record: &memRecord{scopes: map[string][]ChildScope{"gone": {{GroupVersionKind: configMaps, Namespace: "ns"}}}}})
+	ctx := context.Background()
+	if c.anothers(ctx, parent, []*unstructured.Unstructured{child}) {
+		t.Error("a parent is another kgen's before the record was read")
+	}
+	if err := c.loadRecord(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		parent   *unstructured.Unstructured
+		children []*unstructured.Unstructured
+		want     bool
+	}{
+		{"children of unknown rules", parent, []*unstructured.Unstructured{child}, true},
+		{"a child of a recorded rule", parent, []*unstructured.Unstructured{child, ours}, false},
+		{"no children", parent, nil, false},
+		{"being deleted", deleting, []*unstructured.Unstructured{child}, false},
+	} {
+		if got := c.anothers(ctx, tc.parent, tc.children); got != tc.want {
+			t.Errorf("%s: anothers() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	empty := New(Config{Record: &memRecord{}})
+	if err := empty.loadRecord(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if empty.anothers(ctx, parent, []*unstructured.Unstructured{child}) {
+		t.Error("a parent is another kgen's by a record that held nothing")
 	}
 }

@@ -485,6 +485,12 @@ func (e *explainer) step(ctx context.Context, step reconcile.Step) (Child, *unst
 		case claim == reconcile.ClaimAdopt:
 			live, op = found, reconcile.OpUpdate
 			ch.Action, ch.Next = ActionAdopt, "kgen adopts the object at its name: it is marked as the child of a parent that no longer exists"
+		case found.GetDeletionTimestamp() != nil:
+			// Held by a finalizer; the controller writes nothing to it
+			// (its Ready says why) and creates it again once it is gone.
+			ch.Exists = true
+			ch.Action, ch.Next = ActionWait, "kgen creates it again once the object being deleted is gone"
+			return ch, found
 		default:
 			live = found // the cache of a controller would show it soon
 			op = e.judge(desired, live)

@@ -91,14 +91,15 @@ type Judge func(desired, live *unstructured.Unstructured) Op
 // of the rule or the parent's data, or the Scoper's error.
 func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*unstructured.Unstructured, inputs map[string][]*unstructured.Unstructured, scope Scoper, judge Judge) (*Plan, error) {
 	p, err := makePlan(rule, parent, observed, inputs, scope, judge, nil)
-	if err != nil || len(p.Rendered.Waiting) == 0 {
+	if err != nil {
 		return p, err
 	}
-	// A child that waits may read one whose object still carries another
-	// id (see makePlan): it is rendered again with that object under the
-	// id it now has, as the cache will show it once it is relabelled. A
-	// CreateOnly child is never relabelled, so without this its readers
-	// would wait for good.
+	// An object that still carries another id (see makePlan) was read by
+	// the render under that id: as the other child, by a reader of an id
+	// two children swapped, or not at all. The rule is rendered again with
+	// it under the id it now has, as the cache will show it once it is
+	// relabelled; the relabel is kgen's own write, which wakes no parent.
+	// A CreateOnly child is never relabelled: it is read so every time.
 	moved := map[types.UID]string{}
 	for _, st := range p.Steps {
 		if st.Live != nil && st.Live.GetLabels()[LabelChild] != st.ID {

@@ -553,8 +553,10 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			case who == ownerThis && existing.GetDeletionTimestamp() != nil:
 				// Being deleted (held by a finalizer of someone
 				// else's): nothing to write to; it is created again
-				// once it is gone, and until then it is not ready.
-				out.live, out.ok = existing, true
+				// once it is gone, and until then it is not ready
+				// (CheckReady says why). Not ok: what its id
+				// supersedes stays, and no reader is woken for it.
+				out.live = existing
 				return out, nil
 			case who == ownerThis:
 				live = existing
