@@ -102,7 +102,7 @@ object: {"parent", "rule", "conditions", "children": [{"id", "apiVersion",
 		}, explain.Ref{Kind: kind, Namespace: namespace, Name: name})
 		if errors.Is(err, explain.ErrNoRule) && len(notes) > 0 {
 			// The rule meant for it may be one explain left out.
-			err = fmt.Errorf("%w\nRules left out: %s", err, strings.Join(notes, "\n  "))
+			err = fmt.Errorf("%w\nNotes:\n  %s", err, strings.Join(notes, "\n  "))
 		}
 		if err != nil {
 			return kube.withServerMessage(err)

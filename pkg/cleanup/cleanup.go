@@ -116,10 +116,10 @@ type scope struct {
 	recorded bool
 }
 
-// covers reports whether the scope looks at the kind in a namespace ("":
-// every namespace).
+// covers reports whether the scope looks at the kind, in any version, in
+// a namespace ("": every namespace).
 func (s *scope) covers(gvk schema.GroupVersionKind, ns string) bool {
-	return s.gvk == gvk && (s.namespaces == nil || ns != "" && slices.Contains(s.namespaces, ns))
+	return s.gvk.GroupKind() == gvk.GroupKind() && (s.namespaces == nil || ns != "" && slices.Contains(s.namespaces, ns))
 }
 
 // recordedScopes returns the places kgen's record says rules watched their
