@@ -236,14 +236,21 @@ type ruleState struct {
 	ready map[types.UID]bool
 }
 
-// registrations returns every informer registration of the rule; the
-// caller holds Controller.mu.
+// registrations returns the informer registrations of the rule, but for
+// those inherited from a removed rule (see registrationsOf); the caller
+// holds Controller.mu.
 func (rs *ruleState) registrations() []*watch.Registration {
+	return rs.registrationsOf(false)
+}
+
+// registrationsOf returns the rule's registrations; with inherited, also
+// the prune-only ones inherited from a removed rule (see inheritedLocked),
+// which are not the rule's to sync or fail: its state and watch errors
+// leave them out, but stopping the rule releases them too.
+func (rs *ruleState) registrationsOf(inherited bool) []*watch.Registration {
 	out := append(slices.Clone(rs.childRegs), rs.inputRegs...)
 	for _, p := range rs.pruning {
-		// One inherited from a removed rule is not the rule's to sync
-		// or fail: the rule's state and watch errors leave it out.
-		if !p.inherited {
+		if inherited || !p.inherited {
 			out = append(out, p.reg)
 		}
 	}
@@ -1319,7 +1326,7 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 		c.mu.Unlock()
 		return
 	}
-	regs := rs.registrations()
+	regs := rs.registrationsOf(true)
 	if rs.stop != nil {
 		rs.stop()
 	}

@@ -339,6 +339,11 @@ func testPruneOnlyScopeOfRenamedRule(t *testing.T) {
 	if got, _ := rec.get("r"); slices.ContainsFunc(got, func(s ChildScope) bool { return s.GroupVersionKind == deployments }) {
 		t.Errorf("the rule's record = %v: it holds the inherited scopes", got)
 	}
+	// Stopping the rule releases every informer, the inherited one too.
+	c.deactivate(c.rules["r"], context.Canceled)
+	if stats := c.watches.Stats(); len(stats) != 0 {
+		t.Errorf("informers left after the rule stopped: %v", stats)
+	}
 }
 
 // A rule changed while kgen runs: its first version records its kinds
