@@ -131,7 +131,9 @@ func recordedScopes(rec controller.Recorded, covered []*scope) []*scope {
 			if slices.ContainsFunc(covered, func(s *scope) bool { return s.covers(p.GroupVersionKind, p.Namespace) }) {
 				continue
 			}
-			i := slices.IndexFunc(out, func(s *scope) bool { return s.gvk == p.GroupVersionKind && s.namespaces != nil })
+			i := slices.IndexFunc(out, func(s *scope) bool {
+				return s.gvk.GroupKind() == p.GroupVersionKind.GroupKind() && s.namespaces != nil
+			})
 			if i < 0 || p.Namespace == "" {
 				s := &scope{gvk: p.GroupVersionKind, recorded: true}
 				if p.Namespace != "" {
@@ -159,12 +161,13 @@ func recordedScopes(rec controller.Recorded, covered []*scope) []*scope {
 // scopes merges the rules that share a parent kind, in the rules' order.
 func scopes(all []ruleParents) []*scope {
 	var out []*scope
-	byGVK := map[schema.GroupVersionKind]*scope{}
+	// By group and kind: each served version lists the same objects.
+	byKind := map[schema.GroupKind]*scope{}
 	for _, r := range all {
-		s := byGVK[r.gvk]
+		s := byKind[r.gvk.GroupKind()]
 		if s == nil {
 			s = &scope{gvk: r.gvk, namespaces: []string{}}
-			byGVK[s.gvk] = s
+			byKind[r.gvk.GroupKind()] = s
 			out = append(out, s)
 		}
 		s.rules = append(s.rules, r.rule)

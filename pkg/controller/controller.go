@@ -213,10 +213,12 @@ type ruleState struct {
 	pruning   []*pruneWatch
 	unwatched []ChildScope
 	recordErr string
-	// refused are the scopes inherited from a removed rule (see
-	// inheritedLocked) that kgen may not list: not watched again until
-	// the rule restarts.
-	refused map[ChildScope]bool
+	// settled are the scopes inherited from a removed rule (see
+	// inheritedLocked) that were found empty, or that kgen may not list:
+	// not watched again by this version of the rule (the removed rule's
+	// entry stays in the record, so the next version, or the next start
+	// of kgen, looks once more).
+	settled map[ChildScope]bool
 	// parentScopes are where the rule watches its parents, for the
 	// record (see parents.go).
 	parentScopes []ChildScope
@@ -1334,7 +1336,7 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = nil, nil, nil, nil, nil
 	unassign := rs.unassign
 	rs.unassign = nil
-	rs.pruning, rs.unwatched, rs.recordErr, rs.parentScopes = nil, nil, "", nil
+	rs.pruning, rs.unwatched, rs.recordErr, rs.parentScopes, rs.settled = nil, nil, "", nil, nil
 	// Only the version that holds the rule's name says whether the rule
 	// waits: not an old one that retires, nor a new one whose previous
 	// version runs.

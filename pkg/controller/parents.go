@@ -306,13 +306,14 @@ func (c *Controller) sweepScope(ctx context.Context, s ChildScope, recordedBy []
 		pctx := klog.NewContext(ctx, logger.WithValues("parent", klog.KObj(p)))
 		children, err := c.listChildren(pctx, p, c.recordedChildScopes(p))
 		switch {
-		case err != nil && beingFinalized(p):
+		case err != nil && !beingFinalized(p) && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)):
+			// kgen may not list there (an upgrade took the removed
+			// rule's grants): only the finalizer goes, which needs no
+			// child, so the check for another kgen's parent is skipped.
+			children = nil
+		case err != nil:
 			errs = append(errs, err)
 			continue
-		case err != nil:
-			// Only the finalizer goes, which needs no child: the check
-			// for another kgen's parent is skipped.
-			children = nil
 		case c.anothers(pctx, p, children):
 			continue
 		}
@@ -358,19 +359,19 @@ func (c *Controller) releaseParent(ctx context.Context, rule *rules.Rule, mappin
 // have the same parent kind), and releasing it would take away the
 // finalizer that guards that kgen's children, which it puts back at once:
 // a fight, and a window in which a deleted parent loses its children's
-// guard. A parent being deleted is released all the same: its children
-// go with it whichever kgen deletes them, and none is left Terminating. So
-// is one without children, with a child that names no rule, or seen while
-// kgen's record is unread or held nothing when read (a new install, or an
-// upgrade to a record of another name, knows none of kgen's own removed
-// rules).
+// guard. Being deleted, it is that kgen's to finalize: only it knows
+// where its children are. kgen's own rules are always known: a rule is
+// recorded before it makes a child, and a removed rule's entry of child
+// kinds stays in the record. A parent without children, with a child that
+// names no rule, or seen while the record is unread (kgen may not read
+// it), is released.
 func (c *Controller) anothers(ctx context.Context, parent *unstructured.Unstructured, children []*unstructured.Unstructured) bool {
-	if len(children) == 0 || parent.GetDeletionTimestamp() != nil {
+	if len(children) == 0 {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.record.loaded || !c.record.held {
+	if !c.record.loaded {
 		return false
 	}
 	var names []string

@@ -328,13 +328,30 @@ func testPruneOnlyScopeOfRenamedRule(t *testing.T) {
 		return len(c.watchErrors) > 0
 	})
 	c.prunePass(ctx)
+	if s, _ := c.State("r"); len(s.Pruning) != 2 || s.Forbidden {
+		t.Errorf("Pruning = %v, Forbidden = %v after one pass: want the refused scope kept one more pass, and the rule not Forbidden", s.Pruning, s.Forbidden)
+	}
+	c.prunePass(ctx)
 	s, _ = c.State("r")
 	if want := []string{"apps/v1 Deployment ns"}; !slices.Equal(s.Pruning, want) || s.Forbidden {
-		t.Errorf("Pruning = %v, Forbidden = %v after a pass: want the refused inherited scope dropped, and the rule not Forbidden", s.Pruning, s.Forbidden)
+		t.Errorf("Pruning = %v, Forbidden = %v after two passes: want the refused inherited scope dropped, and the rule not Forbidden", s.Pruning, s.Forbidden)
 	}
 	c.prunePass(ctx)
 	if s, _ := c.State("r"); !slices.Equal(s.Pruning, []string{"apps/v1 Deployment ns"}) {
 		t.Errorf("Pruning = %v after another pass: the refused scope was watched again", s.Pruning)
+	}
+	// Pruned (as a reconcile would): the inherited scope goes after two
+	// empty passes, and is not watched again, though the removed rule's
+	// entry still names it.
+	if err := client.Resource(depResource).Namespace("ns").Delete(ctx, "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the cache to lose the Deployment", func() bool { return len(childNames(c, "p1")) == 0 })
+	for range 3 {
+		c.prunePass(ctx)
+	}
+	if s, _ := c.State("r"); len(s.Pruning) != 0 {
+		t.Errorf("Pruning = %v: the inherited scope found empty is watched again", s.Pruning)
 	}
 	if got, _ := rec.get("r"); slices.ContainsFunc(got, func(s ChildScope) bool { return s.GroupVersionKind == deployments }) {
 		t.Errorf("the rule's record = %v: it holds the inherited scopes", got)

@@ -340,8 +340,10 @@ type pruneWatch struct {
 	scope ChildScope
 	reg   *watch.Registration
 	// inherited is set for a scope of a removed rule's record (see
-	// inheritedLocked), which is not written to this rule's record.
+	// inheritedLocked), which is not written to this rule's record;
+	// refusals counts the passes that found its list refused.
 	inherited bool
+	refusals  int
 	// empty is set when a pass found no child of the rule's parents in
 	// it; a second such pass drops it.
 	empty bool
@@ -356,12 +358,9 @@ type recordState struct {
 	// while kgen runs are pruned even when the Record cannot be used.
 	want map[string][]ChildScope
 	// loaded is set once the Record was read (and merged into want);
-	// saved is what it holds, by rule, as read or last written. held is
-	// set when it held anything then: a record that did not exist yet
-	// (a new install, an upgrade to a record of another name) knows no
-	// rule, not even this kgen's own removed ones.
-	loaded, held bool
-	saved        map[string][]ChildScope
+	// saved is what it holds, by rule, as read or last written.
+	loaded bool
+	saved  map[string][]ChildScope
 	// fresh are the scopes the Record held, by rule, that no
 	// watchRecorded of the rule has looked at yet: a write keeps them.
 	fresh map[string][]ChildScope
@@ -446,7 +445,6 @@ func (c *Controller) loadRecord(ctx context.Context) error {
 		c.record.want[rule] = sortScopes(append(slices.Clone(c.record.want[rule]), scopes...))
 	}
 	c.record.loaded = true
-	c.record.held = len(recorded.Children) > 0 || len(recorded.Parents) > 0
 	return nil
 }
 
@@ -454,6 +452,15 @@ func (c *Controller) loadRecord(ctx context.Context) error {
 func sortScopes(scopes []ChildScope) []ChildScope {
 	slices.SortFunc(scopes, compareScopes)
 	return slices.Compact(scopes)
+}
+
+// settle marks an inherited scope as not to be watched again by this
+// version of the rule; the caller holds Controller.mu.
+func settle(rs *ruleState, s ChildScope) {
+	if rs.settled == nil {
+		rs.settled = map[ChildScope]bool{}
+	}
+	rs.settled[s] = true
 }
 
 // inheritedLocked returns the child scopes recorded for rules that are no
@@ -500,7 +507,7 @@ func (c *Controller) watchRecorded(ctx context.Context, rs *ruleState) {
 	recorded := slices.Clone(own)
 	if allKnown {
 		for _, s := range c.inheritedLocked(rs) {
-			if !rs.refused[s] {
+			if !rs.settled[s] {
 				recorded = append(recorded, s)
 			}
 		}
@@ -725,19 +732,27 @@ func (c *Controller) prunePass(ctx context.Context) {
 			kept := rs.pruning[:0]
 			for _, p := range rs.pruning {
 				switch {
-				case p.inherited && !p.reg.HasSynced() && reasonOf(c.watchErrors[p.reg.Informer().Key()].err) == "Forbidden":
+				case p.inherited && !p.reg.HasSynced() && c.watchErrors[p.reg.Informer().Key()].err != nil &&
+					reasonOf(c.watchErrors[p.reg.Informer().Key()].err) == "Forbidden":
 					// A removed rule's scope kgen may not list (its
 					// grants went with it): not this rule's to wait on.
-					if rs.refused == nil {
-						rs.refused = map[ChildScope]bool{}
+					// Two passes, so an error left from an earlier
+					// informer of the key does not count.
+					if p.refusals++; p.refusals < 2 {
+						break
 					}
-					rs.refused[p.scope] = true
+					settle(rs, p.scope)
 					dropped = append(dropped, p.reg)
-					logger.Info("Cannot watch where a removed rule made children, to prune those of this rule's parents; kgenctl cleanup or a grant of list there lets them be found", "rule", rs.rule.Name, "scope", p.scope.String())
+					logger.Info("Cannot watch where a removed rule made children, to prune those of this rule's parents; the rule's next version, or kgen's next start, tries again", "rule", rs.rule.Name, "scope", p.scope.String())
 					continue
 				case !p.reg.HasSynced() || holdsUncovered(p, rs.scopes, uids) || holdsUncovered(p, rs.scopes, all):
 					p.empty = false
 				case p.empty:
+					if p.inherited {
+						// The removed rule's entry keeps it in the
+						// record: not watched again by this version.
+						settle(rs, p.scope)
+					}
 					dropped = append(dropped, p.reg)
 					logger.Info("No child of the rule is left where it no longer makes children; stopped watching there", "rule", rs.rule.Name, "scope", p.scope.String())
 					continue

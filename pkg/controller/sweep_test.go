@@ -96,9 +96,8 @@ spec:
 }
 
 // A parent is another kgen's only on evidence: its children all name
-// rules this kgen neither runs nor records, and its record held something
-// when read. A parent being deleted is never left: its children go with it
-// whoever deletes them.
+// rules this kgen neither runs nor records, its record read. Being
+// deleted, it is still the other kgen's to finalize.
 func TestAnothers(t *testing.T) {
 	child := object("v1", "ConfigMap", "c", "uid-c", "uid-p")
 	labels := child.GetLabels()
@@ -130,18 +129,20 @@ func TestAnothers(t *testing.T) {
 		{"children of unknown rules", parent, []*unstructured.Unstructured{child}, true},
 		{"a child of a recorded rule", parent, []*unstructured.Unstructured{child, ours}, false},
 		{"no children", parent, nil, false},
-		{"being deleted", deleting, []*unstructured.Unstructured{child}, false},
+		{"being deleted", deleting, []*unstructured.Unstructured{child}, true},
 	} {
 		if got := c.anothers(ctx, tc.parent, tc.children); got != tc.want {
 			t.Errorf("%s: anothers() = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 
+	// A new install's record holds nothing: it has no removed rules of
+	// its own, so the parent is still another kgen's.
 	empty := New(Config{Record: &memRecord{}})
 	if err := empty.loadRecord(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if empty.anothers(ctx, parent, []*unstructured.Unstructured{child}) {
-		t.Error("a parent is another kgen's by a record that held nothing")
+	if !empty.anothers(ctx, parent, []*unstructured.Unstructured{child}) {
+		t.Error("a new install takes another kgen's parent for its own")
 	}
 }

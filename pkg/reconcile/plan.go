@@ -235,6 +235,9 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 			continue
 		}
 		id := obj.GetLabels()[LabelChild]
+		if to, ok := moved[obj.GetUID()]; ok {
+			id = to // as the render saw it: its new id
+		}
 		c := rule.Child(id)
 		_, waiting := rendered.Waiting[id]
 		switch {

@@ -385,7 +385,11 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	}
 
 	r.seen.set(parent.GetUID(), live)
-	observedNow := Observed{Children: GroupChildren(rule, live), Inputs: inputs}
+	// What the next plan will see: not an object being deleted (a child
+	// held by a finalizer), which MakePlan leaves out too, so a reader of
+	// it is not woken to wait again.
+	going := func(o *unstructured.Unstructured) bool { return o.GetDeletionTimestamp() != nil }
+	observedNow := Observed{Children: GroupChildren(rule, slices.DeleteFunc(slices.Clone(live), going)), Inputs: inputs}
 	status := plan.Rendered.Status
 	waits := waitsForChildren(plan.Rendered)
 	var again bool

@@ -1410,3 +1410,56 @@ func TestChildBeingDeletedIsNotReady(t *testing.T) {
 		t.Errorf("the child being deleted changed: %v", o)
 	}
 }
+
+// An id renamed while a new child takes the old id, at another name, and
+// the renamed child reads the new one: while the renamed child waits for
+// it, its object (still labelled with the old id) is kept as the renamed
+// child's, not taken as a superseded object of the new child and deleted.
+func TestRenamedIDWaitingKeepsTheObject(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.converge(appParent(nil))
+	uid := h.api.get(cmGVK, "team", "web-config").GetUID()
+	to := strings.Replace(appRule, "  - id: config\n    includeWhen: [\"${parent.spec.?config.orValue(true)}\"]\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata:\n",
+		"  - id: config\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"${parent.metadata.name}-new\"}}\n"+
+			"  - id: settings\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata:\n        annotations: {reads: \"${children.config.metadata.name}\"}\n", 1)
+	if to == appRule {
+		t.Fatal("the rule did not change")
+	}
+	h.rule = parseRule(t, to)
+	for range 3 {
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+		if o := h.api.get(cmGVK, "team", "web-config"); o == nil || o.GetUID() != uid {
+			t.Fatalf("the renamed child's object is gone or another: %v", o)
+		}
+	}
+	if got := h.api.get(cmGVK, "team", "web-config").GetLabels()[LabelChild]; got != "settings" {
+		t.Errorf("the renamed child's object is labelled %q, want settings", got)
+	}
+	if h.api.get(cmGVK, "team", "web-new") == nil {
+		t.Error("the new child was not created")
+	}
+}
+
+// A reader of a child held Terminating waits for it, and is not woken to
+// wait again (Result.Again), which would requeue the parent for as long
+// as the finalizer holds.
+func TestReaderOfChildBeingDeletedIsNotWoken(t *testing.T) {
+	reads := strings.Replace(appRule, `metadata: {name: "${parent.metadata.name}"}`,
+		`metadata: {name: "${parent.metadata.name}", annotations: {config: "${children.config.metadata.name}"}}`, 1)
+	h := newHarness(t, reads)
+	h.converge(appParent(nil))
+	cm := h.api.get(cmGVK, "team", "web-config")
+	now := metav1.NewTime(h.now)
+	cm.SetDeletionTimestamp(&now)
+	cm.SetFinalizers([]string{"example.com/hold"})
+	h.api.add(cm)
+	res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Again {
+		t.Error("Again = true: the reader of the child being deleted was woken")
+	}
+}
