@@ -530,3 +530,33 @@ func TestExplainRenderError(t *testing.T) {
 		}
 	}
 }
+
+// A child held Terminating by another controller's finalizer exists, is not
+// ready, and kgen waits for it to go (it writes nothing to it, and creates
+// it again then), as the controller does: not "kgen applies it".
+func TestExplainChildBeingDeleted(t *testing.T) {
+	objs := shopCluster(t)
+	for _, o := range objs {
+		if u := o.(*unstructured.Unstructured); u.GetKind() == "ConfigMap" && u.GetName() == "shop-config" {
+			now := metav1.Now()
+			u.SetDeletionTimestamp(&now)
+			u.SetFinalizers([]string{"example.com/hold"})
+		}
+	}
+	cfg, client := newConfig(t, objs...)
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "WebApp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noWrites(t, client)
+	for _, c := range report.Children {
+		if c.ID != "config" {
+			continue
+		}
+		if !c.Exists || c.Ready || c.Action != ActionWait || !strings.Contains(c.NotReady, "being deleted") {
+			t.Errorf("config: %+v, want it existing, not ready (being deleted), and waited for", c)
+		}
+		return
+	}
+	t.Error("no config child in the report")
+}
