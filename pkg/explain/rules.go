@@ -89,31 +89,31 @@ func LoadRules(ctx context.Context, client dynamic.Interface, res Resources, src
 // shadowed reports whether a Rule object's status says a rules file's
 // rule of its name runs instead (condition Ready, reason Shadowed).
 func shadowed(o unstructured.Unstructured) bool {
-	conditions, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
-	for _, c := range conditions {
-		if m, ok := c.(map[string]any); ok && m["type"] == ruleset.ConditionReady && m["reason"] == ruleset.ReasonShadowed {
-			return true
-		}
-	}
-	return false
+	c := conditionOf(o, ruleset.ConditionReady)
+	return c != nil && c["reason"] == ruleset.ReasonShadowed
 }
 
 // notAccepted reports whether a Rule object's status says the running kgen
 // did not accept its current generation (condition Accepted False, for
 // that generation), and why.
 func notAccepted(o unstructured.Unstructured) (string, bool) {
+	c := conditionOf(o, ruleset.ConditionAccepted)
+	if c == nil || c["status"] != string(metav1.ConditionFalse) || fmt.Sprint(c["observedGeneration"]) != fmt.Sprint(o.GetGeneration()) {
+		return "", false
+	}
+	msg, _ := c["message"].(string)
+	return msg, true
+}
+
+// conditionOf returns a Rule object's status condition of a type, or nil.
+func conditionOf(o unstructured.Unstructured, condType string) map[string]any {
 	conditions, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
 	for _, c := range conditions {
-		m, ok := c.(map[string]any)
-		if !ok || m["type"] != ruleset.ConditionAccepted || m["status"] != string(metav1.ConditionFalse) {
-			continue
-		}
-		if gen, ok := m["observedGeneration"]; ok && fmt.Sprint(gen) == fmt.Sprint(o.GetGeneration()) {
-			msg, _ := m["message"].(string)
-			return msg, true
+		if m, ok := c.(map[string]any); ok && m["type"] == condType {
+			return m
 		}
 	}
-	return "", false
+	return nil
 }
 
 // ruleObjects lists the cluster's Rule objects.
