@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
@@ -36,9 +35,7 @@ const widgetChild = `  - id: widget
 func TestPreviousVersionRunsWhileNewWaits(t *testing.T) {
 	// As in TestFinalizeWhileRuleWaits: a failing list must not make
 	// client-go's error handler sleep for decades in the bubble.
-	handlers := utilruntime.ErrorHandlers
-	utilruntime.ErrorHandlers = handlers[:1]
-	t.Cleanup(func() { utilruntime.ErrorHandlers = handlers })
+	quietListErrors(t)
 	synctest.Test(t, testPreviousVersionRunsWhileNewWaits)
 }
 

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -289,9 +288,7 @@ func testPruneOnlyScopeAfterRestart(t *testing.T) {
 // grants went with it) is dropped, without holding the rule back or
 // making it Forbidden.
 func TestPruneOnlyScopeOfRenamedRule(t *testing.T) {
-	handlers := utilruntime.ErrorHandlers
-	utilruntime.ErrorHandlers = handlers[:1]
-	t.Cleanup(func() { utilruntime.ErrorHandlers = handlers })
+	quietListErrors(t)
 	synctest.Test(t, testPruneOnlyScopeOfRenamedRule)
 }
 

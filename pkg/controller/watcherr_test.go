@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
@@ -21,9 +20,7 @@ import (
 // failures count for its rule, and not for the rule of the other
 // namespace, which runs (contract section 6: "makes its rule report it").
 func TestWatchErrorsCountForTheirRule(t *testing.T) {
-	handlers := utilruntime.ErrorHandlers
-	utilruntime.ErrorHandlers = handlers[:1]
-	t.Cleanup(func() { utilruntime.ErrorHandlers = handlers })
+	quietListErrors(t)
 	synctest.Test(t, testWatchErrorsCountForTheirRule)
 }
 
