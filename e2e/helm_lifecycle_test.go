@@ -252,7 +252,8 @@ spec:
 // cluster-scoped child, so kgen's finalizer guards it). Each keeps its own
 // record of its rules (<fullname>-state): the second release neither takes
 // the first's rule for a removed one and releases its parent when it
-// starts, nor the first the second's when it restarts.
+// starts, nor the first the second's when it restarts, nor the first's
+// uninstall hook (kgenctl cleanup) the second's parent.
 func TestHelmTwoReleasesInOneNamespace(t *testing.T) {
 	installCRD(t, "e2e/testdata/octopus-crd.yaml")
 	release := newNamespace(t)
@@ -386,6 +387,19 @@ spec:
 		if p := get(t, octopusGVR, in.ns, in.parent); p == nil || converged(in)(p) != nil {
 			t.Errorf("after the first release restarted: %v", p)
 		}
+	}
+
+	// Uninstalling the first: its hook releases its own parent and leaves
+	// the second's, which it finds as well, alone.
+	if out, err := runHelm(t, "uninstall", "kgen-a", "--namespace", release, "--wait", "--timeout", "3m"); err != nil {
+		t.Fatalf("helm uninstall kgen-a: %v\n%s", err, out)
+	}
+	crossWrites()
+	if p := get(t, octopusGVR, installs[0].ns, installs[0].parent); p == nil || slices.Contains(p.GetFinalizers(), reconcile.Finalizer) {
+		t.Errorf("after kgen-a was uninstalled, its parent %s: %v, want it without kgen's finalizer", installs[0].parent, p)
+	}
+	if p := get(t, octopusGVR, installs[1].ns, installs[1].parent); p == nil || converged(installs[1])(p) != nil {
+		t.Errorf("after kgen-a was uninstalled, kgen-b's parent: %v", p)
 	}
 }
 

@@ -48,7 +48,11 @@ kgen's record (the ConfigMap --state-configmap, kgen-state by default)
 says where rules watched their parents, also rules removed since that kgen
 could not release (it was stopped, or an upgrade took its grants away with
 the rule). Those places are looked at too; one that cannot be listed, or a
-record that cannot be read, is a note, not an error.
+record that cannot be read, is a note, not an error. The record also tells
+another kgen's parents (a second chart release whose rules share a parent
+kind): a parent whose children, where the record says this kgen's rules
+made children, all name rules this kgen neither ran nor recorded keeps its
+finalizer, as a running kgen leaves it too.
 
 A running kgen puts the finalizer back, so stop it first: --stop-deployment
 scales kgen's Deployment to 0 and waits until its pods are gone. The Helm
@@ -127,6 +131,9 @@ func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *k
 	for _, o := range res.Released {
 		fmt.Fprintf(out, "released %s\n", o)
 	}
-	fmt.Fprintf(out, "%d parents checked, %d released\n", res.Checked, len(res.Released))
+	for _, o := range res.Others {
+		fmt.Fprintf(out, "left %s: its children were made by another kgen's rules\n", o)
+	}
+	fmt.Fprintf(out, "%d parents checked, %d released, %d left to another kgen\n", res.Checked, len(res.Released), len(res.Others))
 	return err
 }

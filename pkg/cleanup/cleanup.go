@@ -63,6 +63,9 @@ type Result struct {
 	Released []Object
 	// Skipped says, one sentence each, what was not looked at and why.
 	Skipped []string
+	// Others are the parents left to another kgen: every child of theirs
+	// was made by a rule this kgen neither ran nor recorded (see Release).
+	Others []Object
 }
 
 // Sources are the rules whose parents Release looks at.
@@ -263,7 +266,19 @@ func parentOfObject(u *unstructured.Unstructured) (ruleParents, error) {
 // place, and then does the same where src.Record says rules watched their
 // parents and no rule looks any more. A parent kind the API server does
 // not serve is skipped and noted in the result, as are the Rule objects
-// left out. An error on one kind,
+// left out.
+//
+// A parent of another kgen is left alone, as a running kgen leaves it
+// (see the controller's start-up sweep): two chart releases whose rules
+// share a parent kind both find each other's parents, and releasing the
+// other's would take away the guard of its children until it puts the
+// finalizer back, so that one deleted meanwhile would leave them behind.
+// A parent is another kgen's when every child of it that the API server
+// lists by its UID, where src.Record says this kgen's rules made
+// children, names a rule (kgen.dev/rule) that is neither one of the
+// sources' nor in the record. Without a record read, a parent without
+// such children, or where a child kind may not be listed, it is released
+// as before. An error on one kind,
 // or in listing the Rule objects, does not stop the others; all errors are
 // returned together. Running it again finds nothing more to do.
 func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, src Sources) (*Result, error) {
@@ -282,15 +297,18 @@ func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, s
 		res.Skipped = append(res.Skipped, notes...)
 	}
 	look := scopes(all)
+	var ev *evidence
 	if src.Record != nil {
 		rec, err := src.Record.Load(ctx)
 		if err != nil {
 			res.Skipped = append(res.Skipped, fmt.Sprintf("kgen's record cannot be read, so parents of rules removed while kgen could not release them are not looked for: %v", err))
+		} else {
+			ev = newEvidence(client, resolver, all, rec)
 		}
 		look = append(look, recordedScopes(rec, look)...)
 	}
 	for _, s := range look {
-		if err := releaseIn(ctx, client, resolver, s, res); err != nil {
+		if err := releaseIn(ctx, client, resolver, s, ev, res); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -298,7 +316,7 @@ func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, s
 }
 
 // releaseIn releases the parents of one scope, adding what it did to res.
-func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver, s *scope, res *Result) error {
+func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver, s *scope, ev *evidence, res *Result) error {
 	logger := klog.FromContext(ctx)
 	whose := "rule " + strings.Join(s.rules, ", ")
 	if s.recorded {
@@ -332,6 +350,17 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 			}
 			res.Checked++
 			o := Object{Resource: gvr.GroupResource(), Namespace: u.GetNamespace(), Name: u.GetName()}
+			if slices.Contains(u.GetFinalizers(), Finalizer) {
+				switch others, err := ev.anothers(ctx, u, res); {
+				case err != nil:
+					errs = append(errs, fmt.Errorf("release %s: %w", o, err))
+					return nil
+				case others != nil:
+					logger.V(2).Info("Leaving a parent another kgen's rules made children of", "resource", o.Resource.String(), "object", klog.KObj(u), "rules", others)
+					res.Others = append(res.Others, o)
+					return nil
+				}
+			}
 			released, err := release(ctx, client.Resource(gvr), mapping.Namespaced, u)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("release %s: %w", o, err))
@@ -360,6 +389,115 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 		errs = append(errs, fmt.Errorf("list %s in %s: %w", gvr.GroupResource(), where, err))
 	}
 	return errors.Join(errs...)
+}
+
+// evidence tells another kgen's parents (see Release) by their children.
+type evidence struct {
+	client   dynamic.Interface
+	resolver Resolver
+	// known are the rules this kgen ran or recorded.
+	known map[string]bool
+	// made are where the record says this kgen's rules made children.
+	made []controller.ChildScope
+	// rules are the rules named by the children listed in made, by their
+	// parent's UID; nil until a parent holds the finalizer.
+	rules map[types.UID][]string
+	// blind is set when a place of made may not be listed: no parent is
+	// then taken for another kgen's.
+	blind bool
+	// err is why the children could not be listed: no parent that holds
+	// the finalizer is released then, as one may be another kgen's.
+	err error
+}
+
+// newEvidence returns the evidence of the sources' rules, all, and of the
+// record rec.
+func newEvidence(client dynamic.Interface, resolver Resolver, all []ruleParents, rec controller.Recorded) *evidence {
+	ev := &evidence{client: client, resolver: resolver, known: map[string]bool{}}
+	for _, r := range all {
+		ev.known[r.rule] = true
+	}
+	for rule := range rec.Parents {
+		ev.known[rule] = true
+	}
+	for _, rule := range slices.Sorted(maps.Keys(rec.Children)) {
+		ev.known[rule] = true
+		for _, s := range rec.Children[rule] {
+			if !slices.Contains(ev.made, s) {
+				ev.made = append(ev.made, s)
+			}
+		}
+	}
+	return ev
+}
+
+// anothers returns the rules that made the children of a parent that holds
+// the finalizer if the parent is another kgen's, and nil if it is this
+// one's to release. The children are listed once, for every parent, when
+// the first parent asks. A nil evidence (no record read) knows of no
+// other kgen.
+func (ev *evidence) anothers(ctx context.Context, parent *unstructured.Unstructured, res *Result) ([]string, error) {
+	if ev == nil {
+		return nil, nil
+	}
+	if ev.rules == nil && ev.err == nil {
+		ev.err = ev.list(ctx, res)
+	}
+	if ev.err != nil {
+		return nil, ev.err
+	}
+	names := ev.rules[parent.GetUID()]
+	if ev.blind || len(names) == 0 {
+		return nil, nil
+	}
+	for _, name := range names {
+		if name == "" || ev.known[name] {
+			return nil, nil
+		}
+	}
+	return names, nil
+}
+
+// list reads the children of every parent where the record says this
+// kgen's rules made children. A place that may not be listed makes the
+// evidence blind, with a note.
+func (ev *evidence) list(ctx context.Context, res *Result) error {
+	rules := map[types.UID][]string{}
+	selector := reconcile.LabelManagedBy + "=" + reconcile.ManagedBy + "," + reconcile.LabelParentUID
+	for _, s := range ev.made {
+		mapping, err := ev.resolver.ResourceFor(s.GroupVersionKind)
+		if errors.Is(err, mapper.ErrNotFound) {
+			continue // not served: no child of it is left in this version
+		}
+		if err != nil {
+			return fmt.Errorf("look for the children of kgen's rules in %s: %w", s, err)
+		}
+		var ri dynamic.ResourceInterface = ev.client.Resource(mapping.GroupVersionResource())
+		if mapping.Namespaced && s.Namespace != "" {
+			ri = ev.client.Resource(mapping.GroupVersionResource()).Namespace(s.Namespace)
+		}
+		err = pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return ri.List(ctx, opts)
+		}).EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
+			if o, ok := obj.(metav1.Object); ok {
+				uid := types.UID(o.GetLabels()[reconcile.LabelParentUID])
+				if name := o.GetLabels()[reconcile.LabelRule]; !slices.Contains(rules[uid], name) {
+					rules[uid] = append(rules[uid], name)
+				}
+			}
+			return nil
+		})
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("the children in %s may not be listed (%v), so no parent is taken for another kgen's", s, err))
+			ev.blind = true
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("look for the children of kgen's rules in %s: %w", s, err)
+		}
+	}
+	ev.rules = rules
+	return nil
 }
 
 // release removes Finalizer from one object, reading it again when its

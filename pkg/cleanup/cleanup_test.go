@@ -13,12 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
 
@@ -26,6 +28,7 @@ var (
 	webapps   = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "WebApp", Resource: "webapps", Namespaced: true}
 	tenants   = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "Tenant", Resource: "tenants"}
 	ruleKinds = mapper.Mapping{Group: "kgen.dev", Version: "v1alpha1", Kind: "Rule", Resource: "rules"}
+	roles     = mapper.Mapping{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole", Resource: "clusterroles"}
 )
 
 // fakeResolver serves the mappings it holds and nothing else.
@@ -67,7 +70,36 @@ func parent(kind, ns, name string, finalizers ...string) *unstructured.Unstructu
 	return u
 }
 
+// withUID gives a parent a UID, for its children to name.
+func withUID(u *unstructured.Unstructured, uid string) *unstructured.Unstructured {
+	u.SetUID(types.UID(uid))
+	return u
+}
+
+// child is a ClusterRole that a rule made for the parent of UID parentUID.
+func child(name, rule, parentUID string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("rbac.authorization.k8s.io/v1")
+	u.SetKind("ClusterRole")
+	u.SetName(name)
+	u.SetLabels(map[string]string{reconcile.LabelManagedBy: reconcile.ManagedBy, reconcile.LabelRule: rule, reconcile.LabelParentUID: parentUID})
+	return u
+}
+
 func TestRelease(t *testing.T) {
+	// Two kgens' parents of one kind: this kgen's rule webapp, a rule
+	// gone it removed, and another kgen's rule other. The record says
+	// where this kgen's rules made children.
+	twoKgens := []*unstructured.Unstructured{
+		withUID(parent("WebApp", "team-a", "ours", Finalizer), "uid-ours"), child("ours", "webapp", "uid-ours"),
+		withUID(parent("WebApp", "team-a", "removed", Finalizer), "uid-removed"), child("removed", "gone", "uid-removed"),
+		withUID(parent("WebApp", "team-b", "theirs", Finalizer), "uid-theirs"), child("theirs", "other", "uid-theirs"),
+		withUID(parent("WebApp", "team-b", "childless", Finalizer), "uid-childless"),
+	}
+	made := &controller.Recorded{
+		Children: map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: roles.GroupVersionKind()}}, "gone": {{GroupVersionKind: roles.GroupVersionKind()}}},
+		Parents:  map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-a"}}},
+	}
 	webappRule := rule("webapp", "WebApp", "    selector: {matchLabels: {tier: web}}\n    namespaces: [team-a, team-b]\n")
 	tests := []struct {
 		name  string
@@ -84,8 +116,10 @@ func TestRelease(t *testing.T) {
 		// want maps "kind ns/name" to the finalizers left.
 		want         map[string][]string
 		wantReleased []string
-		wantSkipped  string
-		wantErr      string
+		// wantOthers are the parents left to another kgen.
+		wantOthers  []string
+		wantSkipped string
+		wantErr     string
 	}{{
 		name:   "only kgen's finalizer goes, whatever the labels",
 		rules:  []string{webappRule},
@@ -308,6 +342,65 @@ func TestRelease(t *testing.T) {
 		want:         map[string][]string{"Tenant acme": nil},
 		wantReleased: []string{"tenants.example.com acme"},
 		wantSkipped:  "kgen's record cannot be read",
+	}, {
+		name:    "another kgen's parent keeps the finalizer; this kgen's, also of a rule it removed, do not",
+		rules:   []string{webappRule},
+		record:  made,
+		served:  fakeResolver{webapps, roles},
+		objects: twoKgens,
+		want: map[string][]string{"WebApp team-a/ours": nil, "WebApp team-a/removed": nil,
+			"WebApp team-b/theirs": {Finalizer}, "WebApp team-b/childless": nil},
+		wantReleased: []string{"webapps.example.com team-a/ours", "webapps.example.com team-a/removed", "webapps.example.com team-b/childless"},
+		wantOthers:   []string{"webapps.example.com team-b/theirs"},
+	}, {
+		name:   "another kgen's parent being deleted is left to it too",
+		rules:  []string{webappRule},
+		record: made,
+		served: fakeResolver{webapps, roles},
+		objects: []*unstructured.Unstructured{
+			func() *unstructured.Unstructured {
+				p := withUID(parent("WebApp", "team-b", "theirs", Finalizer), "uid-theirs")
+				p.SetDeletionTimestamp(&metav1.Time{})
+				return p
+			}(),
+			child("theirs", "other", "uid-theirs"),
+		},
+		want:       map[string][]string{"WebApp team-b/theirs": {Finalizer}},
+		wantOthers: []string{"webapps.example.com team-b/theirs"},
+	}, {
+		name:         "without the record, no parent is another kgen's",
+		rules:        []string{webappRule},
+		served:       fakeResolver{webapps, roles},
+		objects:      twoKgens,
+		want:         map[string][]string{"WebApp team-b/theirs": nil},
+		wantReleased: []string{"webapps.example.com team-a/ours", "webapps.example.com team-a/removed", "webapps.example.com team-b/childless", "webapps.example.com team-b/theirs"},
+	}, {
+		name:    "children that may not be listed: every parent is released, with a note",
+		rules:   []string{webappRule},
+		record:  made,
+		served:  fakeResolver{webapps, roles},
+		objects: twoKgens,
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, "", errors.New("no list"))
+			})
+		},
+		want:         map[string][]string{"WebApp team-b/theirs": nil},
+		wantReleased: []string{"webapps.example.com team-a/ours", "webapps.example.com team-a/removed", "webapps.example.com team-b/childless", "webapps.example.com team-b/theirs"},
+		wantSkipped:  "the children in rbac.authorization.k8s.io/v1 ClusterRole may not be listed",
+	}, {
+		name:    "children that cannot be listed otherwise: no parent is released",
+		rules:   []string{webappRule},
+		record:  made,
+		served:  fakeResolver{webapps, roles},
+		objects: twoKgens,
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+			})
+		},
+		want:    map[string][]string{"WebApp team-a/ours": {Finalizer}, "WebApp team-b/theirs": {Finalizer}},
+		wantErr: "look for the children of kgen's rules in rbac.authorization.k8s.io/v1 ClusterRole: etcd is away",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -351,6 +444,14 @@ func TestRelease(t *testing.T) {
 			if !slices.Equal(released, tt.wantReleased) {
 				t.Errorf("released %q, want %q", released, tt.wantReleased)
 			}
+			var others []string
+			for _, o := range res.Others {
+				others = append(others, o.String())
+			}
+			slices.Sort(others)
+			if !slices.Equal(others, tt.wantOthers) {
+				t.Errorf("left to another kgen %q, want %q", others, tt.wantOthers)
+			}
 			if skipped := strings.Join(res.Skipped, "\n"); !strings.Contains(skipped, tt.wantSkipped) || (tt.wantSkipped == "") != (skipped == "") {
 				t.Errorf("skipped %q, want %q", skipped, tt.wantSkipped)
 			}
@@ -390,6 +491,7 @@ func newClient(objs ...*unstructured.Unstructured) *dynamicfake.FakeDynamicClien
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		webapps.GroupVersionResource():   "WebAppList",
 		tenants.GroupVersionResource():   "TenantList",
+		roles.GroupVersionResource():     "ClusterRoleList",
 		ruleKinds.GroupVersionResource(): "RuleList",
 	}, objects...)
 }

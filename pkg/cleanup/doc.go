@@ -13,7 +13,11 @@
 // names, since kgen may have run an earlier version of it. With kgen's
 // record (Sources.Record), it also looks where the record says rules
 // watched their parents and no rule of the sources looks: the parents of
-// a rule removed before kgen could release them. It removes only kgen's
+// a rule removed before kgen could release them. A parent of another kgen
+// (a second chart release whose rules share the parent kind) is left as a
+// running kgen leaves it: one whose children, listed where the record says
+// this kgen's rules made children, all name rules this kgen neither ran
+// nor recorded (Release says more). It removes only kgen's
 // entry, with a JSON patch that first tests the entry
 // is where it was read, so other controllers' finalizers, even ones added
 // meanwhile, are kept. Children are not touched: like a rule that is
@@ -26,6 +30,6 @@
 //
 // The package knows nothing of Helm; it needs list and patch on the
 // parents, list on rules.kgen.dev for Rule objects, get on the record's
-// ConfigMap, and for StopDeployment
+// ConfigMap and list on the recorded child kinds, and for StopDeployment
 // get and update on deployments/scale and list on pods.
 package cleanup
