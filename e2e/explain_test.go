@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"kgen.dev/kgen/pkg/reconcile"
 )
 
 // explainReport is the part of kgenctl explain -o json the test reads: the
@@ -207,4 +209,51 @@ spec:
 			t.Errorf("kgenctl explain said:\n%s\nwant it to say %q", stderr, want)
 		}
 	}
+}
+
+// Scenario (section 10): a readyWhen over a list of the child's status
+// says what the list holds, not CEL's text, and the parent follows the
+// child's conditions as another controller changes them.
+func TestReadyWhenSaysWhatTheListHolds(t *testing.T) {
+	const group = "why.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	gizmos := newCRD(t, group, "Gizmo", "gizmos")
+	startController(t, nil, gadgetRule(t, "why", group, `    namespaces: [`+ns+`]
+  children:
+  - id: gizmo
+    readyWhen: ["${self.status.conditions.exists(c, c.type == 'Available' && c.status == 'True')}"]
+    template:
+      apiVersion: `+group+`/v1
+      kind: Gizmo
+      metadata:
+        name: ${parent.metadata.name}
+      spec: {size: 1}
+`)).waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, gvr, ns, "g", readyIs("False", reconcile.ReasonNotReady, "child gizmo", "status.conditions (not set yet)"))
+
+	// The gizmo's own controller reports its conditions.
+	setConditions := func(available string) {
+		t.Helper()
+		status, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "Progressing", "status": "True", "reason": "Rolling"},
+			map[string]any{"type": "Available", "status": available, "reason": "Counted", "message": "a long message the Ready message leaves out"},
+		}}})
+		if _, err := env.dynamic.Resource(gizmos).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setConditions("False")
+	waitFor(t, gvr, ns, "g", readyIs("False", reconcile.ReasonNotReady,
+		`child gizmo`,
+		`status.conditions has no entry where ${c.type == "Available" && c.status == "True"}; its entries: {type: "Progressing", status: "True"}, {type: "Available", status: "False"}`))
+	if c := conditionOf(get(t, gvr, ns, "g"), "Ready"); strings.Contains(fmt.Sprint(c["message"]), "long message") {
+		t.Errorf("the Ready message shows fields the readyWhen does not read: %q", c["message"])
+	}
+
+	setConditions("True")
+	waitFor(t, gvr, ns, "g", readyIs("True", reconcile.ReasonReady))
+	setConditions("False")
+	waitFor(t, gvr, ns, "g", readyIs("False", reconcile.ReasonNotReady, `its entries: {type: "Progressing", status: "True"}, {type: "Available", status: "False"}`))
 }
