@@ -276,6 +276,75 @@ func TestLanguageInputs(t *testing.T) {
 	waitReason(t, gvr, ns1, "c", reconcile.ReasonReady)
 }
 
+// Scenario (sections 8 and 11): an input in the parent's own namespace
+// (namespace: ${parent.metadata.namespace}) under exactly the RBAC kgenctl
+// rbac prints: the input kind is granted, and watched, only in the rule's
+// namespaces, and kgen reads the input there and follows its changes with
+// no request refused.
+func TestLanguageInputInParentNamespace(t *testing.T) {
+	const group = "inputns.example.com"
+	kgenNS, ns1, ns2 := newNamespace(t), newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	file := languageRule(t, "input-ns", group, []string{ns1, ns2}, `  inputs:
+  - id: config
+    apiVersion: v1
+    kind: ConfigMap
+    namespace: ${parent.metadata.namespace}
+    name: ${parent.spec.config}
+  children:
+  - id: out
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-out"}
+      data:
+        value: ${inputs.config.data.value}
+`)
+	if _, err := env.kube.CoreV1().ServiceAccounts(kgenNS).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kgen"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	manifests, err := kgenctl(t, "rbac", "--rules", file, "--offline=false", "--kubeconfig", env.cp.Kubeconfig, "-n", kgenNS, "--name", "kgen-"+kgenNS, "--leader-elect=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifestpkg.Decode(strings.NewReader(manifests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			if res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources"); slices.Contains(res, "configmaps") {
+				t.Errorf("ClusterRole %s grants configmaps in every namespace: %v", o.GetName(), r)
+			}
+		}
+	}
+	applyManifest(t, manifests)
+	user := "system:serviceaccount:" + kgenNS + ":kgen"
+	waitCan(t, user, true, authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps", Namespace: ns2})
+	waitCan(t, user, false, authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps", Namespace: kgenNS})
+
+	start := time.Now()
+	startKgenWith(t, "input-ns", serviceAccountKubeconfig(t, kgenNS, "kgen"), "--rules", file, "--rule-objects=false", "-n", kgenNS)
+	for _, ns := range []string{ns1, ns2} {
+		create(t, cmGVR, map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "settings", "namespace": ns}, "data": map[string]any{"value": ns}})
+		create(t, gvr, gadget(group, ns, "g", map[string]any{"config": "settings"}))
+		waitFor(t, cmGVR, ns, "g-out", func(o *unstructured.Unstructured) error { return expect(o, ns, "data", "value") })
+	}
+	patchConfigMap(t, ns2, "settings", map[string]any{"value": "changed"})
+	waitFor(t, cmGVR, ns2, "g-out", func(o *unstructured.Unstructured) error { return expect(o, "changed", "data", "value") })
+	waitReason(t, gvr, ns2, "g", reconcile.ReasonReady)
+	for _, e := range auditOf(t, user, start) {
+		if e.deniedByRBAC() {
+			t.Errorf("kgen's request was refused: %s %s %s/%s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name)
+		}
+	}
+}
+
 func patchConfigMap(t *testing.T, ns, name string, data map[string]any) {
 	t.Helper()
 	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
