@@ -23,6 +23,7 @@ type cleanupOptions struct {
 	ruleObjects    bool
 	stopDeployment string
 	stateName      string
+	releaseOthers  bool
 	timeout        time.Duration
 }
 
@@ -50,9 +51,12 @@ could not release (it was stopped, or an upgrade took its grants away with
 the rule). Those places are looked at too; one that cannot be listed, or a
 record that cannot be read, is a note, not an error. The record also tells
 another kgen's parents (a second chart release whose rules share a parent
-kind): a parent whose children, where the record says this kgen's rules
-made children, all name rules this kgen neither ran nor recorded keeps its
-finalizer, as a running kgen leaves it too.
+kind): a parent that no rule selects and whose children, where the record
+says this kgen's rules made children, all name rules this kgen neither ran
+nor recorded keeps its finalizer, as a running kgen leaves it too, and is
+printed as left. A kgen that ran before it kept a record (chart 0.1.0), or
+whose record was lost, and that lost a rule since, sees that rule's parents
+so too: --release-others releases them.
 
 A running kgen puts the finalizer back, so stop it first: --stop-deployment
 scales kgen's Deployment to 0 and waits until its pods are gone. The Helm
@@ -71,6 +75,7 @@ chart runs this command as a pre-delete hook.`,
 	f.BoolVar(&o.ruleObjects, "rule-objects", true, "also release the parents of the cluster's Rule objects (rules.kgen.dev)")
 	f.StringVar(&o.stopDeployment, "stop-deployment", "", "NAMESPACE/NAME of kgen's Deployment, to scale to 0 and wait for before the finalizers are removed")
 	f.StringVar(&o.stateName, "state-configmap", controller.DefaultRecordName, "name of kgen's record ConfigMap (kgenctl run --state-configmap), in kgen's namespace (the --stop-deployment's, else -n/--namespace, else the kubeconfig context's, else the pod's): where it says rules watched their parents is looked at too; empty: not read")
+	f.BoolVar(&o.releaseOthers, "release-others", false, "also release the parents that the record tells are another kgen's (their children name rules neither given nor recorded)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the Deployment's pods to stop")
 	return cmd
 }
@@ -114,7 +119,7 @@ func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *k
 		}
 		fmt.Fprintf(out, "deployment %s is stopped\n", stop)
 	}
-	src := cleanup.Sources{Files: loaded, RuleObjects: o.ruleObjects}
+	src := cleanup.Sources{Files: loaded, RuleObjects: o.ruleObjects, ReleaseOthers: o.releaseOthers}
 	if o.stateName != "" {
 		ns := stop.Namespace
 		if ns == "" {
@@ -132,7 +137,7 @@ func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer, kube *k
 		fmt.Fprintf(out, "released %s\n", o)
 	}
 	for _, o := range res.Others {
-		fmt.Fprintf(out, "left %s: its children were made by another kgen's rules\n", o)
+		fmt.Fprintf(out, "left %s: its children were made by another kgen's rules (--release-others releases it)\n", o)
 	}
 	fmt.Fprintf(out, "%d parents checked, %d released, %d left to another kgen\n", res.Checked, len(res.Released), len(res.Others))
 	return err

@@ -84,8 +84,15 @@ type Sources struct {
 	// removed while kgen could not release them (it was stopped, or a
 	// helm upgrade took its grants away with the rule). A record that
 	// cannot be read, or such a place kgen may not list, is a note, not
-	// an error: kgen's own rules' parents are released all the same.
+	// an error: kgen's own rules' parents are released all the same. The
+	// record also tells another kgen's parents (see Release).
 	Record RecordLoader
+	// ReleaseOthers releases the parents that the record tells are
+	// another kgen's too: for a kgen whose rules made children before it
+	// kept a record (chart 0.1.0), or whose record was lost, and a rule
+	// of which was removed meanwhile, since its children name a rule
+	// that the record does not hold either.
+	ReleaseOthers bool
 }
 
 // RecordLoader reads kgen's record; *controller.ConfigMapRecord is one.
@@ -96,15 +103,32 @@ type RecordLoader interface {
 var _ RecordLoader = (*controller.ConfigMapRecord)(nil)
 
 // ruleParents says where one rule's parents are: the objects of its parent
-// kind, in its namespaces (none: every namespace).
+// kind, in its namespaces (none: every namespace), that parsed, the rule,
+// selects; nil for an invalid Rule object, whose selector is unknown.
 type ruleParents struct {
 	rule       string
 	gvk        schema.GroupVersionKind
 	namespaces []string
+	parsed     *rules.Rule
 }
 
 func parentsOf(r *rules.Rule) ruleParents {
-	return ruleParents{rule: r.Name, gvk: r.Parent.GroupVersionKind, namespaces: r.Parent.Namespaces}
+	return ruleParents{rule: r.Name, gvk: r.Parent.GroupVersionKind, namespaces: r.Parent.Namespaces, parsed: r}
+}
+
+// selects reports whether the rule may select obj, an object of its parent
+// kind in any version: an invalid rule selects every object in its
+// namespaces.
+func (r ruleParents) selects(obj *unstructured.Unstructured) bool {
+	if obj.GroupVersionKind().GroupKind() != r.gvk.GroupKind() {
+		return false
+	}
+	if r.parsed == nil {
+		return len(r.namespaces) == 0 || slices.Contains(r.namespaces, obj.GetNamespace())
+	}
+	asRule := &unstructured.Unstructured{Object: map[string]any{"metadata": obj.Object["metadata"]}}
+	asRule.SetGroupVersionKind(r.gvk)
+	return r.parsed.Selects(asRule)
 }
 
 // scope is where to look for the objects of one parent kind.
@@ -273,12 +297,13 @@ func parentOfObject(u *unstructured.Unstructured) (ruleParents, error) {
 // share a parent kind both find each other's parents, and releasing the
 // other's would take away the guard of its children until it puts the
 // finalizer back, so that one deleted meanwhile would leave them behind.
-// A parent is another kgen's when every child of it that the API server
-// lists by its UID, where src.Record says this kgen's rules made
-// children, names a rule (kgen.dev/rule) that is neither one of the
-// sources' nor in the record. Without a record read, a parent without
-// such children, or where a child kind may not be listed, it is released
-// as before. An error on one kind,
+// A parent that no rule of the sources selects is another kgen's when
+// every child of it that the API server lists by its UID, where
+// src.Record says this kgen's rules made children, names a rule
+// (kgen.dev/rule) that is neither one of the sources' nor in the record.
+// Without a record read, for a parent without such children, or when a
+// place of them cannot be listed (noted), every parent is released
+// as before; src.ReleaseOthers releases them all. An error on one kind,
 // or in listing the Rule objects, does not stop the others; all errors are
 // returned together. Running it again finds nothing more to do.
 func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, src Sources) (*Result, error) {
@@ -302,7 +327,7 @@ func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, s
 		rec, err := src.Record.Load(ctx)
 		if err != nil {
 			res.Skipped = append(res.Skipped, fmt.Sprintf("kgen's record cannot be read, so parents of rules removed while kgen could not release them are not looked for: %v", err))
-		} else {
+		} else if !src.ReleaseOthers {
 			ev = newEvidence(client, resolver, all, rec)
 		}
 		look = append(look, recordedScopes(rec, look)...)
@@ -351,11 +376,7 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 			res.Checked++
 			o := Object{Resource: gvr.GroupResource(), Namespace: u.GetNamespace(), Name: u.GetName()}
 			if slices.Contains(u.GetFinalizers(), Finalizer) {
-				switch others, err := ev.anothers(ctx, u, res); {
-				case err != nil:
-					errs = append(errs, fmt.Errorf("release %s: %w", o, err))
-					return nil
-				case others != nil:
+				if others := ev.anothers(ctx, u, res); others != nil {
 					logger.V(2).Info("Leaving a parent another kgen's rules made children of", "resource", o.Resource.String(), "object", klog.KObj(u), "rules", others)
 					res.Others = append(res.Others, o)
 					return nil
@@ -395,25 +416,24 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 type evidence struct {
 	client   dynamic.Interface
 	resolver Resolver
+	// sources are the rules Release looks at the parents of.
+	sources []ruleParents
 	// known are the rules this kgen ran or recorded.
 	known map[string]bool
 	// made are where the record says this kgen's rules made children.
 	made []controller.ChildScope
 	// rules are the rules named by the children listed in made, by their
-	// parent's UID; nil until a parent holds the finalizer.
+	// parent's UID; nil until a parent asks.
 	rules map[types.UID][]string
-	// blind is set when a place of made may not be listed: no parent is
+	// blind is set when a place of made could not be listed: no parent is
 	// then taken for another kgen's.
 	blind bool
-	// err is why the children could not be listed: no parent that holds
-	// the finalizer is released then, as one may be another kgen's.
-	err error
 }
 
 // newEvidence returns the evidence of the sources' rules, all, and of the
 // record rec.
 func newEvidence(client dynamic.Interface, resolver Resolver, all []ruleParents, rec controller.Recorded) *evidence {
-	ev := &evidence{client: client, resolver: resolver, known: map[string]bool{}}
+	ev := &evidence{client: client, resolver: resolver, sources: all, known: map[string]bool{}}
 	for _, r := range all {
 		ev.known[r.rule] = true
 	}
@@ -434,70 +454,101 @@ func newEvidence(client dynamic.Interface, resolver Resolver, all []ruleParents,
 // anothers returns the rules that made the children of a parent that holds
 // the finalizer if the parent is another kgen's, and nil if it is this
 // one's to release. The children are listed once, for every parent, when
-// the first parent asks. A nil evidence (no record read) knows of no
-// other kgen.
-func (ev *evidence) anothers(ctx context.Context, parent *unstructured.Unstructured, res *Result) ([]string, error) {
-	if ev == nil {
-		return nil, nil
+// the first parent that no source rule selects asks. A nil evidence (no
+// record read) knows of no other kgen.
+func (ev *evidence) anothers(ctx context.Context, parent *unstructured.Unstructured, res *Result) []string {
+	if ev == nil || slices.ContainsFunc(ev.sources, func(r ruleParents) bool { return r.selects(parent) }) {
+		return nil
 	}
-	if ev.rules == nil && ev.err == nil {
-		ev.err = ev.list(ctx, res)
-	}
-	if ev.err != nil {
-		return nil, ev.err
+	if ev.rules == nil {
+		ev.list(ctx, res)
 	}
 	names := ev.rules[parent.GetUID()]
 	if ev.blind || len(names) == 0 {
-		return nil, nil
+		return nil
 	}
 	for _, name := range names {
 		if name == "" || ev.known[name] {
-			return nil, nil
+			return nil
 		}
 	}
-	return names, nil
+	return names
 }
 
+// childPageSize bounds the children a page of list holds: only two labels
+// of each are kept.
+const childPageSize = 100
+
 // list reads the children of every parent where the record says this
-// kgen's rules made children. A place that may not be listed makes the
-// evidence blind, with a note.
-func (ev *evidence) list(ctx context.Context, res *Result) error {
-	rules := map[types.UID][]string{}
+// kgen's rules made children. A place that cannot be listed makes the
+// evidence blind, with a note: a parent kgen cannot tell is released, as
+// no parent of kgen's own may be left behind.
+func (ev *evidence) list(ctx context.Context, res *Result) {
+	ev.rules = map[types.UID][]string{}
 	selector := reconcile.LabelManagedBy + "=" + reconcile.ManagedBy + "," + reconcile.LabelParentUID
 	for _, s := range ev.made {
 		mapping, err := ev.resolver.ResourceFor(s.GroupVersionKind)
 		if errors.Is(err, mapper.ErrNotFound) {
-			continue // not served: no child of it is left in this version
+			// Not in this version: its objects are still there if the
+			// kind is served in another.
+			mapping, err = anyVersion(ev.resolver, s.GroupVersionKind.GroupKind())
 		}
-		if err != nil {
-			return fmt.Errorf("look for the children of kgen's rules in %s: %w", s, err)
+		if errors.Is(err, mapper.ErrNotFound) {
+			continue // not served in any version: no child of it is left
 		}
-		var ri dynamic.ResourceInterface = ev.client.Resource(mapping.GroupVersionResource())
-		if mapping.Namespaced && s.Namespace != "" {
-			ri = ev.client.Resource(mapping.GroupVersionResource()).Namespace(s.Namespace)
-		}
-		err = pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return ri.List(ctx, opts)
-		}).EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
-			if o, ok := obj.(metav1.Object); ok {
-				uid := types.UID(o.GetLabels()[reconcile.LabelParentUID])
-				if name := o.GetLabels()[reconcile.LabelRule]; !slices.Contains(rules[uid], name) {
-					rules[uid] = append(rules[uid], name)
-				}
+		if err == nil {
+			var ri dynamic.ResourceInterface = ev.client.Resource(mapping.GroupVersionResource())
+			if mapping.Namespaced && s.Namespace != "" {
+				ri = ev.client.Resource(mapping.GroupVersionResource()).Namespace(s.Namespace)
 			}
-			return nil
-		})
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-			res.Skipped = append(res.Skipped, fmt.Sprintf("the children in %s may not be listed (%v), so no parent is taken for another kgen's", s, err))
-			ev.blind = true
-			continue
+			p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				return ri.List(ctx, opts)
+			})
+			p.PageSize, p.PageBufferSize = childPageSize, 1
+			err = p.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
+				if o, ok := obj.(metav1.Object); ok {
+					uid := types.UID(o.GetLabels()[reconcile.LabelParentUID])
+					if name := o.GetLabels()[reconcile.LabelRule]; !slices.Contains(ev.rules[uid], name) {
+						ev.rules[uid] = append(ev.rules[uid], name)
+					}
+				}
+				return nil
+			})
+		}
+		if apierrors.IsNotFound(err) {
+			continue // the kind went away meanwhile: nothing of it is left
 		}
 		if err != nil {
-			return fmt.Errorf("look for the children of kgen's rules in %s: %w", s, err)
+			res.Skipped = append(res.Skipped, fmt.Sprintf("the children of kgen's rules in %s cannot be listed (%v), so no parent is taken for another kgen's", s, err))
+			ev.blind = true
+			return
 		}
 	}
-	ev.rules = rules
-	return nil
+}
+
+// versions lists the served versions of a kind; *mapper.Mapper does.
+type versions interface {
+	Resolve(ref string) ([]mapper.Mapping, error)
+}
+
+// anyVersion returns the mapping of a kind in any version the API server
+// serves it in, or an error matching mapper.ErrNotFound; a resolver that
+// cannot list versions finds none.
+func anyVersion(resolver Resolver, gk schema.GroupKind) (mapper.Mapping, error) {
+	v, ok := resolver.(versions)
+	if !ok {
+		return mapper.Mapping{}, fmt.Errorf("%s: %w", gk, mapper.ErrNotFound)
+	}
+	found, err := v.Resolve(gk.Group + "/" + gk.Kind)
+	if err != nil {
+		return mapper.Mapping{}, err
+	}
+	for _, m := range found {
+		if m.Group == gk.Group && m.Kind == gk.Kind {
+			return m, nil
+		}
+	}
+	return mapper.Mapping{}, fmt.Errorf("%s: %w", gk, mapper.ErrNotFound)
 }
 
 // release removes Finalizer from one object, reading it again when its

@@ -29,6 +29,7 @@ var (
 	tenants   = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "Tenant", Resource: "tenants"}
 	ruleKinds = mapper.Mapping{Group: "kgen.dev", Version: "v1alpha1", Kind: "Rule", Resource: "rules"}
 	roles     = mapper.Mapping{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole", Resource: "clusterroles"}
+	widgets   = mapper.Mapping{Group: "example.com", Version: "v1", Kind: "Widget", Resource: "widgets", Namespaced: true}
 )
 
 // fakeResolver serves the mappings it holds and nothing else.
@@ -76,30 +77,55 @@ func withUID(u *unstructured.Unstructured, uid string) *unstructured.Unstructure
 	return u
 }
 
-// child is a ClusterRole that a rule made for the parent of UID parentUID.
-func child(name, rule, parentUID string) *unstructured.Unstructured {
+// child is an object of kind (ClusterRole or Widget) that a rule made for
+// the parent of UID parentUID.
+func child(kind, ns, name, rule, parentUID string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("rbac.authorization.k8s.io/v1")
-	u.SetKind("ClusterRole")
+	u.SetAPIVersion(map[string]string{"ClusterRole": "rbac.authorization.k8s.io/v1", "Widget": "example.com/v1"}[kind])
+	u.SetKind(kind)
+	u.SetNamespace(ns)
 	u.SetName(name)
 	u.SetLabels(map[string]string{reconcile.LabelManagedBy: reconcile.ManagedBy, reconcile.LabelRule: rule, reconcile.LabelParentUID: parentUID})
 	return u
 }
 
+func labelled(u *unstructured.Unstructured, key, value string) *unstructured.Unstructured {
+	u.SetLabels(map[string]string{key: value})
+	return u
+}
+
 func TestRelease(t *testing.T) {
-	// Two kgens' parents of one kind: this kgen's rule webapp, a rule
-	// gone it removed, and another kgen's rule other. The record says
-	// where this kgen's rules made children.
+	// Two kgens' parents of one kind: this kgen's rule webapp (tier web,
+	// in team-a and team-b), a rule gone it removed, a rule watched it
+	// recorded only the parents of, and another kgen's rule other. The
+	// record says where this kgen's rules made children: ClusterRoles,
+	// Widgets in team-b, and a kind no longer served.
 	twoKgens := []*unstructured.Unstructured{
-		withUID(parent("WebApp", "team-a", "ours", Finalizer), "uid-ours"), child("ours", "webapp", "uid-ours"),
-		withUID(parent("WebApp", "team-a", "removed", Finalizer), "uid-removed"), child("removed", "gone", "uid-removed"),
-		withUID(parent("WebApp", "team-b", "theirs", Finalizer), "uid-theirs"), child("theirs", "other", "uid-theirs"),
+		withUID(parent("WebApp", "team-a", "ours", Finalizer), "uid-ours"), child("ClusterRole", "", "ours", "webapp", "uid-ours"),
+		withUID(parent("WebApp", "team-a", "removed", Finalizer), "uid-removed"), child("ClusterRole", "", "removed", "gone", "uid-removed"),
+		withUID(parent("WebApp", "team-a", "watched", Finalizer), "uid-watched"), child("ClusterRole", "", "watched", "watched", "uid-watched"),
+		withUID(parent("WebApp", "team-b", "theirs", Finalizer), "uid-theirs"), child("ClusterRole", "", "theirs", "other", "uid-theirs"),
+		withUID(parent("WebApp", "team-b", "theirs-too", Finalizer), "uid-theirs-too"), child("Widget", "team-b", "theirs-too", "other", "uid-theirs-too"),
+		withUID(parent("WebApp", "team-b", "mixed", Finalizer), "uid-mixed"), child("ClusterRole", "", "mixed", "other", "uid-mixed"), child("Widget", "team-b", "mixed", "webapp", "uid-mixed"),
+		withUID(parent("WebApp", "team-b", "unnamed", Finalizer), "uid-unnamed"), child("ClusterRole", "", "unnamed", "", "uid-unnamed"),
 		withUID(parent("WebApp", "team-b", "childless", Finalizer), "uid-childless"),
+		// Selected by webapp: its own, whoever made its children.
+		withUID(labelled(parent("WebApp", "team-b", "selected", Finalizer), "tier", "web"), "uid-selected"), child("ClusterRole", "", "selected", "other", "uid-selected"),
 	}
 	made := &controller.Recorded{
-		Children: map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: roles.GroupVersionKind()}}, "gone": {{GroupVersionKind: roles.GroupVersionKind()}}},
-		Parents:  map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-a"}}},
+		Children: map[string][]controller.ChildScope{
+			"webapp": {{GroupVersionKind: roles.GroupVersionKind()}, {GroupVersionKind: widgets.GroupVersionKind(), Namespace: "team-b"}},
+			"gone":   {{GroupVersionKind: roles.GroupVersionKind()}, {GroupVersionKind: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Gone"}}},
+		},
+		Parents: map[string][]controller.ChildScope{
+			"webapp":  {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-a"}},
+			"watched": {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-a"}},
+		},
 	}
+	allReleased := []string{"webapps.example.com team-a/ours", "webapps.example.com team-a/removed", "webapps.example.com team-a/watched",
+		"webapps.example.com team-b/childless", "webapps.example.com team-b/mixed", "webapps.example.com team-b/selected",
+		"webapps.example.com team-b/theirs", "webapps.example.com team-b/theirs-too", "webapps.example.com team-b/unnamed"}
+	oursReleased := slices.DeleteFunc(slices.Clone(allReleased), func(s string) bool { return strings.HasSuffix(s, "/theirs") || strings.HasSuffix(s, "/theirs-too") })
 	webappRule := rule("webapp", "WebApp", "    selector: {matchLabels: {tier: web}}\n    namespaces: [team-a, team-b]\n")
 	tests := []struct {
 		name  string
@@ -111,8 +137,9 @@ func TestRelease(t *testing.T) {
 		objects     []*unstructured.Unstructured
 		reactors    func(*dynamicfake.FakeDynamicClient)
 		// record is kgen's record, or recordErr the error reading it.
-		record    *controller.Recorded
-		recordErr error
+		record        *controller.Recorded
+		recordErr     error
+		releaseOthers bool
 		// want maps "kind ns/name" to the finalizers left.
 		want         map[string][]string
 		wantReleased []string
@@ -343,64 +370,92 @@ func TestRelease(t *testing.T) {
 		wantReleased: []string{"tenants.example.com acme"},
 		wantSkipped:  "kgen's record cannot be read",
 	}, {
-		name:    "another kgen's parent keeps the finalizer; this kgen's, also of a rule it removed, do not",
+		name:    "another kgen's parents keep the finalizer; this kgen's, also of rules it removed, and those it selects, do not",
 		rules:   []string{webappRule},
 		record:  made,
-		served:  fakeResolver{webapps, roles},
+		served:  fakeResolver{webapps, roles, widgets},
 		objects: twoKgens,
-		want: map[string][]string{"WebApp team-a/ours": nil, "WebApp team-a/removed": nil,
-			"WebApp team-b/theirs": {Finalizer}, "WebApp team-b/childless": nil},
-		wantReleased: []string{"webapps.example.com team-a/ours", "webapps.example.com team-a/removed", "webapps.example.com team-b/childless"},
-		wantOthers:   []string{"webapps.example.com team-b/theirs"},
+		want: map[string][]string{"WebApp team-a/ours": nil, "WebApp team-a/removed": nil, "WebApp team-a/watched": nil,
+			"WebApp team-b/theirs": {Finalizer}, "WebApp team-b/theirs-too": {Finalizer}, "WebApp team-b/mixed": nil,
+			"WebApp team-b/unnamed": nil, "WebApp team-b/childless": nil, "WebApp team-b/selected": nil},
+		wantReleased: oursReleased,
+		wantOthers:   []string{"webapps.example.com team-b/theirs", "webapps.example.com team-b/theirs-too"},
 	}, {
 		name:   "another kgen's parent being deleted is left to it too",
 		rules:  []string{webappRule},
 		record: made,
-		served: fakeResolver{webapps, roles},
+		served: fakeResolver{webapps, roles, widgets},
 		objects: []*unstructured.Unstructured{
 			func() *unstructured.Unstructured {
 				p := withUID(parent("WebApp", "team-b", "theirs", Finalizer), "uid-theirs")
 				p.SetDeletionTimestamp(&metav1.Time{})
 				return p
 			}(),
-			child("theirs", "other", "uid-theirs"),
+			child("ClusterRole", "", "theirs", "other", "uid-theirs"),
 		},
 		want:       map[string][]string{"WebApp team-b/theirs": {Finalizer}},
 		wantOthers: []string{"webapps.example.com team-b/theirs"},
 	}, {
 		name:         "without the record, no parent is another kgen's",
 		rules:        []string{webappRule},
-		served:       fakeResolver{webapps, roles},
+		served:       fakeResolver{webapps, roles, widgets},
 		objects:      twoKgens,
 		want:         map[string][]string{"WebApp team-b/theirs": nil},
-		wantReleased: []string{"webapps.example.com team-a/ours", "webapps.example.com team-a/removed", "webapps.example.com team-b/childless", "webapps.example.com team-b/theirs"},
+		wantReleased: allReleased,
+	}, {
+		name:          "asked to, another kgen's parents are released too",
+		rules:         []string{webappRule},
+		record:        made,
+		releaseOthers: true,
+		served:        fakeResolver{webapps, roles, widgets},
+		objects:       twoKgens,
+		want:          map[string][]string{"WebApp team-b/theirs": nil},
+		wantReleased:  allReleased,
 	}, {
 		name:    "children that may not be listed: every parent is released, with a note",
 		rules:   []string{webappRule},
 		record:  made,
-		served:  fakeResolver{webapps, roles},
+		served:  fakeResolver{webapps, roles, widgets},
 		objects: twoKgens,
 		reactors: func(c *dynamicfake.FakeDynamicClient) {
-			c.PrependReactor("list", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, "", errors.New("no list"))
+			c.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "widgets"}, "", errors.New("no list"))
 			})
 		},
 		want:         map[string][]string{"WebApp team-b/theirs": nil},
-		wantReleased: []string{"webapps.example.com team-a/ours", "webapps.example.com team-a/removed", "webapps.example.com team-b/childless", "webapps.example.com team-b/theirs"},
-		wantSkipped:  "the children in rbac.authorization.k8s.io/v1 ClusterRole may not be listed",
+		wantReleased: allReleased,
+		wantSkipped:  "the children of kgen's rules in example.com/v1 Widget team-b cannot be listed",
 	}, {
-		name:    "children that cannot be listed otherwise: no parent is released",
+		name:    "children that cannot be listed otherwise: every parent is released, with a note, and no other place is listed",
 		rules:   []string{webappRule},
 		record:  made,
-		served:  fakeResolver{webapps, roles},
+		served:  fakeResolver{webapps, roles, widgets},
 		objects: twoKgens,
 		reactors: func(c *dynamicfake.FakeDynamicClient) {
 			c.PrependReactor("list", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
 				return true, nil, apierrors.NewServiceUnavailable("etcd is away")
 			})
+			c.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, errors.New("widgets listed after the evidence was lost")
+			})
 		},
-		want:    map[string][]string{"WebApp team-a/ours": {Finalizer}, "WebApp team-b/theirs": {Finalizer}},
-		wantErr: "look for the children of kgen's rules in rbac.authorization.k8s.io/v1 ClusterRole: etcd is away",
+		want:         map[string][]string{"WebApp team-b/theirs": nil},
+		wantReleased: allReleased,
+		wantSkipped:  "the children of kgen's rules in rbac.authorization.k8s.io/v1 ClusterRole cannot be listed (etcd is away)",
+	}, {
+		name:    "a child kind that went away meanwhile is skipped",
+		rules:   []string{webappRule},
+		record:  made,
+		served:  fakeResolver{webapps, roles, widgets},
+		objects: twoKgens[:9], // theirs-too without its Widget
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewNotFound(schema.GroupResource{Group: "example.com", Resource: "widgets"}, "")
+			})
+		},
+		want:         map[string][]string{"WebApp team-b/theirs": {Finalizer}, "WebApp team-b/theirs-too": nil},
+		wantReleased: []string{"webapps.example.com team-a/ours", "webapps.example.com team-a/removed", "webapps.example.com team-a/watched", "webapps.example.com team-b/theirs-too"},
+		wantOthers:   []string{"webapps.example.com team-b/theirs"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -425,7 +480,7 @@ func TestRelease(t *testing.T) {
 			if tt.reactors != nil {
 				tt.reactors(client)
 			}
-			src := Sources{Files: loaded, RuleObjects: tt.withObjects}
+			src := Sources{Files: loaded, RuleObjects: tt.withObjects, ReleaseOthers: tt.releaseOthers}
 			if tt.record != nil || tt.recordErr != nil {
 				src.Record = fakeRecord{tt.record, tt.recordErr}
 			}
@@ -492,6 +547,7 @@ func newClient(objs ...*unstructured.Unstructured) *dynamicfake.FakeDynamicClien
 		webapps.GroupVersionResource():   "WebAppList",
 		tenants.GroupVersionResource():   "TenantList",
 		roles.GroupVersionResource():     "ClusterRoleList",
+		widgets.GroupVersionResource():   "WidgetList",
 		ruleKinds.GroupVersionResource(): "RuleList",
 	}, objects...)
 }
@@ -517,4 +573,39 @@ func finalizersOf(t *testing.T, client *dynamicfake.FakeDynamicClient, key strin
 		t.Fatalf("get %s: %v", key, err)
 	}
 	return u.GetFinalizers()
+}
+
+// The children are listed once for every parent, and only when a parent
+// that holds the finalizer and that no rule selects asks.
+func TestReleaseListsChildrenOnce(t *testing.T) {
+	webappRule, err := rules.Parse("rules.yaml", []byte(rule("webapp", "WebApp", "    selector: {matchLabels: {tier: web}}\n")), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := fakeRecord{rec: &controller.Recorded{Children: map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: roles.GroupVersionKind()}}}}}
+	for _, tt := range []struct {
+		name    string
+		objects []*unstructured.Unstructured
+		want    int
+	}{
+		{"several parents nothing selects", []*unstructured.Unstructured{
+			withUID(parent("WebApp", "team-a", "a", Finalizer), "a"), withUID(parent("WebApp", "team-b", "b", Finalizer), "b"), withUID(parent("WebApp", "team-c", "c", Finalizer), "c")}, 1},
+		{"parents without the finalizer", []*unstructured.Unstructured{parent("WebApp", "team-a", "a"), parent("WebApp", "team-b", "b")}, 0},
+		{"parents the rule selects", []*unstructured.Unstructured{labelled(parent("WebApp", "team-a", "a", Finalizer), "tier", "web")}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			client := newClient(tt.objects...)
+			lists := 0
+			client.PrependReactor("list", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
+				lists++
+				return false, nil, nil
+			})
+			if _, err := Release(context.Background(), client, fakeResolver{webapps, roles}, Sources{Files: webappRule, Record: record}); err != nil {
+				t.Fatal(err)
+			}
+			if lists != tt.want {
+				t.Errorf("listed the children %d times, want %d", lists, tt.want)
+			}
+		})
+	}
 }

@@ -15,9 +15,9 @@
 // watched their parents and no rule of the sources looks: the parents of
 // a rule removed before kgen could release them. A parent of another kgen
 // (a second chart release whose rules share the parent kind) is left as a
-// running kgen leaves it: one whose children, listed where the record says
-// this kgen's rules made children, all name rules this kgen neither ran
-// nor recorded (Release says more). It removes only kgen's
+// running kgen leaves it: one that no rule selects and whose children,
+// listed where the record says this kgen's rules made children, all name
+// rules this kgen neither ran nor recorded (Release says more). It removes only kgen's
 // entry, with a JSON patch that first tests the entry
 // is where it was read, so other controllers' finalizers, even ones added
 // meanwhile, are kept. Children are not touched: like a rule that is
