@@ -41,7 +41,9 @@
 //
 // It also reports kgen's API requests per parent during convergence and per
 // minute in steady state (from kgen's own kgen_api_requests_total metric), its
-// peak RSS (VmHWM), and its Go heap in use after a forced GC. A steady state
+// peak RSS (VmHWM) with the highest of its anonymous and file-backed parts
+// (RssAnon and RssFile, sampled every 100 ms), and its Go heap in use after
+// a forced GC. A steady state
 // leaves out the requests the bench's own scrapes cost (a TokenReview or
 // SubjectAccessReview when kgen's cache of the answer expires). Watches that
 // observe progress run in every phase alike. For each phase it reports the

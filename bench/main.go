@@ -349,7 +349,17 @@ type kgen struct {
 	client  *http.Client // authenticated for them
 	log     *os.File
 	once    sync.Once
+	// sampled holds the highest anonymous and file-backed RSS seen by
+	// sampling /proc every rssEvery: the kernel keeps a peak of the
+	// total only (VmHWM), and the RSS target needs the parts.
+	mu       sync.Mutex
+	peakAnon int64
+	peakFile int64
+	done     chan struct{}
 }
+
+// rssEvery is how often the bench samples kgen's RSS by kind.
+const rssEvery = 100 * time.Millisecond
 
 // startKgen starts kgenctl run with its log in the working folder under
 // logName.
@@ -385,7 +395,8 @@ func (b *bench) startKgenNamed(ctx context.Context, name string, extra ...string
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	k := &kgen{cmd: cmd, metrics: "https://" + metrics, client: client, log: log}
+	k := &kgen{cmd: cmd, metrics: "https://" + metrics, client: client, log: log, done: make(chan struct{})}
+	go k.sampleRSS()
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		resp, err := http.Get("http://" + health + "/readyz")
 		if err != nil {
@@ -416,6 +427,7 @@ func (b *bench) startKgenNamed(ctx context.Context, name string, extra ...string
 // stop ends kgen with SIGTERM; it is safe to call more than once.
 func (k *kgen) stop() {
 	k.once.Do(func() {
+		close(k.done)
 		_ = k.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { _ = k.cmd.Wait(); close(done) }()
@@ -431,24 +443,56 @@ func (k *kgen) stop() {
 
 // memory returns kgen's peak and current RSS in bytes, from /proc.
 func (k *kgen) memory() (peak, current int64, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", k.cmd.Process.Pid))
+	fields, err := procStatus(k.cmd.Process.Pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
+	return fields["VmHWM:"], fields["VmRSS:"], nil
+}
+
+// sampleRSS keeps the highest RssAnon and RssFile of kgen until it stops.
+func (k *kgen) sampleRSS() {
+	tick := time.NewTicker(rssEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-k.done:
+			return
+		case <-tick.C:
+		}
+		fields, err := procStatus(k.cmd.Process.Pid)
+		if err != nil {
 			continue
 		}
-		kb, _ := strconv.ParseInt(fields[1], 10, 64)
-		switch fields[0] {
-		case "VmHWM:":
-			peak = kb << 10
-		case "VmRSS:":
-			current = kb << 10
+		k.mu.Lock()
+		k.peakAnon, k.peakFile = max(k.peakAnon, fields["RssAnon:"]), max(k.peakFile, fields["RssFile:"])
+		k.mu.Unlock()
+	}
+}
+
+// sampledRSS returns the highest anonymous and file-backed RSS sampled.
+func (k *kgen) sampledRSS() (anon, file int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.peakAnon, k.peakFile
+}
+
+// procStatus returns the sizes of /proc/PID/status, in bytes, by their
+// name with its colon.
+func procStatus(pid int) (map[string]int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 3 && fields[2] == "kB" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			out[fields[0]] = kb << 10
 		}
 	}
-	return peak, current, nil
+	return out, nil
 }
 
 // heapAfterGC forces a garbage collection in kgen (pprof's heap endpoint

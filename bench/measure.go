@@ -52,7 +52,11 @@ type result struct {
 	// converge", "kgen wave", "raw create", "raw wave").
 	CPU map[string]map[string]float64 `json:"cpuSeconds,omitempty"`
 
-	PeakRSS     int64 `json:"peakRSSBytes"`
+	PeakRSS int64 `json:"peakRSSBytes"`
+	// PeakAnon and PeakFile are the highest anonymous and file-backed
+	// (the binary's pages) RSS sampled; 0 in results from before.
+	PeakAnon    int64 `json:"peakAnonRSSBytes,omitempty"`
+	PeakFile    int64 `json:"peakFileRSSBytes,omitempty"`
 	HeapAfterGC int64 `json:"heapAfterGCBytes"`
 
 	KgenTimeline []sample `json:"kgenTimeline"`
@@ -198,6 +202,7 @@ func (b *bench) measureKgen(ctx context.Context, n int, r *result) error {
 	if r.PeakRSS, _, err = k.memory(); err != nil {
 		return err
 	}
+	r.PeakAnon, r.PeakFile = k.sampledRSS()
 	if r.HeapAfterGC, err = k.heapAfterGC(); err != nil {
 		return err
 	}

@@ -214,9 +214,9 @@ func (rep *report) resources(b *strings.Builder) {
 			fmt.Fprintf(b, "| %s | %s | %.1f | %.1f | %s | %.1f |\n", rep.label(r), phase, c["kube-apiserver"], c["etcd"], kg, c["bench"])
 		}
 	}
-	b.WriteString("\n## Memory of kgen\n\n| N | objects cached | peak RSS | peak RSS per parent | Go heap in use after GC |\n|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n## Memory of kgen\n\nPeak RSS is the kernel's (VmHWM); its anonymous part (the Go heap, stacks and runtime) and its file-backed part (the pages of kgenctl's binary it touched) are the highest of samples every 100 ms, so they need not add up to it.\n\n| N | objects cached | peak RSS | anonymous | file-backed | peak RSS per parent | Go heap in use after GC |\n|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(b, "| %s | %d | %s | %.1f KiB | %s |\n", rep.label(r), 4*r.N, mib(r.PeakRSS),
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %.1f KiB | %s |\n", rep.label(r), 4*r.N, mib(r.PeakRSS), mibOrDash(r.PeakAnon), mibOrDash(r.PeakFile),
 			float64(r.PeakRSS)/float64(r.N)/1024, mib(r.HeapAfterGC))
 	}
 	b.WriteString("\n## Children ready over time\n\n")
@@ -290,4 +290,13 @@ func perParent(requests map[string]float64, n int) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f", v, per[v]/float64(n)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// mibOrDash is mib, or "-" for a figure a result from before it was
+// measured does not have.
+func mibOrDash(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return mib(n)
 }
