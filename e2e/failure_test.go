@@ -14,6 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -345,4 +347,69 @@ spec:
 	if got := get(t, widgetsV1, ns, "foreign"); got == nil || got.GetResourceVersion() != foreign.GetResourceVersion() {
 		t.Errorf("the foreign widget was touched: %v", got)
 	}
+}
+
+// Scenario (section 6): kgen may list a parent kind in one namespace and not
+// in another, where two rules watch it. Only the rule of the refused
+// namespace counts in kgen_watch_errors_total and is logged as failing; the
+// other converges its parents. Once kgen may list there too, the rule
+// recovers without a restart.
+func TestWatchErrorsCountForTheirRule(t *testing.T) {
+	const group = "watcherr.example.com"
+	here, there := newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-watch-errors"
+	grant(t, user, []rbacv1.PolicyRule{
+		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+	})
+	allowGadgets := func(ns string) {
+		t.Helper()
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "gadgets", Namespace: ns}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{group}, Resources: []string{"gadgets", "gadgets/status", "gadgets/finalizers"}, Verbs: []string{"get", "list", "watch", "patch", "update"}}}}
+		if _, err := env.kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gadgets", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "gadgets"},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+		if _, err := env.kube.RbacV1().RoleBindings(ns).Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitCan(t, user, true, authorizationv1.ResourceAttributes{Verb: "watch", Group: group, Resource: "gadgets", Namespace: ns})
+	}
+	allowGadgets(here)
+	kubeconfig, err := env.cp.WriteKubeconfig(user+".kubeconfig", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeRules(t, languageRuleText("here", group, []string{here}, configChild("c"))+"---\n"+
+		languageRuleText("there", group, []string{there}, configChild("c")))
+	p := startKgenWith(t, user, kubeconfig, "--rules", file, "--rule-objects=false", "-n", here)
+	create(t, gvr, gadget(group, here, "g", map[string]any{}))
+	create(t, gvr, gadget(group, there, "g", map[string]any{}))
+	waitReason(t, gvr, here, "g", reconcile.ReasonReady)
+
+	var families map[string]*dto.MetricFamily
+	eventually(t, 30*time.Second, func() (bool, error) {
+		families, err = scrape(t, p.metric+"/metrics")
+		if err != nil {
+			return false, err
+		}
+		n := sumOf(families, "kgen_watch_errors_total", map[string]string{"rule": "there"})
+		return n >= 1, fmt.Errorf("kgen_watch_errors_total{rule=there} = %v", n)
+	}, "the refused rule to count its watch errors")
+	if n := sumOf(families, "kgen_watch_errors_total", map[string]string{"rule": "here"}); n > 0 {
+		t.Errorf("kgen_watch_errors_total{rule=here} = %v: a rule that may list its parents counts another's refusal", n)
+	}
+	for _, line := range strings.Split(p.output.String(), "\n") {
+		if strings.Contains(line, "Cannot list or watch") && strings.Contains(line, `"here"`) {
+			t.Errorf("the rule that may list its parents is logged as failing: %s", line)
+		}
+	}
+
+	allowGadgets(there)
+	waitReason(t, gvr, there, "g", reconcile.ReasonReady)
+	waitFor(t, cmGVR, there, "g", nil)
 }
