@@ -1730,3 +1730,91 @@ func TestChangeChildHeldByFinalizer(t *testing.T) {
 	})
 	waitFor(t, gvr, ns, "g", readyIs("True", reconcile.ReasonReady))
 }
+
+// Scenario: a CRD gains a default for the field a template reads. A parent
+// that lacked the field, and was InvalidSpec for it, gets the default from
+// the API server, which applies a CRD's defaults when it reads an object;
+// kgen's cache held the parent as the old schema made it, and a watch that
+// resumes does not send it again. Parents are created right after the CRD
+// changes, so that events come through the watch opened before: then the
+// reflector resumed the watch instead of listing, and the parent stayed
+// InvalidSpec until the next change of the CRD.
+func TestChangeCRDDefaultReachesCachedParents(t *testing.T) {
+	const group = "crddefault.example.com"
+	ns := newNamespace(t)
+	props := func(withDefault bool) map[string]apiextensionsv1.JSONSchemaProps {
+		port := apiextensionsv1.JSONSchemaProps{Type: "integer"}
+		if withDefault {
+			port.Default = &apiextensionsv1.JSON{Raw: []byte("8080")}
+		}
+		return map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"port": port}}}
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "apps." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group, Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "App", ListKind: "AppList", Plural: "apps", Singular: "app"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", Properties: props(false)}},
+			}},
+		},
+	}
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"] = apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: new(true)}
+	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
+	})
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "apps"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err == nil, err
+	}, "apps to be served")
+	startController(t, nil, writeRules(t, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: crd-default}
+spec:
+  parent: {apiVersion: `+group+`/v1, kind: App, namespaces: [`+ns+`]}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}"}
+      data:
+        port: ${string(parent.spec.port)}
+`)).waitReady(t)
+	app := func(name string) map[string]any {
+		return map[string]any{"apiVersion": group + "/v1", "kind": "App", "metadata": map[string]any{"name": name, "namespace": ns}, "spec": map[string]any{}}
+	}
+	create(t, gvr, app("before"))
+	waitReason(t, gvr, ns, "before", reconcile.ReasonInvalid, "port")
+
+	live, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crd.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = props(true)["spec"]
+	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Update(t.Context(), live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	for i := range 10 {
+		create(t, gvr, app(fmt.Sprintf("after-%d", i)))
+		time.Sleep(100 * time.Millisecond)
+	}
+	eventually(t, 90*time.Second, func() (bool, error) {
+		o := get(t, cmGVR, ns, "before")
+		if o == nil {
+			return false, errNotYet
+		}
+		err := expect(o, "8080", "data", "port")
+		return err == nil, err
+	}, "the parent that lacked the field to get the CRD's new default")
+	t.Logf("the parent's child has the default %s after the CRD changed", time.Since(changed).Round(time.Millisecond))
+	waitReason(t, gvr, ns, "before", reconcile.ReasonReady)
+}

@@ -864,8 +864,9 @@ spec:
 	}, "kgen to update the CRD")
 	// The server defaults the new field once it serves the new schema, but
 	// a watch opened before sends objects decoded (and pruned) by the old
-	// one until it is reopened, and informers keep what they got: a parent
-	// shows the field to kgen from its first change after that.
+	// one until it is reopened, and kgen's cache shows the field once it
+	// listed the kind again after the CRD changed, or from the parent's
+	// first change after that.
 	i := 0
 	eventually(t, 60*time.Second, func() (bool, error) {
 		i++

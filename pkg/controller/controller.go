@@ -1622,9 +1622,12 @@ func (c *Controller) startPending(ctx context.Context, waiting map[*rules.Rule]s
 // mapper.Watcher). Waiting rules are tried again at once. When a definition
 // changed, what is known of the group's schemas is dropped, the running
 // rules whose parent kind is of the group read its mapping again (see
-// refreshParents), the parents of the running rules that use a kind of
-// the group are reconciled again under the new schemas, and those rules
-// are checked against them again (Config.Recheck); a change of unknown
+// refreshParents), the informers of the group's kinds list again (the
+// server decodes objects under the new schema, and a resumed watch would
+// not send the unchanged ones again), the parents of the running rules
+// that use a kind of the group are reconciled again under the new
+// schemas, and those rules are checked against them again
+// (Config.Recheck); a change of unknown
 // groups (the first list of a watch that could not list at first) drops
 // every schema, reads every parent mapping again and checks every running
 // rule, but reconciles nothing. It does not block: what reads discovery
@@ -1638,6 +1641,14 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 				group = "*"
 			}
 			f.ForgetGroup(group)
+		}
+		if !ch.All {
+			// The caches of the group's kinds hold objects as the old
+			// schema made them (defaults, pruning), and a watch that
+			// resumes does not send them again. (With every group, the
+			// watch of CRDs could not list at first: what changed then
+			// came before kgen's informers of them, which listed it.)
+			c.watches.Relist(ch.Group)
 		}
 		go func() {
 			c.refreshParents(func(rs *ruleState) bool { return ch.All || rs.rule.Parent.GroupVersionKind.Group == ch.Group })

@@ -209,3 +209,104 @@ func TestListWatchTooManyRequests(t *testing.T) {
 		})
 	}
 }
+
+// Relist ends the open watch with 410 Expired, so the reflector lists
+// again (after a CRD changed, a resumed watch would not send the objects
+// the new schema decodes differently), and every later watch too until a
+// list, or a watch-list, that started after it.
+func TestListWatchRelist(t *testing.T) {
+	var lw *listWatch
+	var duringList func()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") != "true" {
+			if duringList != nil {
+				duringList()
+			}
+			fmt.Fprintln(w, `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"5"},"items":[]}`)
+			return
+		}
+		fmt.Fprintln(w, `{"type":"ADDED","object":{"apiVersion":"example.com/v1","kind":"App","metadata":{"name":"a","namespace":"n","resourceVersion":"5"}}}`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // an open watch
+	}))
+	defer srv.Close()
+	client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: srv.URL,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw = newListWatch(client, Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}})
+	ends := func(w apiwatch.Interface) apiwatch.Event {
+		t.Helper()
+		var last apiwatch.Event
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case e, ok := <-w.ResultChan():
+				if !ok {
+					return last
+				}
+				last = e
+			case <-timeout:
+				t.Fatal("the watch did not end")
+			}
+		}
+	}
+	expired := func(what string, e apiwatch.Event) {
+		t.Helper()
+		if e.Type != apiwatch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(e.Object)) {
+			t.Errorf("%s ended with %+v, want 410 Expired", what, e)
+		}
+	}
+	open := func(opts metav1.ListOptions) apiwatch.Interface {
+		t.Helper()
+		w, err := lw.WatchWithContext(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	streams := func(what string, w apiwatch.Interface) {
+		t.Helper()
+		if e := <-w.ResultChan(); e.Type != apiwatch.Added {
+			t.Fatalf("%s: first event %+v, want the object", what, e)
+		}
+	}
+	list := func() {
+		t.Helper()
+		if _, err := lw.ListWithContext(context.Background(), metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w := open(metav1.ListOptions{ResourceVersion: "4"})
+	streams("a watch", w)
+	lw.Relist()
+	expired("the open watch", ends(w))
+	w.Stop()
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	expired("a watch before a list", ends(w))
+	w.Stop()
+
+	list()
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	streams("a watch after the list", w)
+	w.Stop()
+
+	// Asked for while a list runs, which may read the old schema.
+	duringList = lw.Relist
+	list()
+	duringList = nil
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	expired("a watch after a list that started before the relist", ends(w))
+	w.Stop()
+
+	// A watch-list streams every object first: it serves the relist.
+	w = open(metav1.ListOptions{SendInitialEvents: new(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+	streams("a watch-list", w)
+	w.Stop()
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	streams("a watch after the watch-list", w)
+	w.Stop()
+}

@@ -92,6 +92,7 @@ func (m *Manager) Writes() *Writes { return m.writes }
 // Informer is one running informer and its cache.
 type Informer struct {
 	key      Key
+	lw       *listWatch // nil for a dynamic informer
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -182,8 +183,10 @@ func deliver(handler Handler, obj any, deleted bool) {
 
 func (m *Manager) startLocked(key Key) (*Informer, error) {
 	var informer cache.SharedIndexInformer
+	var lw *listWatch
 	if m.cfg.REST != nil {
-		informer = cache.NewSharedIndexInformer(newListWatch(m.cfg.REST, key), &Object{}, m.cfg.ResyncPeriod, cache.Indexers{})
+		lw = newListWatch(m.cfg.REST, key)
+		informer = cache.NewSharedIndexInformer(lw, &Object{}, m.cfg.ResyncPeriod, cache.Indexers{})
 	} else {
 		tweak := func(o *metav1.ListOptions) { o.LabelSelector = key.Selector }
 		factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(m.cfg.Client, m.cfg.ResyncPeriod, key.Namespace, tweak)
@@ -227,7 +230,7 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	inf := &Informer{key: key, informer: informer, cancel: cancel, done: make(chan struct{})}
+	inf := &Informer{key: key, lw: lw, informer: informer, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(inf.done)
 		informer.RunWithContext(ctx)
@@ -253,6 +256,21 @@ func (m *Manager) stopLocked(inf *Informer) {
 	inf.cancel()
 	if m.informers[inf.key] == inf {
 		delete(m.informers, inf.key)
+	}
+}
+
+// Relist makes the running informers of an API group's resources list
+// them again (see listWatch.Relist): after a CustomResourceDefinition of
+// the group changed, what they cache was decoded under its old schema.
+// Informers over the dynamic client (without Config.REST) are left as
+// they are.
+func (m *Manager) Relist(group string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, inf := range m.informers {
+		if key.GVR.Group == group && inf.lw != nil {
+			inf.lw.Relist()
+		}
 	}
 }
 
