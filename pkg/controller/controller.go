@@ -1642,12 +1642,14 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 			}
 			f.ForgetGroup(group)
 		}
-		if !ch.All {
+		if !ch.All && ch.Group != "" {
 			// The caches of the group's kinds hold objects as the old
 			// schema made them (defaults, pruning), and a watch that
-			// resumes does not send them again. (With every group, the
-			// watch of CRDs could not list at first: what changed then
-			// came before kgen's informers of them, which listed it.)
+			// resumes does not send them again. A change of every
+			// group (kgen cannot watch CRDs, or could not list them
+			// at first) relists nothing: every informer each minute
+			// would cost more than it mends. The core group has no
+			// CRD (an APIService named v1. changed).
 			c.watches.Relist(ch.Group)
 		}
 		go func() {

@@ -33,7 +33,10 @@ type listWatch struct {
 	// list, or a watch-list, started after: while listed < wanted, every
 	// watch ends with errRelist.
 	wanted, listed uint64
-	current        *eventStream // the last watch opened
+	// listStart is wanted when the first page of the list being read
+	// was asked for.
+	listStart uint64
+	current   *eventStream // the last watch opened
 }
 
 // Relist makes the reflector list the resource again: the open watch, or
@@ -68,6 +71,25 @@ func (lw *listWatch) listing() func() {
 	n := lw.wanted
 	lw.mu.Unlock()
 	return func() {
+		lw.mu.Lock()
+		lw.listed = max(lw.listed, n)
+		lw.mu.Unlock()
+	}
+}
+
+// listingPages is listing for a list read in pages: the relists asked for
+// before its first page are served once its last page was read.
+func (lw *listWatch) listingPages(opts metav1.ListOptions) func(last bool) {
+	lw.mu.Lock()
+	if opts.Continue == "" {
+		lw.listStart = lw.wanted
+	}
+	n := lw.listStart
+	lw.mu.Unlock()
+	return func(last bool) {
+		if !last {
+			return
+		}
 		lw.mu.Lock()
 		lw.listed = max(lw.listed, n)
 		lw.mu.Unlock()
@@ -112,7 +134,7 @@ func (lw *listWatch) Watch(opts metav1.ListOptions) (apiwatch.Interface, error) 
 
 // ListWithContext implements cache.ListerWatcherWithContext.
 func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	listed := lw.listing()
+	listed := lw.listingPages(opts)
 	res := lw.request(opts).Do(ctx)
 	data, err := res.Raw()
 	if err != nil {
@@ -122,7 +144,7 @@ func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOption
 	}
 	list, err := decodeList(data)
 	if err == nil {
-		listed()
+		listed(list.Continue == "")
 	}
 	return list, err
 }

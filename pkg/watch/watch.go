@@ -60,6 +60,10 @@ type Config struct {
 	// when nil.
 	Transform cache.TransformFunc
 	// ResyncPeriod, when set, replays the cache to handlers periodically.
+	// Leave it 0 for Relist to reach handlers at once: a relisted object
+	// keeps its resource version, and a shared informer delivers such an
+	// update only to handlers that are due a resync, which with no period
+	// all always are.
 	ResyncPeriod time.Duration
 	// OnWatchError is told of every list or watch error of an informer.
 	OnWatchError func(key Key, err error)
@@ -263,7 +267,7 @@ func (m *Manager) stopLocked(inf *Informer) {
 // them again (see listWatch.Relist): after a CustomResourceDefinition of
 // the group changed, what they cache was decoded under its old schema.
 // Informers over the dynamic client (without Config.REST) are left as
-// they are.
+// they are. The handlers get every object again (see Config.ResyncPeriod).
 func (m *Manager) Relist(group string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
