@@ -90,7 +90,11 @@ func TestRuleServiceAccountPruneForbidden(t *testing.T) {
       stringData: {key: value}
 `, ns, ns))).waitReady(t)
 	create(t, gvr, gadget(group, ns, "g", map[string]any{"secret": true}))
-	waitFor(t, secretGVR, ns, "g", nil)
+	// The API server's admission refuses an ownerReference that blocks
+	// the owner's deletion until its own RESTMapper knows the new CRD's
+	// kind, which it learns at its next reset, up to 30 s later; kgen
+	// retries with backoff meanwhile (a CI run waited 20 s more).
+	eventually(t, 90*time.Second, func() (bool, error) { return get(t, secretGVR, ns, "g") != nil, errNotYet }, "the first child")
 	waitFor(t, gvr, ns, "g", readyIs("True", reconcile.ReasonReady))
 
 	patchSpec(t, gvr, ns, "g", map[string]any{"secret": false})
