@@ -526,27 +526,11 @@ func (ev *evidence) list(ctx context.Context, res *Result) {
 	}
 }
 
-// versions lists the served versions of a kind; *mapper.Mapper does.
-type versions interface {
-	Resolve(ref string) ([]mapper.Mapping, error)
-}
-
-// anyVersion returns the mapping of a kind in any version the API server
-// serves it in, or an error matching mapper.ErrNotFound; a resolver that
-// cannot list versions finds none.
+// anyVersion is mapper.AnyVersion for a resolver that can list a kind's
+// versions (*mapper.Mapper can); with another, no version is found.
 func anyVersion(resolver Resolver, gk schema.GroupKind) (mapper.Mapping, error) {
-	v, ok := resolver.(versions)
-	if !ok {
-		return mapper.Mapping{}, fmt.Errorf("%s: %w", gk, mapper.ErrNotFound)
-	}
-	found, err := v.Resolve(gk.Group + "/" + gk.Kind)
-	if err != nil {
-		return mapper.Mapping{}, err
-	}
-	for _, m := range found {
-		if m.Group == gk.Group && m.Kind == gk.Kind {
-			return m, nil
-		}
+	if r, ok := resolver.(mapper.Resolver); ok {
+		return mapper.AnyVersion(r, gk)
 	}
 	return mapper.Mapping{}, fmt.Errorf("%s: %w", gk, mapper.ErrNotFound)
 }

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/pager"
@@ -406,21 +405,6 @@ func (c *Controller) recordedChildScopes(parent *unstructured.Unstructured) []Ch
 	return sortScopes(out)
 }
 
-// anyVersion returns the mapping of a kind in any version the API server
-// serves it in, or an error matching mapper.ErrNotFound.
-func (c *Controller) anyVersion(gk schema.GroupKind) (mapper.Mapping, error) {
-	found, err := c.cfg.Mapper.Resolve(gk.Group + "/" + gk.Kind)
-	if err != nil {
-		return mapper.Mapping{}, err
-	}
-	for _, m := range found {
-		if m.Group == gk.Group && m.Kind == gk.Kind {
-			return m, nil
-		}
-	}
-	return mapper.Mapping{}, fmt.Errorf("%s: %w", gk, mapper.ErrNotFound)
-}
-
 // listChildren reads a parent's children from the API server, in the child
 // scopes given: objects kgen manages that carry the parent's UID.
 func (c *Controller) listChildren(ctx context.Context, parent *unstructured.Unstructured, scopes []ChildScope) ([]*unstructured.Unstructured, error) {
@@ -433,7 +417,7 @@ func (c *Controller) listChildren(ctx context.Context, parent *unstructured.Unst
 			// Not in this version; its objects are still there if the
 			// kind is served in another (a CRD that stopped serving
 			// v1alpha1 and serves v1).
-			m, err = c.anyVersion(s.GroupVersionKind.GroupKind())
+			m, err = mapper.AnyVersion(c.cfg.Mapper, s.GroupVersionKind.GroupKind())
 		}
 		if errors.Is(err, mapper.ErrNotFound) {
 			continue // not served in any version: no child of it is left

@@ -339,6 +339,30 @@ func (m *Mapper) Resolve(ref string) ([]Mapping, error) {
 	return found, err
 }
 
+// Resolver resolves references as Mapper.Resolve does.
+type Resolver interface {
+	Resolve(ref string) ([]Mapping, error)
+}
+
+var _ Resolver = (*Mapper)(nil)
+
+// AnyVersion returns the mapping of a kind in any version the API server
+// serves it in, the preferred first, or an error matching ErrNotFound: a
+// kind whose objects are still there though the version a record names
+// is no longer served (a CRD that stopped serving v1alpha1 and serves v1).
+func AnyVersion(r Resolver, gk schema.GroupKind) (Mapping, error) {
+	found, err := r.Resolve(gk.Group + "/" + gk.Kind)
+	if err != nil {
+		return Mapping{}, err
+	}
+	for _, m := range found {
+		if m.Group == gk.Group && m.Kind == gk.Kind {
+			return m, nil
+		}
+	}
+	return Mapping{}, fmt.Errorf("%s: %w", gk, ErrNotFound)
+}
+
 // versionPattern matches Kubernetes API version names such as v1, v2beta1.
 var versionPattern = regexp.MustCompile(`^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`)
 

@@ -369,3 +369,36 @@ func testUnavailableGroupVersion(t *testing.T) {
 		t.Errorf("ResourceFor(%v) once discovery reads it = %+v, %v", metrics, got, err)
 	}
 }
+
+// resolverFunc is a Resolver of a func.
+type resolverFunc func(string) ([]Mapping, error)
+
+func (f resolverFunc) Resolve(ref string) ([]Mapping, error) { return f(ref) }
+
+// AnyVersion finds a kind in the version it is served in, and only that
+// kind: a name of another group or kind that the reference also matches
+// is not it.
+func TestAnyVersion(t *testing.T) {
+	served := resolverFunc(func(ref string) ([]Mapping, error) {
+		if ref != "example.com/Widget" {
+			return nil, &NotFoundError{Ref: ref}
+		}
+		return []Mapping{
+			{Group: "other.example.com", Version: "v1", Kind: "Widget", Resource: "widgets"},
+			{Group: "example.com", Version: "v2", Kind: "Widget", Resource: "widgets"},
+		}, nil
+	})
+	m, err := AnyVersion(served, schema.GroupKind{Group: "example.com", Kind: "Widget"})
+	if err != nil || m.Version != "v2" || m.Group != "example.com" {
+		t.Errorf("AnyVersion = %+v, %v; want example.com v2", m, err)
+	}
+	if _, err := AnyVersion(served, schema.GroupKind{Group: "example.com", Kind: "Gadget"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a kind not served: %v, want ErrNotFound", err)
+	}
+	only := resolverFunc(func(string) ([]Mapping, error) {
+		return []Mapping{{Group: "other.example.com", Version: "v1", Kind: "Widget"}}, nil
+	})
+	if _, err := AnyVersion(only, schema.GroupKind{Group: "example.com", Kind: "Widget"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("only another group's kind: %v, want ErrNotFound", err)
+	}
+}
