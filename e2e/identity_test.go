@@ -93,7 +93,7 @@ func TestRuleServiceAccountPruneForbidden(t *testing.T) {
 	// The API server's admission refuses an ownerReference that blocks
 	// the owner's deletion until its own RESTMapper knows the new CRD's
 	// kind, which it learns at its next reset, up to 30 s later; kgen
-	// retries with backoff meanwhile (a CI run waited 20 s more).
+	// retries every 2 s meanwhile.
 	eventually(t, 90*time.Second, func() (bool, error) { return get(t, secretGVR, ns, "g") != nil, errNotYet }, "the first child")
 	waitFor(t, gvr, ns, "g", readyIs("True", reconcile.ReasonReady))
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -366,5 +367,47 @@ func testAgainDespiteConflict(t *testing.T) {
 	}
 	if at := clk.advance(2 * time.Minute); len(at) == 0 {
 		t.Error("the conflict was never looked at again")
+	}
+}
+
+// A write the API server's admission refuses while its RESTMapper learns a
+// new CRD's kind (it resets every 30 s) is retried at least every 2 s, not
+// after a backoff that grows to minutes: 14 refusals take 10 ms doubling
+// to 1.28 s (2.55 s in all), then 2 s each, 14.55 s; the backoff alone
+// would take 164 s.
+func TestLearningKindRetriedSoon(t *testing.T) { synctest.Test(t, testLearningKindRetriedSoon) }
+
+func testLearningKindRetriedSoon(t *testing.T) {
+	a := newAgainCluster(false)
+	var mu sync.Mutex
+	refused := 0
+	a.client.PrependReactor("patch", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refused == 14 {
+			return false, nil, nil
+		}
+		refused++
+		return true, nil, apierrors.NewForbidden(cmResource.GroupResource(), "g", errors.New(
+			`cannot set blockOwnerDeletion in this case because cannot find RESTMapping for APIVersion example.com/v1 Kind Gadget: no matches for kind "Gadget" in version "example.com/v1"`))
+	})
+	c := New(Config{
+		Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: a.client, Mapper: a.mapper,
+		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: NewMetrics(prometheus.NewRegistry()),
+	})
+	runController(t, c)
+	start := time.Now()
+	for {
+		if _, err := a.client.Tracker().Get(cmResource, "ns", "g"); err == nil {
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			t.Fatal("waited 5 minutes (fake time) for the child")
+		}
+		time.Sleep(againStep)
+		synctest.Wait()
+	}
+	if took := time.Since(start); took > 16*time.Second {
+		t.Errorf("the child was made %s after the first refusal, want about 14.6 s", took)
 	}
 }
