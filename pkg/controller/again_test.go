@@ -375,16 +375,33 @@ func testAgainDespiteConflict(t *testing.T) {
 // after a backoff that grows to minutes: 14 refusals take 10 ms doubling
 // to 1.28 s (2.55 s in all), then 2 s each, 14.55 s; the backoff alone
 // would take 164 s.
-func TestLearningKindRetriedSoon(t *testing.T) { synctest.Test(t, testLearningKindRetriedSoon) }
+func TestLearningKindRetriedSoon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { testLearningKindRetriedSoon(t, 14) })
+}
 
-func testLearningKindRetriedSoon(t *testing.T) {
+// A kind the API server never learns is retried every 2 s only for the
+// first learningTries, then backed off as any failure: in 10 minutes, 40
+// tries (8 in the first 2.6 s, then one every 2 s), then one every 5
+// minutes.
+func TestLearningKindBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := testLearningKindRetriedSoon(t, -1)
+		if n := refused(); n < learningTries || n > learningTries+3 {
+			t.Errorf("refused %d times in 10 minutes, want %d and then one every 5 minutes", n, learningTries)
+		}
+	})
+}
+
+// testLearningKindRetriedSoon has the API server refuse the child's apply
+// refusals times (-1: always, for 10 minutes) and returns how many it did.
+func testLearningKindRetriedSoon(t *testing.T, refusals int) func() int {
 	a := newAgainCluster(false)
 	var mu sync.Mutex
 	refused := 0
 	a.client.PrependReactor("patch", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if refused == 14 {
+		if refused == refusals {
 			return false, nil, nil
 		}
 		refused++
@@ -396,7 +413,19 @@ func testLearningKindRetriedSoon(t *testing.T) {
 		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: NewMetrics(prometheus.NewRegistry()),
 	})
 	runController(t, c)
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return refused
+	}
 	start := time.Now()
+	if refusals < 0 {
+		for time.Since(start) < 10*time.Minute {
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		return count
+	}
 	for {
 		if _, err := a.client.Tracker().Get(cmResource, "ns", "g"); err == nil {
 			break
@@ -410,4 +439,5 @@ func testLearningKindRetriedSoon(t *testing.T) {
 	if took := time.Since(start); took > 16*time.Second {
 		t.Errorf("the child was made %s after the first refusal, want about 14.6 s", took)
 	}
+	return count
 }

@@ -123,8 +123,12 @@ const (
 	// conflict stays: kgen cannot watch that object.
 	conflictBase, conflictMax = 30 * time.Second, 10 * time.Minute
 	// A write the API server's admission refuses because it does not know
-	// a kind yet (see learningKind) is retried at least every 2 s.
+	// a kind yet (reconcile.LearningKind) is retried at least every 2 s,
+	// under the overall limit, for the first learningTries: the server
+	// learns a kind within 30 s; one it never learns is backed off as
+	// any failure then.
 	learningRetry = 2 * time.Second
+	learningTries = 40
 	// watchErrorLogEvery bounds how often a failing list or watch of one
 	// informer is logged.
 	watchErrorLogEvery = time.Minute
@@ -144,8 +148,10 @@ var childSelector = reconcile.LabelManagedBy + "=" + reconcile.ManagedBy
 type Controller struct {
 	cfg   Config
 	queue workqueue.TypedRateLimitingInterface[Key]
-	// retries is the per-key backoff of the queue's failed reconciles.
+	// retries is the per-key backoff of the queue's failed reconciles, and
+	// overall their limit over every key; the queue steps both.
 	retries   workqueue.TypedRateLimiter[Key]
+	overall   workqueue.TypedRateLimiter[Key]
 	conflicts workqueue.TypedRateLimiter[Key]
 	// again backs off reconciles that ask to run again (Result.Again)
 	// while the cache does not show what they wait for.
@@ -289,13 +295,12 @@ func New(cfg Config) *Controller {
 		readers:     map[readKey]map[Key]read{},
 		readsOf:     map[Key][]read{},
 		retries:     workqueue.NewTypedItemExponentialFailureRateLimiter[Key](retryBase, retryMax),
+		overall:     &workqueue.TypedBucketRateLimiter[Key]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
 		conflicts:   workqueue.NewTypedItemExponentialFailureRateLimiter[Key](conflictBase, conflictMax),
 		again:       workqueue.NewTypedItemExponentialFailureRateLimiter[Key](againBase, againMax),
 	}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedMaxOfRateLimiter(c.retries,
-			&workqueue.TypedBucketRateLimiter[Key]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
-		),
+		workqueue.NewTypedMaxOfRateLimiter(c.retries, c.overall),
 		workqueue.TypedRateLimitingQueueConfig[Key]{Name: "kgen"})
 	c.watches = watch.New(watch.Config{
 		Client:   cfg.Client,
@@ -420,11 +425,11 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
 		logger.Error(err, "Reconcile failed; waiting for a change to the parent, its children or the rule")
-	case err != nil && learningKind(err):
+	case err != nil && reconcile.LearningKind(err) && c.queue.NumRequeues(key) < learningTries:
 		// The API server learns a new CRD's kind at its next reset of its
 		// own RESTMapper, up to 30 s later: a backoff that grows past a
 		// few seconds would leave the parent waiting long after.
-		c.queue.AddAfter(key, min(c.retries.When(key), learningRetry))
+		c.queue.AddAfter(key, max(c.overall.When(key), min(c.retries.When(key), learningRetry)))
 		logger.Error(err, "Reconcile failed; will retry", "retries", c.queue.NumRequeues(key))
 	case err != nil:
 		// Transient: back off, per key and overall; logged once per step.
@@ -1822,14 +1827,4 @@ func retry(ctx context.Context, f func() error) error {
 		}
 	}
 	return err
-}
-
-// learningKind reports whether a write was refused by the API server's
-// admission because its own RESTMapper does not know a kind yet: an
-// ownerReference that blocks its owner's deletion is checked against the
-// owner's kind, which the server's mapper learns a while after a new CRD
-// is served ("cannot set blockOwnerDeletion in this case because cannot
-// find RESTMapping for APIVersion ... Kind ...").
-func learningKind(err error) bool {
-	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot find RESTMapping")
 }

@@ -660,6 +660,9 @@ func sameChild(parent types.UID, id string) func(*watch.Object) bool {
 func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg string) {
 	where := ""
 	switch {
+	case LearningKind(err):
+		// Not a lack of rights: it passes within 30 s.
+		reason, where = ReasonApplyFailed, " (the API server has not learned the kind yet; kgen tries again every 2 s)"
 	case apierrors.IsForbidden(err):
 		reason = ReasonForbidden
 	case refusedAsInvalid(err):
@@ -674,6 +677,26 @@ func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg str
 		reason = ReasonApplyFailed
 	}
 	return reason, fmt.Sprintf("child %s: %s %s: %v%s", id, verb, ref, err, where)
+}
+
+// LearningKind reports whether err holds a write the API server's
+// admission refused because its own RESTMapper does not know a kind yet: an
+// ownerReference that blocks its owner's deletion is checked against the
+// owner's kind, which the server's mapper learns within 30 s of a new CRD
+// being served ("cannot set blockOwnerDeletion in this case because cannot
+// find RESTMapping for APIVersion ... Kind ..."). Each error joined in err
+// is looked at on its own.
+func LearningKind(err error) bool {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		return slices.ContainsFunc(e.Unwrap(), LearningKind)
+	case apierrors.APIStatus:
+		s := e.Status()
+		return s.Reason == metav1.StatusReasonForbidden && strings.Contains(s.Message, "cannot find RESTMapping")
+	case interface{ Unwrap() error }:
+		return LearningKind(e.Unwrap())
+	}
+	return false
 }
 
 // childError is a failure of one of a parent's children.
