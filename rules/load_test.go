@@ -599,9 +599,13 @@ func TestSelects(t *testing.T) {
 		name string
 		obj  *unstructured.Unstructured
 		want bool
+		// inAnyVersion is what SelectsInAnyVersion says, if not want.
+		inAnyVersion *bool
 	}{
 		{name: "match", obj: obj("example.com/v1alpha1", "WebApp", "team-a", map[string]string{"tier": "web"}), want: true},
-		{name: "other version", obj: obj("example.com/v1", "WebApp", "team-a", map[string]string{"tier": "web"})},
+		{name: "other version", obj: obj("example.com/v1", "WebApp", "team-a", map[string]string{"tier": "web"}), inAnyVersion: new(true)},
+		{name: "other version, other namespace", obj: obj("example.com/v1", "WebApp", "team-b", map[string]string{"tier": "web"})},
+		{name: "other group", obj: obj("other.example.com/v1alpha1", "WebApp", "team-a", map[string]string{"tier": "web"})},
 		{name: "other kind", obj: obj("example.com/v1alpha1", "App", "team-a", map[string]string{"tier": "web"})},
 		{name: "other namespace", obj: obj("example.com/v1alpha1", "WebApp", "team-b", map[string]string{"tier": "web"})},
 		{name: "labels do not match", obj: obj("example.com/v1alpha1", "WebApp", "team-a", map[string]string{"tier": "db"})},
@@ -610,6 +614,13 @@ func TestSelects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := r.Selects(tt.obj); got != tt.want {
 				t.Errorf("Selects() = %t, want %t", got, tt.want)
+			}
+			want := tt.want
+			if tt.inAnyVersion != nil {
+				want = *tt.inAnyVersion
+			}
+			if got := r.SelectsInAnyVersion(tt.obj); got != want {
+				t.Errorf("SelectsInAnyVersion() = %t, want %t", got, want)
 			}
 		})
 	}

@@ -166,20 +166,21 @@ func (r *Rule) AllowsNamespace(parentNamespace, namespace string) bool {
 // are the rule's, it is in one of the rule's namespaces (when the rule names
 // some) and its labels match the rule's selector.
 func (r *Rule) Selects(obj *unstructured.Unstructured) bool {
-	if obj.GroupVersionKind() != r.Parent.GroupVersionKind {
+	return obj.GroupVersionKind() == r.Parent.GroupVersionKind && r.selectsObject(obj)
+}
+
+// SelectsInAnyVersion is Selects for an object of the rule's parent kind
+// read in any version (a version served beside, or instead of, the rule's):
+// it compares only the group and kind.
+func (r *Rule) SelectsInAnyVersion(obj *unstructured.Unstructured) bool {
+	return obj.GroupVersionKind().GroupKind() == r.Parent.GroupVersionKind.GroupKind() && r.selectsObject(obj)
+}
+
+// selectsObject tells whether obj is in one of the rule's namespaces (when
+// the rule names some) and its labels match the rule's selector.
+func (r *Rule) selectsObject(obj *unstructured.Unstructured) bool {
+	if len(r.Parent.Namespaces) > 0 && !slices.Contains(r.Parent.Namespaces, obj.GetNamespace()) {
 		return false
-	}
-	if len(r.Parent.Namespaces) > 0 {
-		found := false
-		for _, ns := range r.Parent.Namespaces {
-			if ns == obj.GetNamespace() {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
 	}
 	return r.Parent.Selector.Matches(labels.Set(obj.GetLabels()))
 }

@@ -120,15 +120,11 @@ func parentsOf(r *rules.Rule) ruleParents {
 // kind in any version: an invalid rule selects every object in its
 // namespaces.
 func (r ruleParents) selects(obj *unstructured.Unstructured) bool {
-	if obj.GroupVersionKind().GroupKind() != r.gvk.GroupKind() {
-		return false
+	if r.parsed != nil {
+		return r.parsed.SelectsInAnyVersion(obj)
 	}
-	if r.parsed == nil {
-		return len(r.namespaces) == 0 || slices.Contains(r.namespaces, obj.GetNamespace())
-	}
-	asRule := &unstructured.Unstructured{Object: map[string]any{"metadata": obj.Object["metadata"]}}
-	asRule.SetGroupVersionKind(r.gvk)
-	return r.parsed.Selects(asRule)
+	return obj.GroupVersionKind().GroupKind() == r.gvk.GroupKind() &&
+		(len(r.namespaces) == 0 || slices.Contains(r.namespaces, obj.GetNamespace()))
 }
 
 // scope is where to look for the objects of one parent kind.

@@ -652,12 +652,7 @@ func (c *Controller) selectedByAny(obj *unstructured.Unstructured) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rs := range c.rules {
-		asRule := obj
-		if gvk := rs.rule.Parent.GroupVersionKind; obj.GroupVersionKind() != gvk && obj.GroupVersionKind().GroupKind() == gvk.GroupKind() {
-			asRule = &unstructured.Unstructured{Object: map[string]any{"metadata": obj.Object["metadata"]}}
-			asRule.SetGroupVersionKind(gvk)
-		}
-		if rs.rule.Selects(asRule) {
+		if rs.rule.SelectsInAnyVersion(obj) {
 			return true
 		}
 	}
