@@ -1749,31 +1749,9 @@ func TestChangeCRDDefaultReachesCachedParents(t *testing.T) {
 		}
 		return map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"port": port}}}
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "apps." + group},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: group, Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "App", ListKind: "AppList", Plural: "apps", Singular: "app"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
-				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", Properties: props(false)}},
-			}},
-		},
-	}
+	crd := crdOf(group, "App", "apps", apiextensionsv1.NamespaceScoped, &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: props(false)})
 	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"] = apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: new(true)}
-	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
-	})
-	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "apps"}
-	eventually(t, 30*time.Second, func() (bool, error) {
-		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
-		return err == nil, err
-	}, "apps to be served")
+	gvr := createCRD(t, crd)
 	startController(t, nil, writeRules(t, `apiVersion: kgen.dev/v1alpha1
 kind: Rule
 metadata: {name: crd-default}

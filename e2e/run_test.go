@@ -187,7 +187,13 @@ func newCRD(t *testing.T, group, kind, plural string) schema.GroupVersionResourc
 // and any fields, deleted when the test ends, and waits until it is served.
 func newScopedCRD(t *testing.T, group, kind, plural string, scope apiextensionsv1.ResourceScope) schema.GroupVersionResource {
 	t.Helper()
-	crd := &apiextensionsv1.CustomResourceDefinition{
+	return createCRD(t, crdOf(group, kind, plural, scope, &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: new(true)}))
+}
+
+// crdOf returns a CRD of one version, v1, with a status subresource and
+// the given schema.
+func crdOf(group, kind, plural string, scope apiextensionsv1.ResourceScope, schema *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
 		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: group, Scope: scope,
@@ -195,18 +201,23 @@ func newScopedCRD(t *testing.T, group, kind, plural string, scope apiextensionsv
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 				Name: "v1", Served: true, Storage: true,
 				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: new(true)}},
+				Schema:       &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: schema},
 			}},
 		},
 	}
+}
+
+// createCRD creates a CRD of one version, deleted when the test ends, and
+// waits until that version is served.
+func createCRD(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition) schema.GroupVersionResource {
+	t.Helper()
 	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
 	})
-	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: crd.Spec.Versions[0].Name, Resource: crd.Spec.Names.Plural}
 	eventually(t, 30*time.Second, func() (bool, error) {
 		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
 		return err == nil, err

@@ -152,6 +152,17 @@ func (h *harness) converge(parent *unstructured.Unstructured) {
 	h.t.Fatalf("still writing after 4 reconciles: %v", h.api.writes())
 }
 
+// holdTerminating marks an object as being deleted and held by another
+// controller's finalizer, example.com/hold, and returns it.
+func (h *harness) holdTerminating(gvk schema.GroupVersionKind, ns, name string) *unstructured.Unstructured {
+	obj := h.api.get(gvk, ns, name)
+	now := metav1.NewTime(h.now)
+	obj.SetDeletionTimestamp(&now)
+	obj.SetFinalizers([]string{"example.com/hold"})
+	h.api.add(obj)
+	return obj
+}
+
 // setSpec changes the stored parent's spec and bumps its generation.
 func (h *harness) setSpec(spec map[string]any) *unstructured.Unstructured {
 	h.t.Helper()
@@ -1380,11 +1391,7 @@ func TestChildIDRenamedKeepsTheObject(t *testing.T) {
 func TestChildBeingDeletedIsNotReady(t *testing.T) {
 	h := newHarness(t, appRule)
 	h.converge(appParent(nil))
-	cm := h.api.get(cmGVK, "team", "web-config")
-	now := metav1.NewTime(h.now)
-	cm.SetDeletionTimestamp(&now)
-	cm.SetFinalizers([]string{"example.com/hold"})
-	h.api.add(cm)
+	cm := h.holdTerminating(cmGVK, "team", "web-config")
 	// The template's data changes too: still nothing is written to it.
 	h.setSpec(map[string]any{"data": map[string]any{"a": "changed"}})
 	h.api.resetRequests()
@@ -1450,11 +1457,7 @@ func TestReaderOfChildBeingDeletedIsNotWoken(t *testing.T) {
 		`metadata: {name: "${parent.metadata.name}", annotations: {config: "${children.config.metadata.name}"}}`, 1)
 	h := newHarness(t, reads)
 	h.converge(appParent(nil))
-	cm := h.api.get(cmGVK, "team", "web-config")
-	now := metav1.NewTime(h.now)
-	cm.SetDeletionTimestamp(&now)
-	cm.SetFinalizers([]string{"example.com/hold"})
-	h.api.add(cm)
+	h.holdTerminating(cmGVK, "team", "web-config")
 	res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
 	if err != nil {
 		t.Fatal(err)
