@@ -1,0 +1,327 @@
+package watch
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// appServer serves apps of group example.com in namespace n, as the API
+// server does after their CRD changed: every object is sent with the
+// current schema's defaults (port) and keeps its resource version. Lists
+// and watch-lists wait while gate is closed; watches stream what add
+// sends.
+type appServer struct {
+	t         *testing.T
+	watchList bool // the server streams watch-lists
+	mu        sync.Mutex
+	port      int            // the default of spec.port; 0: none
+	objects   map[string]int // name: resource version
+	rv        int
+	gate      chan struct{} // nil: lists go through
+	events    chan string
+	lists     atomic.Int32
+}
+
+func newAppServer(t *testing.T, watchList bool) *appServer {
+	return &appServer{t: t, watchList: watchList, objects: map[string]int{"p": 5}, rv: 5, events: make(chan string, 10)}
+}
+
+func (s *appServer) objectLocked(name string) string {
+	spec := `{}`
+	if s.port != 0 {
+		spec = fmt.Sprintf(`{"port":%d}`, s.port)
+	}
+	return fmt.Sprintf(`{"apiVersion":"example.com/v1","kind":"App","metadata":{"name":%q,"namespace":"n","uid":"u-%s","resourceVersion":"%d"},"spec":%s}`,
+		name, name, s.objects[name], spec)
+}
+
+func (s *appServer) itemsLocked() []string {
+	names := make([]string, 0, len(s.objects))
+	for name := range s.objects {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	items := make([]string, 0, len(names))
+	for _, name := range names {
+		items = append(items, s.objectLocked(name))
+	}
+	return items
+}
+
+// setDefault changes the schema's default of spec.port.
+func (s *appServer) setDefault(port int) {
+	s.mu.Lock()
+	s.port = port
+	s.mu.Unlock()
+}
+
+// add creates an object and sends its event to the open plain watch.
+func (s *appServer) add(name string) {
+	s.mu.Lock()
+	s.rv++
+	s.objects[name] = s.rv
+	e := `{"type":"ADDED","object":` + s.objectLocked(name) + `}`
+	s.mu.Unlock()
+	s.events <- e
+}
+
+func (s *appServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	q := r.URL.Query()
+	initial := q.Get("sendInitialEvents") == "true"
+	if q.Get("watch") != "true" || initial && s.watchList {
+		s.mu.Lock()
+		gate := s.gate
+		s.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		s.lists.Add(1)
+		s.mu.Lock()
+		items, rv := s.itemsLocked(), s.rv
+		s.mu.Unlock()
+		if !initial {
+			fmt.Fprintf(w, `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"%d"},"items":[%s]}`+"\n", rv, strings.Join(items, ","))
+			return
+		}
+		for _, item := range items {
+			fmt.Fprintln(w, `{"type":"ADDED","object":`+item+`}`)
+		}
+		fmt.Fprintf(w, `{"type":"BOOKMARK","object":{"apiVersion":"example.com/v1","kind":"App","metadata":{"resourceVersion":"%d","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n", rv)
+	} else if initial {
+		w.WriteHeader(http.StatusBadRequest) // no watch-list: the reflector lists
+		fmt.Fprintln(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"BadRequest","code":400}`)
+		return
+	}
+	w.(http.Flusher).Flush()
+	for {
+		select {
+		case e := <-s.events:
+			fmt.Fprintln(w, e)
+			w.(http.Flusher).Flush()
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// seen records the spec of each object a handler was told of, last first.
+type seen struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func (s *seen) handler(t *testing.T) Handler {
+	return func(o metav1.Object, _ bool) {
+		u, err := Decode(o)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		s.mu.Lock()
+		s.last[u.GetName()] = fmt.Sprint(u.Object["spec"])
+		s.mu.Unlock()
+	}
+}
+
+func (s *seen) get(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last[name]
+}
+
+// Relist reaches the informer's cache and its handlers, in both ways a
+// reflector lists: the server sends the object again with the same
+// resource version and a field its new schema defaults, as after a CRD
+// changed. Only the informers of the group list again; relists in a row
+// each take a list, not a growing backoff; and the replaced informer keeps
+// watching until its replacement has synced.
+func TestManagerRelist(t *testing.T) {
+	for _, watchList := range []bool{true, false} {
+		t.Run(fmt.Sprintf("watch-list %v", watchList), func(t *testing.T) {
+			srv := newAppServer(t, watchList)
+			hs := httptest.NewServer(srv)
+			defer hs.Close()
+			client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: hs.URL,
+				ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := New(Config{REST: client})
+			m.relistDelay = 200 * time.Millisecond
+			defer m.Shutdown()
+			key := Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}
+			got := &seen{last: map[string]string{}}
+			reg, err := m.Acquire(key, got.handler(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reg.Release()
+			waitUntil(t, "the informer to sync", reg.HasSynced)
+			cached := func(name string) string {
+				u, err := reg.Informer().Get("n", name)
+				if err != nil || u == nil {
+					return fmt.Sprint(u, err)
+				}
+				return fmt.Sprint(u.Object["spec"])
+			}
+
+			lists := srv.lists.Load()
+			m.Relist("other.example.com")
+			m.mu.Lock()
+			pending := m.informers[key].next
+			m.mu.Unlock()
+			if pending != nil || srv.lists.Load() != lists {
+				t.Errorf("a relist of another group replaced the informer")
+			}
+
+			// Two relists asked for at once make one list.
+			srv.setDefault(8080)
+			m.Relist("example.com")
+			m.Relist("example.com")
+			waitUntil(t, "the handler to get the default", func() bool { return got.get("p") == "map[port:8080]" })
+			if n := srv.lists.Load() - lists; n != 1 {
+				t.Errorf("two relists at once made %d lists", n)
+			}
+
+			// Five CRD changes in a row: each reaches the cache and the
+			// handler with one list, after relistDelay. A reflector that
+			// lists again waits its backoff first, 0.8 s doubling: 25 s
+			// or more for five.
+			lists = srv.lists.Load()
+			start := time.Now()
+			for port := 8081; port <= 8085; port++ {
+				srv.setDefault(port)
+				m.Relist("example.com")
+				want := fmt.Sprintf("map[port:%d]", port)
+				waitUntil(t, "the handler to get "+want, func() bool { return got.get("p") == want })
+				if c := cached("p"); c != want {
+					t.Fatalf("the handler got %s while the cache holds %s", want, c)
+				}
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("five relists took %v", d)
+			}
+			if n := srv.lists.Load() - lists; n != 5 {
+				t.Errorf("five relists made %d lists", n)
+			}
+			if !reg.HasSynced() {
+				t.Error("the registration is not synced after the relists")
+			}
+
+			// While the replacement cannot list, the running informer
+			// still follows the watch.
+			gate := make(chan struct{})
+			srv.mu.Lock()
+			srv.gate = gate
+			srv.mu.Unlock()
+			srv.setDefault(9090)
+			m.Relist("example.com")
+			srv.add("q")
+			waitUntil(t, "the handler to get q from the running watch", func() bool { return got.get("q") == "map[port:9090]" })
+			if c := cached("q"); c != "map[port:9090]" {
+				t.Errorf("the cache holds q as %s", c)
+			}
+			if c := cached("p"); c != "map[port:8085]" {
+				t.Errorf("before the replacement synced, the cache holds p as %s", c)
+			}
+			srv.mu.Lock()
+			srv.gate = nil
+			srv.mu.Unlock()
+			close(gate)
+			waitUntil(t, "the handler to get p again", func() bool { return got.get("p") == "map[port:9090]" })
+			if c := cached("p"); c != "map[port:9090]" {
+				t.Errorf("the cache holds p as %s", c)
+			}
+		})
+	}
+}
+
+// A user that acquires an informer while its replacement starts is moved
+// to it, and releasing the last user stops both.
+func TestManagerRelistAcquireRelease(t *testing.T) {
+	srv := newAppServer(t, false)
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: hs.URL,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(Config{REST: client})
+	m.relistDelay = 200 * time.Millisecond
+	defer m.Shutdown()
+	key := Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}
+	first := &seen{last: map[string]string{}}
+	reg1, err := m.Acquire(key, first.handler(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the informer to sync", reg1.HasSynced)
+
+	gate := make(chan struct{})
+	srv.mu.Lock()
+	srv.gate = gate
+	srv.mu.Unlock()
+	srv.setDefault(8080)
+	m.Relist("example.com")
+	second := &seen{last: map[string]string{}}
+	reg2, err := m.Acquire(key, second.handler(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the second user to sync on the running informer", reg2.HasSynced)
+	if got := second.get("p"); got != "map[]" {
+		t.Errorf("the second user got p as %q from the running informer", got)
+	}
+	srv.mu.Lock()
+	srv.gate = nil
+	srv.mu.Unlock()
+	close(gate)
+	for _, s := range []*seen{first, second} {
+		waitUntil(t, "each user to get p again", func() bool { return s.get("p") == "map[port:8080]" })
+	}
+
+	// A replacement that has not synced stops with its informer.
+	gate = make(chan struct{})
+	srv.mu.Lock()
+	srv.gate = gate
+	srv.mu.Unlock()
+	m.Relist("example.com")
+	m.mu.Lock()
+	inf := m.informers[key]
+	cur, next := inf.cur.Load(), inf.next
+	m.mu.Unlock()
+	if next == nil {
+		t.Fatal("no replacement is starting")
+	}
+	reg1.Release()
+	reg2.Release()
+	for what, g := range map[string]*generation{"the running informer": cur, "its replacement": next} {
+		select {
+		case <-g.done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s did not stop", what)
+		}
+	}
+	close(gate)
+	if len(m.Stats()) != 0 {
+		t.Errorf("informers left: %v", m.Stats())
+	}
+}
