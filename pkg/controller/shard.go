@@ -101,10 +101,7 @@ func (c *Controller) assign(rule *rules.Rule, parentRegs map[string]*watch.Regis
 	}
 	var stops []func()
 	for ns, reg := range parentRegs {
-		inf := reg.Informer()
-		// The indexer is read at each call: a relist replaces it.
-		list := func() []any { return inf.Indexer().List() }
-		stops = append(stops, c.shards.Assign(inf.Key().GVR, ns, rule.Parent.Selector.String(), list,
+		stops = append(stops, c.shards.Assign(reg.Informer().Key().GVR, ns, rule.Parent.Selector.String(), reg.Informer().Indexer().List,
 			func(namespace, name string, uid types.UID) {
 				c.left(Key{Rule: rule.Name, Namespace: namespace, Name: name}, uid)
 			}))

@@ -17,9 +17,8 @@
 // do), and the transform compacts the decoded objects. Events are normalised to one callback that receives the object's
 // metadata (for a delete, its last known state), and each registration
 // reports whether its informer has synced, which feeds readiness.
-// Manager.Relist replaces a group's informers with fresh ones, which list
-// again, as after its CRD changed the server decodes their objects under
-// the new schema; the old ones serve until the fresh ones have synced.
+// Manager.Relist has a group's informers list again, as after its CRD
+// changed the server decodes their objects under the new schema.
 //
 // The package knows nothing of rules or parents: which keys to watch, with
 // which selectors, and what an event means are the caller's business. A

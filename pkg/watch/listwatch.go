@@ -27,7 +27,77 @@ type listWatch struct {
 	client   rest.Interface
 	key      Key
 	segments []string // the resource's path
+
+	mu sync.Mutex
+	// wanted counts the relists asked for (Relist), and listed the ones a
+	// list, or a watch-list, started after: while listed < wanted, every
+	// watch ends with errRelist.
+	wanted, listed uint64
+	// listStart is wanted when the first page of the list being read
+	// was asked for.
+	listStart uint64
+	current   *eventStream // the last watch opened
 }
+
+// Relist makes the reflector list the resource again: the open watch, or
+// the next one, ends with 410 Expired, as one that the server finds too
+// old does. After a CustomResourceDefinition changed, the API server
+// decodes its objects under the new schema (defaults, pruning), but a
+// watch that resumes from its resource version sends only the objects
+// that change afterwards: the cache would keep the others as the old
+// schema made them, and a parent kgen found invalid would stay so.
+func (lw *listWatch) Relist() {
+	lw.mu.Lock()
+	lw.wanted++
+	s := lw.current
+	lw.mu.Unlock()
+	if s != nil {
+		s.body.Close() // it ends, and run finds the relist pending
+	}
+}
+
+// relistPending reports whether a relist was asked for that no list has
+// started after.
+func (lw *listWatch) relistPending() bool {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.listed < lw.wanted
+}
+
+// listing notes that a list starts: it serves the relists asked for so far.
+// It returns a func that records them as served once the list succeeded.
+func (lw *listWatch) listing() func() {
+	lw.mu.Lock()
+	n := lw.wanted
+	lw.mu.Unlock()
+	return func() {
+		lw.mu.Lock()
+		lw.listed = max(lw.listed, n)
+		lw.mu.Unlock()
+	}
+}
+
+// listingPages is listing for a list read in pages: the relists asked for
+// before its first page are served once its last page was read.
+func (lw *listWatch) listingPages(opts metav1.ListOptions) func(last bool) {
+	lw.mu.Lock()
+	if opts.Continue == "" {
+		lw.listStart = lw.wanted
+	}
+	n := lw.listStart
+	lw.mu.Unlock()
+	return func(last bool) {
+		if !last {
+			return
+		}
+		lw.mu.Lock()
+		lw.listed = max(lw.listed, n)
+		lw.mu.Unlock()
+	}
+}
+
+// errRelist is the 410 that makes the reflector list again (see Relist).
+var errRelist = apierrors.NewResourceExpired("kgen lists the resource again: its definition changed")
 
 func newListWatch(client rest.Interface, key Key) *listWatch {
 	gv := key.GVR.GroupVersion()
@@ -64,6 +134,7 @@ func (lw *listWatch) Watch(opts metav1.ListOptions) (apiwatch.Interface, error) 
 
 // ListWithContext implements cache.ListerWatcherWithContext.
 func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	listed := lw.listingPages(opts)
 	res := lw.request(opts).Do(ctx)
 	data, err := res.Raw()
 	if err != nil {
@@ -71,7 +142,11 @@ func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOption
 		// ... cannot list ..."); Raw's error has only the HTTP status.
 		return nil, res.Error()
 	}
-	return decodeList(data)
+	list, err := decodeList(data)
+	if err == nil {
+		listed(list.Continue == "")
+	}
+	return list, err
 }
 
 // WatchWithContext implements cache.ListerWatcherWithContext.
@@ -83,6 +158,17 @@ func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOption
 func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (apiwatch.Interface, error) {
 	opts.Watch = true
 	watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	var listed func()
+	switch {
+	case watchList:
+		// It streams every object first: a list.
+		listed = lw.listing()
+	case lw.relistPending():
+		ch := make(chan apiwatch.Event, 1)
+		ch <- apiwatch.Event{Type: apiwatch.Error, Object: &errRelist.ErrStatus}
+		close(ch)
+		return apiwatch.NewProxyWatcher(ch), nil
+	}
 	body, err := lw.request(opts).Stream(ctx)
 	if err != nil {
 		if watchList && apierrors.IsTooManyRequests(err) && cacheNotReady(err.Error()) {
@@ -94,7 +180,17 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptio
 		}
 		return nil, err
 	}
-	s := &eventStream{body: body, result: make(chan apiwatch.Event), done: make(chan struct{}), watchList: watchList, fromNow: opts.ResourceVersion == ""}
+	if listed != nil {
+		listed()
+	}
+	s := &eventStream{body: body, result: make(chan apiwatch.Event), done: make(chan struct{}), watchList: watchList, fromNow: opts.ResourceVersion == "",
+		relist: lw.relistPending}
+	lw.mu.Lock()
+	lw.current = s
+	lw.mu.Unlock()
+	if s.relist() {
+		s.body.Close() // asked for while the watch was being opened
+	}
 	go s.run()
 	return s, nil
 }
@@ -197,6 +293,9 @@ type eventStream struct {
 	// "too large resource version" when fromNow (the watch asked for no
 	// resource version, so the server's cache is what lags).
 	watchList, fromNow bool
+	// relist reports whether a relist is pending (listWatch.Relist): the
+	// stream then ends with errRelist, however it ended.
+	relist func() bool
 }
 
 // ResultChan implements watch.Interface.
@@ -223,6 +322,10 @@ func (s *eventStream) run() {
 			Object json.RawMessage    `json:"object"`
 		}
 		if err := dec.Decode(&event); err != nil {
+			if s.relist != nil && s.relist() {
+				s.fail(errRelist)
+				return
+			}
 			if initial && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
 				// A watch-list streams the initial objects, then a
 				// bookmark; ending before it, it failed.

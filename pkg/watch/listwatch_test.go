@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,3 +216,219 @@ func TestListWatchTooManyRequests(t *testing.T) {
 // again (after a CRD changed, a resumed watch would not send the objects
 // the new schema decodes differently), and every later watch too until a
 // list, or a watch-list, that started after it.
+func TestListWatchRelist(t *testing.T) {
+	var lw *listWatch
+	var duringList, duringWatch atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") != "true" {
+			if duringList.Load() {
+				lw.Relist()
+			}
+			page := `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"5"},"items":[]}`
+			if r.URL.Query().Get("limit") != "" && r.URL.Query().Get("continue") == "" {
+				page = `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"5","continue":"next"},"items":[]}`
+			}
+			fmt.Fprintln(w, page)
+			return
+		}
+		if duringWatch.Load() {
+			lw.Relist() // after the watch's check for a pending relist
+		}
+		fmt.Fprintln(w, `{"type":"ADDED","object":{"apiVersion":"example.com/v1","kind":"App","metadata":{"name":"a","namespace":"n","resourceVersion":"5"}}}`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // an open watch
+	}))
+	defer srv.Close()
+	client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: srv.URL,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw = newListWatch(client, Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}})
+	ends := func(w apiwatch.Interface) apiwatch.Event {
+		t.Helper()
+		var last apiwatch.Event
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case e, ok := <-w.ResultChan():
+				if !ok {
+					return last
+				}
+				last = e
+			case <-timeout:
+				w.Stop() // or the server waits for it forever
+				t.Fatal("the watch did not end")
+			}
+		}
+	}
+	expired := func(what string, e apiwatch.Event) {
+		t.Helper()
+		if e.Type != apiwatch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(e.Object)) {
+			t.Errorf("%s ended with %+v, want 410 Expired", what, e)
+		}
+	}
+	open := func(opts metav1.ListOptions) apiwatch.Interface {
+		t.Helper()
+		w, err := lw.WatchWithContext(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	streams := func(what string, w apiwatch.Interface) {
+		t.Helper()
+		select {
+		case e := <-w.ResultChan():
+			if e.Type != apiwatch.Added {
+				t.Fatalf("%s: first event %+v, want the object", what, e)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no event", what)
+		}
+	}
+	listOpts := func(opts metav1.ListOptions) {
+		t.Helper()
+		if _, err := lw.ListWithContext(context.Background(), opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() { t.Helper(); listOpts(metav1.ListOptions{}) }
+
+	w := open(metav1.ListOptions{ResourceVersion: "4"})
+	streams("a watch", w)
+	lw.Relist()
+	expired("the open watch", ends(w))
+	w.Stop()
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	expired("a watch before a list", ends(w))
+	w.Stop()
+
+	list()
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	streams("a watch after the list", w)
+	w.Stop()
+
+	// Asked for while a list runs, which may read the old schema.
+	duringList.Store(true)
+	list()
+	duringList.Store(false)
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	expired("a watch after a list that started before the relist", ends(w))
+	w.Stop()
+
+	// A list in pages serves it once its last page was read, and only
+	// the relists asked for before its first.
+	listOpts(metav1.ListOptions{Limit: 1})
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	expired("a watch after the first page of a list", ends(w))
+	w.Stop()
+	duringList.Store(true)
+	listOpts(metav1.ListOptions{Limit: 1, Continue: "next"}) // asked again
+	duringList.Store(false)
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	expired("a watch after a list whose first page came before a relist", ends(w))
+	w.Stop()
+	listOpts(metav1.ListOptions{Limit: 1})
+	listOpts(metav1.ListOptions{Limit: 1, Continue: "next"})
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	streams("a watch after a whole list in pages", w)
+	w.Stop()
+
+	// Asked for while the watch is being opened, after it checked.
+	duringWatch.Store(true)
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	duringWatch.Store(false)
+	expired("a watch opened while a relist was asked for", ends(w))
+	w.Stop()
+	list()
+
+	// A watch-list streams every object first: it serves the relist.
+	w = open(metav1.ListOptions{SendInitialEvents: new(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+	streams("a watch-list", w)
+	w.Stop()
+	w = open(metav1.ListOptions{ResourceVersion: "5"})
+	streams("a watch after the watch-list", w)
+	w.Stop()
+}
+
+// Relist reaches the informer's cache and its handlers, in both ways a
+// reflector lists: the server sends the object again with the same
+// resource version and a field its new schema defaults, as after a CRD
+// changed; only the informers of the group list again.
+func TestManagerRelist(t *testing.T) {
+	for _, watchList := range []bool{true, false} {
+		t.Run(fmt.Sprintf("watch-list %v", watchList), func(t *testing.T) {
+			var defaulted atomic.Bool
+			var requests atomic.Int32
+			object := func() string {
+				spec := `{}`
+				if defaulted.Load() {
+					spec = `{"port":8080}`
+				}
+				return `{"apiVersion":"example.com/v1","kind":"App","metadata":{"name":"p","namespace":"n","uid":"u1","resourceVersion":"5"},"spec":` + spec + `}`
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				requests.Add(1)
+				q := r.URL.Query()
+				switch {
+				case q.Get("watch") != "true":
+					fmt.Fprintln(w, `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"5"},"items":[`+object()+`]}`)
+					return
+				case q.Get("sendInitialEvents") == "true" && watchList:
+					fmt.Fprintln(w, `{"type":"ADDED","object":`+object()+`}`)
+					fmt.Fprintln(w, `{"type":"BOOKMARK","object":{"apiVersion":"example.com/v1","kind":"App","metadata":{"resourceVersion":"5","annotations":{"k8s.io/initial-events-end":"true"}}}}`)
+				case q.Get("sendInitialEvents") == "true":
+					w.WriteHeader(http.StatusBadRequest) // no watch-list: the reflector lists
+					fmt.Fprintln(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"BadRequest","code":400}`)
+					return
+				}
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			}))
+			defer srv.Close()
+			client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: srv.URL,
+				ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := New(Config{REST: client})
+			defer m.Shutdown()
+			var mu sync.Mutex
+			var seen []string
+			reg, err := m.Acquire(Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}, func(o metav1.Object, _ bool) {
+				u, err := Decode(o)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				seen = append(seen, fmt.Sprint(u.Object["spec"]))
+				mu.Unlock()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reg.Release()
+			waitUntil(t, "the informer to sync", reg.HasSynced)
+			defaulted.Store(true)
+			before := requests.Load()
+			m.Relist("other.example.com")
+			time.Sleep(2 * time.Second) // a relist would come after 0.8-1.6 s
+			if n := requests.Load(); n != before {
+				t.Errorf("a relist of another group made %d requests", n-before)
+			}
+			m.Relist("example.com")
+			waitUntil(t, "the handler to get the object again", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(seen) > 0 && seen[len(seen)-1] == "map[port:8080]"
+			})
+			if u, _ := reg.Informer().Get("n", "p"); u == nil || fmt.Sprint(u.Object["spec"]) != "map[port:8080]" {
+				t.Errorf("the cache holds %v", u)
+			}
+		})
+	}
+}

@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
@@ -62,6 +60,10 @@ type Config struct {
 	// when nil.
 	Transform cache.TransformFunc
 	// ResyncPeriod, when set, replays the cache to handlers periodically.
+	// Leave it 0 for Relist to reach handlers at once: a relisted object
+	// keeps its resource version, and a shared informer delivers such an
+	// update only to handlers that are due a resync, which with no period
+	// all always are.
 	ResyncPeriod time.Duration
 	// OnWatchError is told of every list or watch error of an informer.
 	OnWatchError func(key Key, err error)
@@ -72,8 +74,6 @@ type Manager struct {
 	cfg Config
 
 	writes *Writes
-	// relistDelay is relistDelay but in tests.
-	relistDelay time.Duration
 
 	mu        sync.Mutex
 	informers map[Key]*Informer
@@ -84,7 +84,7 @@ func New(cfg Config) *Manager {
 	if cfg.Transform == nil {
 		cfg.Transform = Compact
 	}
-	m := &Manager{cfg: cfg, informers: map[Key]*Informer{}, writes: NewWrites(), relistDelay: relistDelay}
+	m := &Manager{cfg: cfg, informers: map[Key]*Informer{}, writes: NewWrites()}
 	m.writes.cached = m.cachedResourceVersion
 	return m
 }
@@ -93,54 +93,25 @@ func New(cfg Config) *Manager {
 // informers keep up to date.
 func (m *Manager) Writes() *Writes { return m.writes }
 
-// Informer is one running informer and its cache. Relist replaces the
-// client-go informer behind it with a fresh one (see Manager.Relist); its
-// methods always read the current one.
+// Informer is one running informer and its cache.
 type Informer struct {
-	key Key
-	cur atomic.Pointer[generation]
-	// next, guarded by Manager.mu, replaces cur once it has synced; nil
-	// when no replacement is starting.
-	next *generation
-	// regs, guarded by Manager.mu, are the informer's users.
-	regs map[*Registration]struct{}
-}
-
-// generation is one client-go informer of an Informer.
-type generation struct {
+	key      Key
+	lw       *listWatch // nil for a dynamic informer
 	informer cache.SharedIndexInformer
-	ctx      context.Context
 	cancel   context.CancelFunc
 	done     chan struct{}
-}
-
-// start runs the informer after delay, unless it is stopped first.
-func (g *generation) start(delay time.Duration) {
-	go func() {
-		defer close(g.done)
-		if delay > 0 {
-			t := time.NewTimer(delay)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-g.ctx.Done():
-				return
-			}
-		}
-		g.informer.RunWithContext(g.ctx)
-	}()
+	refs     int
 }
 
 // Key returns what the informer watches.
 func (i *Informer) Key() Key { return i.key }
 
 // Indexer returns the informer's cache. Objects in it are shared: never
-// modify them. After a relist it is another cache: ask again rather than
-// keep it.
-func (i *Informer) Indexer() cache.Indexer { return i.cur.Load().informer.GetIndexer() }
+// modify them.
+func (i *Informer) Indexer() cache.Indexer { return i.informer.GetIndexer() }
 
 // HasSynced reports whether the informer has listed everything once.
-func (i *Informer) HasSynced() bool { return i.cur.Load().informer.HasSynced() }
+func (i *Informer) HasSynced() bool { return i.informer.HasSynced() }
 
 // Get returns the cached object with the given namespace and name, decoded
 // (see Decode): the result is the caller's own. It returns nil and no error
@@ -150,7 +121,7 @@ func (i *Informer) Get(namespace, name string) (*unstructured.Unstructured, erro
 	if namespace != "" {
 		key = namespace + "/" + name
 	}
-	obj, ok, err := i.Indexer().GetByKey(key)
+	obj, ok, err := i.informer.GetIndexer().GetByKey(key)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -161,14 +132,8 @@ func (i *Informer) Get(namespace, name string) (*unstructured.Unstructured, erro
 type Registration struct {
 	m        *Manager
 	informer *Informer
-	handler  Handler
-	// handle, guarded by m.mu, is the handler's registration with the
-	// informer's current generation.
-	handle cache.ResourceEventHandlerRegistration
-	// synced stays set once the handler has seen the first list: a
-	// relist does not make a user unsynced again.
-	synced atomic.Bool
-	once   sync.Once
+	handle   cache.ResourceEventHandlerRegistration
+	once     sync.Once
 }
 
 // Informer returns the informer the registration holds.
@@ -176,19 +141,7 @@ func (r *Registration) Informer() *Informer { return r.informer }
 
 // HasSynced reports whether the handler has seen every object of the
 // informer's first list.
-func (r *Registration) HasSynced() bool {
-	if r.synced.Load() {
-		return true
-	}
-	r.m.mu.Lock()
-	handle := r.handle
-	r.m.mu.Unlock()
-	if !handle.HasSynced() {
-		return false
-	}
-	r.synced.Store(true)
-	return true
-}
+func (r *Registration) HasSynced() bool { return r.handle.HasSynced() }
 
 // Release removes the handler and stops the informer if no one else uses it.
 // It is safe to call more than once.
@@ -208,25 +161,19 @@ func (m *Manager) Acquire(key Key, handler Handler) (*Registration, error) {
 			return nil, err
 		}
 	}
-	r := &Registration{m: m, informer: inf, handler: handler}
-	handle, err := inf.cur.Load().informer.AddEventHandler(handlerFuncs(handler))
+	handle, err := inf.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { deliver(handler, obj, false) },
+		UpdateFunc: func(_, obj any) { deliver(handler, obj, false) },
+		DeleteFunc: func(obj any) { deliver(handler, obj, true) },
+	})
 	if err != nil {
-		if len(inf.regs) == 0 {
+		if inf.refs == 0 {
 			m.stopLocked(inf)
 		}
 		return nil, fmt.Errorf("watch %s: %w", key, err)
 	}
-	r.handle = handle
-	inf.regs[r] = struct{}{}
-	return r, nil
-}
-
-func handlerFuncs(handler Handler) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { deliver(handler, obj, false) },
-		UpdateFunc: func(_, obj any) { deliver(handler, obj, false) },
-		DeleteFunc: func(obj any) { deliver(handler, obj, true) },
-	}
+	inf.refs++
+	return &Registration{m: m, informer: inf, handle: handle}, nil
 }
 
 func deliver(handler Handler, obj any, deleted bool) {
@@ -239,27 +186,11 @@ func deliver(handler Handler, obj any, deleted bool) {
 }
 
 func (m *Manager) startLocked(key Key) (*Informer, error) {
-	g, err := m.newGeneration(key)
-	if err != nil {
-		return nil, err
-	}
-	// The first handler tells Writes what the cache now holds.
-	if _, err := g.informer.AddEventHandler(handlerFuncs(m.writes.observe)); err != nil {
-		g.cancel()
-		return nil, fmt.Errorf("watch %s: %w", key, err)
-	}
-	inf := &Informer{key: key, regs: map[*Registration]struct{}{}}
-	inf.cur.Store(g)
-	g.start(0)
-	m.informers[key] = inf
-	return inf, nil
-}
-
-// newGeneration returns an informer for key, not started, with no handler.
-func (m *Manager) newGeneration(key Key) (*generation, error) {
 	var informer cache.SharedIndexInformer
+	var lw *listWatch
 	if m.cfg.REST != nil {
-		informer = cache.NewSharedIndexInformer(newListWatch(m.cfg.REST, key), &Object{}, m.cfg.ResyncPeriod, cache.Indexers{})
+		lw = newListWatch(m.cfg.REST, key)
+		informer = cache.NewSharedIndexInformer(lw, &Object{}, m.cfg.ResyncPeriod, cache.Indexers{})
 	} else {
 		tweak := func(o *metav1.ListOptions) { o.LabelSelector = key.Selector }
 		factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(m.cfg.Client, m.cfg.ResyncPeriod, key.Namespace, tweak)
@@ -285,6 +216,14 @@ func (m *Manager) newGeneration(key Key) (*generation, error) {
 			return nil, fmt.Errorf("watch %s: %w", key, err)
 		}
 	}
+	// The first handler tells Writes what the cache now holds.
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { deliver(m.writes.observe, obj, false) },
+		UpdateFunc: func(_, obj any) { deliver(m.writes.observe, obj, false) },
+		DeleteFunc: func(obj any) { deliver(m.writes.observe, obj, true) },
+	}); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", key, err)
+	}
 	if m.cfg.OnWatchError != nil {
 		onError := m.cfg.OnWatchError
 		if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
@@ -295,132 +234,46 @@ func (m *Manager) newGeneration(key Key) (*generation, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &generation{informer: informer, ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
+	inf := &Informer{key: key, lw: lw, informer: informer, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(inf.done)
+		informer.RunWithContext(ctx)
+	}()
+	m.informers[key] = inf
+	return inf, nil
 }
 
 func (m *Manager) release(r *Registration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	inf := r.informer
-	_ = inf.cur.Load().informer.RemoveEventHandler(r.handle)
-	delete(inf.regs, r)
-	if len(inf.regs) == 0 {
+	_ = inf.informer.RemoveEventHandler(r.handle)
+	inf.refs--
+	if inf.refs <= 0 {
 		m.stopLocked(inf)
 	}
 }
 
-// stopLocked stops an informer without waiting for it: its goroutines end
-// on their own once their contexts are cancelled.
+// stopLocked stops an informer without waiting for it: its goroutine ends
+// on its own once the context is cancelled.
 func (m *Manager) stopLocked(inf *Informer) {
-	inf.cur.Load().cancel()
-	if inf.next != nil {
-		inf.next.cancel()
-		inf.next = nil
-	}
+	inf.cancel()
 	if m.informers[inf.key] == inf {
 		delete(m.informers, inf.key)
 	}
 }
 
-// Relist replaces the running informers of an API group's resources with
-// fresh ones, which list them again: after a CustomResourceDefinition of
-// the group changed, the API server decodes its objects under the new
-// schema (defaults, pruning), but a watch that resumes from its resource
-// version sends only the objects that change afterwards, so the cache
-// would keep the others as the old schema made them.
-//
-// A fresh informer, rather than making the running one list again (ending
-// its watch with 410 Expired): client-go's reflector waits its backoff
-// before every list after the first, and shared informers do not let it
-// be set (client-go TODO #136943). Each relist within two minutes doubled
-// the wait, from 0.8-1.6 s up to 30-60 s, and the watch was down for all
-// of it: after five CRD changes in a row, parent edits followed 21-28 s
-// late. The fresh one lists after relistDelay; the running one keeps
-// watching and serving until the fresh one has synced; then the fresh one
-// becomes the cache, and every handler gets each of its objects as added.
-// A relist asked for while another is starting starts over, so the cache
-// that wins was listed after the last change.
-//
-// Informers over the dynamic client (without Config.REST) are left as they
-// are: only tests use them, with fake clients whose watches share the
-// objects the tracker keeps, which the transform changes.
+// Relist makes the running informers of an API group's resources list
+// them again (see listWatch.Relist): after a CustomResourceDefinition of
+// the group changed, what they cache was decoded under its old schema.
+// Informers over the dynamic client (without Config.REST) are left as
+// they are. The handlers get every object again (see Config.ResyncPeriod).
 func (m *Manager) Relist(group string) {
-	if m.cfg.REST == nil {
-		return
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for key, inf := range m.informers {
-		if key.GVR.Group == group {
-			m.replaceLocked(inf)
-		}
-	}
-}
-
-func (m *Manager) replaceLocked(inf *Informer) {
-	if inf.next != nil {
-		inf.next.cancel()
-		inf.next = nil
-	}
-	g, err := m.newGeneration(inf.key)
-	if err != nil {
-		if m.cfg.OnWatchError != nil {
-			m.cfg.OnWatchError(inf.key, err)
-		}
-		return
-	}
-	inf.next = g
-	g.start(m.relistDelay)
-	go func() {
-		if err := wait.PollUntilContextCancel(g.ctx, relistPoll, true, func(context.Context) (bool, error) {
-			return g.informer.HasSynced(), nil
-		}); err != nil {
-			return // stopped, or replaced by a later relist
-		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if inf.next == g {
-			m.swapLocked(inf, g)
-		}
-	}()
-}
-
-const (
-	// relistDelay is how long a replacing informer waits before it
-	// lists. The API server rebuilds a CRD's storage when its own
-	// informer sees the change, and kgen's event of it can come first: a
-	// list at once could still be served under the old schema. The
-	// running informer follows the watch meanwhile, and a relist asked
-	// for within the delay starts it over.
-	relistDelay = time.Second
-	// relistPoll is how often a replacing informer is checked for its
-	// sync.
-	relistPoll = 50 * time.Millisecond
-)
-
-// swapLocked makes g, synced, the informer's cache and moves every handler
-// to it. Each handler gets g's objects as added, once the cache is g: a
-// handler that reads the cache sees what it was told of. The writes
-// handler moves first, as it was first on the replaced informer.
-func (m *Manager) swapLocked(inf *Informer, g *generation) {
-	inf.next = nil
-	old := inf.cur.Swap(g)
-	// Events the old informer still delivers are followed by the same
-	// ones from g; those it drops, g has.
-	old.cancel()
-	add := func(h Handler) cache.ResourceEventHandlerRegistration {
-		// g runs, as only this Manager stops it, under m.mu: adding a
-		// handler does not fail.
-		handle, err := g.informer.AddEventHandler(handlerFuncs(h))
-		if err != nil && m.cfg.OnWatchError != nil {
-			m.cfg.OnWatchError(inf.key, err)
-		}
-		return handle
-	}
-	add(m.writes.observe)
-	for r := range inf.regs {
-		if handle := add(r.handler); handle != nil {
-			r.handle = handle
+		if key.GVR.Group == group && inf.lw != nil {
+			inf.lw.Relist()
 		}
 	}
 }
@@ -428,17 +281,14 @@ func (m *Manager) swapLocked(inf *Informer, g *generation) {
 // Shutdown stops every informer and waits until they have stopped.
 func (m *Manager) Shutdown() {
 	m.mu.Lock()
-	var gens []*generation
+	infs := make([]*Informer, 0, len(m.informers))
 	for _, inf := range m.informers {
-		gens = append(gens, inf.cur.Load())
-		if inf.next != nil {
-			gens = append(gens, inf.next)
-		}
+		infs = append(infs, inf)
 		m.stopLocked(inf)
 	}
 	m.mu.Unlock()
-	for _, g := range gens {
-		<-g.done
+	for _, inf := range infs {
+		<-inf.done
 	}
 }
 
@@ -457,7 +307,7 @@ func (m *Manager) cachedResourceVersion(gvr schema.GroupVersionResource, namespa
 		if k.GVR != gvr || (k.Namespace != "" && k.Namespace != namespace) {
 			continue
 		}
-		obj, ok, err := inf.Indexer().GetByKey(key)
+		obj, ok, err := inf.informer.GetIndexer().GetByKey(key)
 		if err != nil || !ok {
 			continue
 		}
@@ -483,7 +333,7 @@ func (m *Manager) Stats() []Stats {
 	defer m.mu.Unlock()
 	out := make([]Stats, 0, len(m.informers))
 	for key, inf := range m.informers {
-		out = append(out, Stats{Key: key, Objects: len(inf.Indexer().ListKeys()), Synced: inf.HasSynced(), Users: len(inf.regs)})
+		out = append(out, Stats{Key: key, Objects: len(inf.informer.GetIndexer().ListKeys()), Synced: inf.informer.HasSynced(), Users: inf.refs})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out
