@@ -566,9 +566,32 @@ func TestLanguageCreateOnly(t *testing.T) {
 		}
 		return nil
 	})
-	if pw2 := field(again, "password"); len(pw2) != 16 || pw2 == pw || field(again, "owner") != "b" {
+	pw2 := field(again, "password")
+	if len(pw2) != 16 || pw2 == pw || field(again, "owner") != "b" {
 		t.Errorf("recreated with password %q (was %q), owner %q: want a new 16-character password and owner b", pw2, pw, field(again, "owner"))
 	}
+
+	// The parent restored from a backup (section 6): a new UID, and the
+	// Secret, orphaned by the garbage collector, is adopted as it is.
+	// kgen used to apply its template, with a new password.
+	orphan := metav1.DeletePropagationOrphan
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "c", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, "c")
+	restored := create(t, gvr, gadget(group, ns, "c", map[string]any{"owner": "d"}))
+	adopted := waitFor(t, secretsGVR, ns, "c-password", func(s *unstructured.Unstructured) error {
+		if refs := s.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != restored.GetUID() {
+			return fmt.Errorf("ownerReferences = %v", refs)
+		}
+		return nil
+	})
+	if adopted.GetUID() != again.GetUID() || field(adopted, "password") != pw2 || field(adopted, "owner") != "b" {
+		t.Errorf("adopted: uid %s (was %s), password %q (was %q), owner %q (was b): want the object as it was",
+			adopted.GetUID(), again.GetUID(), field(adopted, "password"), pw2, field(adopted, "owner"))
+	}
+	waitEvent(t, ns, "c", "Adopted", 10*time.Second)
+	waitObserved(t, gvr, ns, "c")
 }
 
 // recordOf returns what kgen's record (the ConfigMap kgen-state in its

@@ -575,6 +575,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 				r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonConflict, out.msg)
 				return out, nil
 			}
+			if adopted != "" && rule.Child(step.ID).UpdatePolicy == rules.UpdateCreateOnly {
+				return r.adoptCreateOnly(ctx, client, rule, parent, live, step, gvr, ref, adopted)
+			}
 			op = OpUpdate
 			if adopted == "" && templateHash(live) == templateHash(desired) {
 				op = r.judge(desired, live)
@@ -628,6 +631,67 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 	default:
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventUpdated, "Updated %s (child %s)", ref, step.ID)
 	}
+	return out, nil
+}
+
+// adoptCreateOnly takes over a CreateOnly child whose owner is gone, or
+// that this parent orphaned earlier, without writing its content: it was
+// created once (a generated password, which data kept elsewhere was set up
+// with) and is never written again. Only kgen's labels and annotations and
+// the controller ownerReference change, in one merge patch carrying the
+// object's UID and resource version, so it never changes another object,
+// or one someone changed since it was read. As with orphan, the patch is
+// kgen's Update entry, which upgradeOwnership moves into kgen's apply entry
+// if the child's updatePolicy becomes Apply.
+func (r *Reconciler) adoptCreateOnly(ctx context.Context, client dynamic.ResourceInterface, rule *rules.Rule, parent, live *unstructured.Unstructured, step Step,
+	gvr schema.GroupVersionResource, ref, why string) (outcome, error) {
+	out := outcome{step: step}
+	desired := step.Object
+	labels := map[string]any{}
+	for _, k := range []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild, LabelShard} {
+		if v, ok := desired.GetLabels()[k]; ok {
+			labels[k] = v
+		} else {
+			labels[k] = nil
+		}
+	}
+	annotations := map[string]any{AnnotationOrphanedFrom: nil}
+	for _, k := range []string{AnnotationParent, AnnotationDeletionPolicy, AnnotationServiceAccount} {
+		if v, ok := desired.GetAnnotations()[k]; ok {
+			annotations[k] = v
+		} else {
+			annotations[k] = nil
+		}
+	}
+	// The gone owner's controller reference gives way to this parent's
+	// (none for a child in another namespace); other owners stay.
+	owners := []any{}
+	for _, o := range append(slices.DeleteFunc(live.GetOwnerReferences(), func(o metav1.OwnerReference) bool {
+		return o.Controller != nil && *o.Controller
+	}), desired.GetOwnerReferences()...) {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&o)
+		if err != nil {
+			return out, err
+		}
+		owners = append(owners, m)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": string(live.GetUID()), "resourceVersion": live.GetResourceVersion(),
+		"labels": labels, "annotations": annotations, "ownerReferences": owners,
+	}})
+	if err != nil {
+		return out, err
+	}
+	adopted, err := client.Patch(ctx, live.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		out.reason, out.msg = failure(rule, step.ID, ref, "adopt", err)
+		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
+		return out, wrapFailure(fmt.Errorf("adopt %s: %w", ref, err))
+	}
+	r.cfg.Writes.Wrote(gvr, adopted)
+	out.live, out.ok = adopted, true
+	klog.FromContext(ctx).V(2).Info("Adopted child", "child", step.ID, "object", ref)
+	r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventAdopted, "Adopted %s (child %s, updatePolicy CreateOnly): %s; its content is kept", ref, step.ID, why)
 	return out, nil
 }
 

@@ -552,6 +552,9 @@ func TestReconcileOwnership(t *testing.T) {
 		conflict bool
 		events   []string
 		adopted  bool
+		// createOnly makes the child updatePolicy CreateOnly: adopted,
+		// its content is kept.
+		createOnly bool
 	}{{
 		name:     "an object that is not kgen's",
 		existing: []*unstructured.Unstructured{{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "web-config", "namespace": "team"}}}},
@@ -585,6 +588,25 @@ func TestReconcileOwnership(t *testing.T) {
 		events:   []string{"Normal Adopted Adopted configmaps team/web-config (child config): its owner no longer exists"},
 		adopted:  true,
 	}, {
+		// A generated password, which data elsewhere was set up with.
+		name:       "a CreateOnly child of a parent that no longer exists",
+		existing:   []*unstructured.Unstructured{ownedByOther("gone")},
+		events:     []string{"Normal Adopted Adopted configmaps team/web-config (child config, updatePolicy CreateOnly): its owner no longer exists; its content is kept"},
+		adopted:    true,
+		createOnly: true,
+	}, {
+		name:       "a CreateOnly object orphaned by a parent that no longer exists",
+		existing:   []*unstructured.Unstructured{orphaned("web", "gone")},
+		events:     []string{"Normal Adopted Adopted configmaps team/web-config (child config, updatePolicy CreateOnly): its owner no longer exists; its content is kept"},
+		adopted:    true,
+		createOnly: true,
+	}, {
+		name:       "a CreateOnly object this parent orphaned",
+		existing:   []*unstructured.Unstructured{orphaned("web", "parent")},
+		events:     []string{"Normal Adopted Adopted configmaps team/web-config (child config, updatePolicy CreateOnly): this parent let go of it earlier (deletionPolicy Orphan) and wants it again; its content is kept"},
+		adopted:    true,
+		createOnly: true,
+	}, {
 		name:     "an object orphaned by another parent that exists",
 		existing: []*unstructured.Unstructured{otherParent("web-old", "old"), orphaned("web-old", "old")},
 		reason:   ReasonConflict, conflict: true,
@@ -604,7 +626,11 @@ func TestReconcileOwnership(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, appRule)
+			rule := appRule
+			if tt.createOnly {
+				rule = strings.Replace(appRule, "  - id: config\n", "  - id: config\n    updatePolicy: CreateOnly\n", 1)
+			}
+			h := newHarness(t, rule)
 			h.api.add(tt.existing...)
 			res, err := h.reconcile(appParent(nil))
 			if err != nil {
@@ -626,6 +652,28 @@ func TestReconcileOwnership(t *testing.T) {
 			}
 			if tt.adopted && (len(cm.GetOwnerReferences()) != 1 || cm.GetOwnerReferences()[0].UID != "uid-parent" || cm.GetUID() != "uid-configmap-web-config") {
 				t.Errorf("adopted child: uid %s, ownerReferences %v", cm.GetUID(), cm.GetOwnerReferences())
+			}
+			if a, _, _ := unstructured.NestedString(cm.Object, "data", "a"); tt.adopted && (a == "old") != tt.createOnly {
+				t.Errorf("adopted child's data.a = %q (CreateOnly %t)", a, tt.createOnly)
+			}
+			if _, marked := cm.GetAnnotations()[AnnotationOrphanedFrom]; tt.adopted && marked {
+				t.Errorf("adopted child keeps the orphaned-from mark: %v", cm.GetAnnotations())
+			}
+			if tt.adopted && cm.GetLabels()[LabelRule] != "app" {
+				t.Errorf("adopted child's labels: %v", cm.GetLabels())
+			}
+			if tt.adopted && tt.createOnly {
+				// Adopted, it is the parent's child, and kept.
+				h.drain()
+				h.api.resetRequests()
+				if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+					t.Fatal(err)
+				}
+				for _, call := range h.api.calls() {
+					if strings.HasSuffix(call, "configmaps team/web-config") {
+						t.Errorf("the adopted CreateOnly child was written again: %q", h.api.calls())
+					}
+				}
 			}
 		})
 	}
