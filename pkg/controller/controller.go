@@ -425,6 +425,11 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
 		logger.Error(err, "Reconcile failed; waiting for a change to the parent, its children or the rule")
+		if result.RequeueAfter > 0 {
+			// Its status write must be made again (its resource version
+			// was taken): without it the parent would not say why.
+			c.queue.AddAfter(key, result.RequeueAfter)
+		}
 	case err != nil && reconcile.LearningKind(err) && c.queue.NumRequeues(key) < learningTries:
 		// The API server learns a new CRD's kind at its next reset of its
 		// own RESTMapper, up to 30 s later: a backoff that grows past a

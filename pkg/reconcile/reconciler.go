@@ -298,8 +298,13 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	var errs []error
 	var outcomes []outcome
 	var finalizerErr error
+	// The status write below tests the parent's resource version: it
+	// must be the one the finalizer's write made. (Before, a status that
+	// was not a keyed list failed that test, and when the reconcile also
+	// failed for good the parent was left without its Ready condition.)
+	latest := parent
 	if plan.Finalizer {
-		if finalizerErr = r.setFinalizer(ctx, mapping, parent, true); finalizerErr != nil {
+		if latest, finalizerErr = r.setFinalizerOn(ctx, mapping, parent, true); finalizerErr != nil {
 			errs = append(errs, finalizerErr)
 		}
 	}
@@ -381,7 +386,9 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		pruned(p.ID, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
 	}
 	if !plan.Finalizer && finalizerErr == nil {
-		errs = append(errs, r.setFinalizer(ctx, mapping, parent, false))
+		var err error
+		latest, err = r.setFinalizerOn(ctx, mapping, parent, false)
+		errs = append(errs, err)
 	}
 
 	r.seen.set(parent.GetUID(), live)
@@ -413,7 +420,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		f := pruneFailed[0]
 		cond = readyCondition(deleteReason(f.err), fmt.Sprintf("child %s: %v", f.id, f.err))
 	}
-	res, statusErr := r.writeStatus(ctx, rule, mapping, parent, status, cond, observed)
+	res, statusErr := r.writeStatus(ctx, rule, mapping, latest, status, cond, observed)
 	errs = append(errs, statusErr)
 	err := classify(errs)
 	if err == nil && cond.Reason == ReasonConflict {
@@ -1014,8 +1021,16 @@ func (r *Reconciler) Release(ctx context.Context, rule *rules.Rule, mapping mapp
 // setFinalizer adds or removes kgen's finalizer on the parent with
 // server-side apply, so other finalizers are never touched.
 func (r *Reconciler) setFinalizer(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, want bool) error {
+	_, err := r.setFinalizerOn(ctx, mapping, parent, want)
+	return err
+}
+
+// setFinalizerOn is setFinalizer, and returns the parent as the server
+// has it after the write, or parent when it wrote nothing: a status write
+// that follows needs the new resource version.
+func (r *Reconciler) setFinalizerOn(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured, want bool) (*unstructured.Unstructured, error) {
 	if slices.Contains(parent.GetFinalizers(), Finalizer) == want {
-		return nil
+		return parent, nil
 	}
 	patch := &unstructured.Unstructured{}
 	patch.SetAPIVersion(parent.GetAPIVersion())
@@ -1029,10 +1044,10 @@ func (r *Reconciler) setFinalizer(ctx context.Context, mapping mapper.Mapping, p
 	updated, err := r.resource(mapping, parent.GetNamespace()).Apply(ctx, parent.GetName(), patch,
 		metav1.ApplyOptions{FieldManager: finalizerManager, Force: true})
 	if apierrors.IsNotFound(err) && !want {
-		return nil
+		return parent, nil
 	}
 	if err != nil {
-		return fmt.Errorf("set finalizer on %s: %w", describeObject(mapping, parent), err)
+		return parent, fmt.Errorf("set finalizer on %s: %w", describeObject(mapping, parent), err)
 	}
 	// Until the cache shows it, the next reconcile must not patch again.
 	r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
@@ -1041,7 +1056,7 @@ func (r *Reconciler) setFinalizer(ctx context.Context, mapping mapper.Mapping, p
 	} else {
 		klog.FromContext(ctx).V(2).Info("Removed finalizer", "finalizer", Finalizer)
 	}
-	return nil
+	return updated, nil
 }
 
 // readiness computes the parent's Ready condition.

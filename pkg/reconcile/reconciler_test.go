@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -743,12 +744,27 @@ func (emptyLister) Children(string, types.UID) []*unstructured.Unstructured { re
 func TestReconcileErrors(t *testing.T) {
 	tests := []struct {
 		name     string
+		rule     string // appRule when empty
+		atomic   bool   // the parent's conditions are not keyed: a JSON patch
 		parent   map[string]any
 		inject   func(h *harness)
 		terminal bool
 		reason   string
 		says     string // words of the Ready message
 	}{{
+		// The finalizer's write changes the parent's resource version,
+		// which the status write then tests; a failure for good left
+		// the parent with no Ready condition.
+		name:   "the API server rejects a child while the finalizer is added",
+		rule:   strings.Replace(appRule, "  - id: config\n", "  - id: config\n    deletionPolicy: Orphan\n", 1),
+		atomic: true,
+		inject: func(h *harness) {
+			h.api.PrependReactor("patch", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", nil)
+			})
+		},
+		terminal: true, reason: ReasonInvalid,
+	}, {
 		name:     "the parent's data does not render",
 		parent:   map[string]any{"replicas": nil},
 		terminal: true, reason: ReasonInvalid,
@@ -791,7 +807,7 @@ func TestReconcileErrors(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, appRule)
+			h := newHarness(t, cmp.Or(tt.rule, appRule), func(c *Config) { c.Schemas = fakeSchemas{atomicConditions: tt.atomic} })
 			p := appParent(nil)
 			for k, v := range tt.parent {
 				if v == nil {
