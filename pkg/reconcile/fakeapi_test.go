@@ -367,6 +367,7 @@ var (
 	deployGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
 	nsGVK     = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
 	crGVK     = schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}
+	secretGVK = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
 )
 
 var fakeMappings = map[schema.GroupVersionKind]mapper.Mapping{
@@ -375,6 +376,7 @@ var fakeMappings = map[schema.GroupVersionKind]mapper.Mapping{
 	deployGVK: {Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments", Namespaced: true, Subresources: []string{"status", "scale"}},
 	nsGVK:     {Version: "v1", Kind: "Namespace", Resource: "namespaces", Subresources: []string{"status"}},
 	crGVK:     {Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole", Resource: "clusterroles"},
+	secretGVK: {Version: "v1", Kind: "Secret", Resource: "secrets", Namespaced: true},
 }
 
 func gvrOf(gvk schema.GroupVersionKind) schema.GroupVersionResource {

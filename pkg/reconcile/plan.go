@@ -241,6 +241,10 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 		c := rule.Child(id)
 		_, waiting := rendered.Waiting[id]
 		switch {
+		case c != nil && !sameKind(obj, c.GroupVersionKind) && rendering[id]:
+			// Replaced by an object of the new kind: deleted once that
+			// exists, as a renamed child is.
+			p.Superseded[id] = append(p.Superseded[id], obj)
 		case c != nil && !sameKind(obj, c.GroupVersionKind):
 			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its kind is no longer the child's"})
 		case c == nil:

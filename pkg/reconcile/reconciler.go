@@ -371,7 +371,15 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 				continue
 			}
 			why := "its forEach has no element for it any more"
-			if c := rule.Child(id); c != nil && len(c.ForEach) == 0 {
+			switch c := rule.Child(id); {
+			case c != nil && !sameKind(old, c.GroupVersionKind):
+				why = "its kind is no longer the child's"
+				for _, o := range outcomes {
+					if o.step.ID == id && o.live != nil {
+						why += "; it is replaced by " + o.live.GetKind() + " " + o.live.GetName()
+					}
+				}
+			case c != nil && len(c.ForEach) == 0:
 				why = "the child was renamed"
 				for _, o := range outcomes {
 					if o.step.ID == id && o.live != nil {

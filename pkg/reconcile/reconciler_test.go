@@ -1513,6 +1513,52 @@ func TestRenamedIDWaitingKeepsTheObject(t *testing.T) {
 	}
 }
 
+// A child whose kind changes is replaced as a renamed child is: the object
+// of the old kind is deleted only once the new one exists, and stays while
+// the new one cannot be created.
+func TestChildKindChangedKeepsTheOldUntilTheNewExists(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.converge(appParent(nil))
+	uid := h.api.get(cmGVK, "team", "web-config").GetUID()
+	to := strings.Replace(appRule, "      apiVersion: v1\n      kind: ConfigMap\n", "      apiVersion: v1\n      kind: Secret\n", 1)
+	if to == appRule {
+		t.Fatal("the rule did not change")
+	}
+	h.rule = parseRule(t, to)
+	refuse := true
+	h.api.PrependReactor("patch", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if !refuse {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Secret"}, "web-config", nil)
+	})
+	_, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+	if err == nil {
+		t.Fatal("no error for the refused Secret")
+	}
+	if o := h.api.get(cmGVK, "team", "web-config"); o == nil || o.GetUID() != uid {
+		t.Fatalf("the ConfigMap was deleted before the Secret that replaces it existed: %v", o)
+	}
+	if c := h.ready(); c["reason"] != ReasonInvalid {
+		t.Errorf("Ready = %v, want %s", c, ReasonInvalid)
+	}
+	h.drain()
+	refuse = false
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if h.api.get(secretGVK, "team", "web-config") == nil {
+		t.Fatal("the Secret was not created")
+	}
+	if o := h.api.get(cmGVK, "team", "web-config"); o != nil {
+		t.Errorf("the ConfigMap of the old kind stays: %v", o)
+	}
+	want := "Normal Deleted Deleted configmaps team/web-config (child config): its kind is no longer the child's; it is replaced by Secret web-config"
+	if got := h.drain(); !slices.Contains(got, want) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+}
+
 // A reader of a child held Terminating waits for it, and is not woken to
 // wait again (Result.Again), which would requeue the parent for as long
 // as the finalizer holds.
