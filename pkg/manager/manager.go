@@ -212,7 +212,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, err
 	}
 
-	broadcaster := record.NewBroadcaster()
+	broadcaster := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: eventSpamKey}))
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgen"})
 
 	m := &Manager{opts: opts, kube: kube, registry: reg, metrics: metricsServer, recorder: recorder, broadcast: broadcaster, restConfig: config}
@@ -567,4 +567,17 @@ func (m *Manager) publishCounts() map[string]string {
 // the shard the ring gives the Rule does.
 func (m *Manager) writesRuleStatus(rule string) bool {
 	return m.shard.Owner(shard.Key(ruleset.RuleGVR.GroupResource(), "", rule)) == m.shard.ID()
+}
+
+// eventSpamKey is client-go's key of the events' rate limit, which lets
+// each source record a burst of 25 events of one type about one object,
+// then one every 5 minutes, with the event's reason added. kgen records a
+// Warning per failing child on every retry: with client-go's key, four
+// children refused on a parent's first retries spent its budget within
+// seconds, and a failure of another kind that came next (DeleteFailed, a
+// Conflict) was never recorded. Each reason now has its own budget; there
+// are a dozen reasons, so the limit still holds.
+func eventSpamKey(e *corev1.Event) string {
+	return strings.Join([]string{e.Source.Component, e.Source.Host, e.InvolvedObject.Kind, e.InvolvedObject.Namespace,
+		e.InvolvedObject.Name, string(e.InvolvedObject.UID), e.InvolvedObject.APIVersion, e.Type, e.Reason}, "")
 }

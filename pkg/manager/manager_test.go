@@ -1,10 +1,13 @@
 package manager
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 
 	"kgen.dev/kgen/rules"
 )
@@ -22,5 +25,36 @@ func TestImpersonatorUnderAs(t *testing.T) {
 	_, err := impersonator(as)(sa)
 	if err == nil || !strings.Contains(err.Error(), "--as") || !strings.Contains(err.Error(), "system:serviceaccount:team:writer") {
 		t.Errorf("impersonator() under --as = %v, want an error naming --as and the account", err)
+	}
+}
+
+// A parent whose children fail on every retry spends the events' budget
+// of one reason, not of every reason: a failure of another kind that comes
+// next is still recorded.
+func TestEventSpamKeyPerReason(t *testing.T) {
+	c := record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{SpamKeyFunc: eventSpamKey})
+	event := func(reason, message string) *corev1.Event {
+		return &corev1.Event{Source: corev1.EventSource{Component: "kgen"}, Type: corev1.EventTypeWarning, Reason: reason, Message: message,
+			InvolvedObject: corev1.ObjectReference{APIVersion: "example.com/v1", Kind: "App", Namespace: "team", Name: "web", UID: "u"}}
+	}
+	skipped := 0
+	for i := range 40 {
+		r, err := c.EventCorrelate(event("Forbidden", fmt.Sprintf("child c%d: forbidden", i%4)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Skip {
+			skipped++
+		}
+	}
+	if skipped == 0 {
+		t.Error("40 events of one reason at once: none was held back")
+	}
+	r, err := c.EventCorrelate(event("DeleteFailed", "child m: forbidden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Skip {
+		t.Error("the first DeleteFailed event was held back by the Forbidden ones")
 	}
 }
