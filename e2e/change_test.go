@@ -1796,3 +1796,97 @@ spec:
 	t.Logf("the parent's child has the default %s after the CRD changed", time.Since(changed).Round(time.Millisecond))
 	waitReason(t, gvr, ns, "before", reconcile.ReasonReady)
 }
+
+// CRD changes in a row (contract section 6: a change of the cluster
+// around kgen lands whole): a parent edited right after each change is
+// followed at once, and a new default reaches a cached parent that lacks
+// the field. kgen used to make the informers list again through their
+// reflector, which waits a backoff before each list that doubles with
+// every relist within two minutes, with the watch down meanwhile: edits
+// after the third change waited up to 30 s.
+//
+// Only the first default can reach the parent: kgen's first write of it
+// (its status) stores the defaulted field, as any write does.
+func TestCRDChangesInARowKeepFollowing(t *testing.T) {
+	const group = "crdrow.example.com"
+	ns := newNamespace(t)
+	// port 0: no default; spare, which no rule reads, changes each time.
+	spec := func(port, spare int) apiextensionsv1.JSONSchemaProps {
+		props := apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"port":  {Type: "integer"},
+			"size":  {Type: "integer"},
+			"spare": {Type: "integer", Default: &apiextensionsv1.JSON{Raw: fmt.Appendf(nil, "%d", spare)}},
+		}}
+		if port != 0 {
+			props.Properties["port"] = apiextensionsv1.JSONSchemaProps{Type: "integer", Default: &apiextensionsv1.JSON{Raw: fmt.Appendf(nil, "%d", port)}}
+		}
+		return props
+	}
+	crd := crdOf(group, "App", "apps", apiextensionsv1.NamespaceScoped, &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+		"spec":   spec(0, 0),
+		"status": {Type: "object", XPreserveUnknownFields: new(true)},
+	}})
+	gvr := createCRD(t, crd)
+	startController(t, nil, writeRules(t, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: crd-row}
+spec:
+  parent: {apiVersion: `+group+`/v1, kind: App, namespaces: [`+ns+`]}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}"}
+      data:
+        port: ${string(parent.spec.port)}
+        size: ${string(parent.spec.size)}
+`)).waitReady(t)
+	// bare lacks the port, which only the API server's default gives it
+	// when the object is read; edited has its own.
+	create(t, gvr, map[string]any{"apiVersion": group + "/v1", "kind": "App", "metadata": map[string]any{"name": "bare", "namespace": ns},
+		"spec": map[string]any{"size": int64(1)}})
+	create(t, gvr, map[string]any{"apiVersion": group + "/v1", "kind": "App", "metadata": map[string]any{"name": "edited", "namespace": ns},
+		"spec": map[string]any{"size": int64(0), "port": int64(1)}})
+	child := func(name, field, want string) func() (bool, error) {
+		return func() (bool, error) {
+			o := get(t, cmGVR, ns, name)
+			if o == nil {
+				return false, errNotYet
+			}
+			err := expect(o, want, "data", field)
+			return err == nil, err
+		}
+	}
+	eventually(t, 60*time.Second, child("edited", "size", "0"), "the first child")
+	waitReason(t, gvr, ns, "bare", reconcile.ReasonInvalid, "port")
+
+	var slowest time.Duration
+	for i := 1; i <= 10; i++ {
+		live, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crd.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec(8080, i)
+		if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Update(t.Context(), live, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// By then kgen has heard of the change (a second after it) and
+		// used to have stopped watching for its relist.
+		time.Sleep(1500 * time.Millisecond)
+		patchSpec(t, gvr, ns, "edited", map[string]any{"size": int64(i)})
+		edited := time.Now()
+		eventually(t, 90*time.Second, child("edited", "size", fmt.Sprint(i)), "the edit after CRD change %d", i)
+		took := time.Since(edited)
+		t.Logf("the edit after CRD change %d was followed after %s", i, took.Round(time.Millisecond))
+		slowest = max(slowest, took)
+		if i == 1 {
+			eventually(t, 90*time.Second, child("bare", "port", "8080"), "the new default to reach the parent that lacked it")
+			t.Logf("the new default reached the parent's child after %s", time.Since(edited).Round(time.Millisecond))
+		}
+		time.Sleep(1500 * time.Millisecond) // each change is a relist of its own
+	}
+	if slowest > 3*time.Second {
+		t.Errorf("an edit after a CRD change was followed after %s, want at most 3 s", slowest.Round(time.Millisecond))
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,7 +39,30 @@ type listWatch struct {
 	// was asked for.
 	listStart uint64
 	current   *eventStream // the last watch opened
+	// known is what the reflector's store holds, as the lists and the
+	// events it was handed made it: a relist in the stream deletes what
+	// the fresh list lacks. paging collects the pages of a list.
+	known, paging map[objectKey]*Object
+	// delay, timer: a relist asked for starts after delay (relistDelay),
+	// and one asked for meanwhile starts it over.
+	delay time.Duration
+	timer *time.Timer
+	// inStream makes a relist in the open watch (eventStream.relist)
+	// rather than end it with errRelist; tests of that fallback turn it
+	// off.
+	inStream bool
 }
+
+// objectKey names an object in a listWatch's known set.
+type objectKey struct{ namespace, name string }
+
+func keyOf(o *Object) objectKey { return objectKey{o.Namespace, o.Name} }
+
+// relistDelay is how long a relist waits before it lists. The API server
+// rebuilds a CRD's storage when its own informer sees the change, and
+// kgen's event of it can come first: a list at once could still be
+// served under the old schema. The watch goes on meanwhile.
+const relistDelay = time.Second
 
 // Relist makes the reflector list the resource again: the open watch, or
 // the next one, ends with 410 Expired, as one that the server finds too
@@ -46,13 +71,37 @@ type listWatch struct {
 // watch that resumes from its resource version sends only the objects
 // that change afterwards: the cache would keep the others as the old
 // schema made them, and a parent kgen found invalid would stay so.
+//
+// The relist is made in the open watch when it can be (eventStream.relist):
+// the stream lists, sends what changed as events, and watches on from the
+// list. Ending the watch instead makes client-go's reflector list only
+// after its backoff, which shared informers do not let kgen set (client-go
+// TODO #136943): it doubles with every relist within two minutes, from
+// 0.8-1.6 s up to 30-60 s, with the watch down meanwhile, so after a few
+// CRD changes in a row parent edits were followed up to half a minute
+// late. The reflector still lists when the stream cannot (a watch-list
+// still sending its initial objects, or a list that keeps failing).
 func (lw *listWatch) Relist() {
 	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.timer != nil {
+		lw.timer.Stop()
+	}
+	if lw.delay <= 0 {
+		lw.relistLocked()
+		return
+	}
+	lw.timer = time.AfterFunc(lw.delay, func() {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		lw.relistLocked()
+	})
+}
+
+func (lw *listWatch) relistLocked() {
 	lw.wanted++
-	s := lw.current
-	lw.mu.Unlock()
-	if s != nil {
-		s.body.Close() // it ends, and run finds the relist pending
+	if lw.current != nil {
+		lw.current.interrupt() // it ends, and run finds the relist pending
 	}
 }
 
@@ -108,7 +157,7 @@ func newListWatch(client rest.Interface, key Key) *listWatch {
 	if key.Namespace != "" {
 		segments = append(segments, "namespaces", key.Namespace)
 	}
-	return &listWatch{client: client, key: key, segments: append(segments, key.GVR.Resource)}
+	return &listWatch{client: client, key: key, segments: append(segments, key.GVR.Resource), delay: relistDelay, inStream: true}
 }
 
 // request returns a list or watch request. The client does not retry it
@@ -145,8 +194,61 @@ func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOption
 	list, err := decodeList(data)
 	if err == nil {
 		listed(list.Continue == "")
+		lw.listedPage(opts.Continue == "", list)
 	}
 	return list, err
+}
+
+// listedPage records a page of a list handed to the reflector: once the
+// last page is read, the list is what its store holds.
+func (lw *listWatch) listedPage(first bool, list *List) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if first || lw.paging == nil {
+		lw.paging = make(map[objectKey]*Object, len(list.Items))
+	}
+	for _, o := range list.Items {
+		lw.paging[keyOf(o)] = o
+	}
+	if list.Continue == "" {
+		lw.known, lw.paging = lw.paging, nil
+	}
+}
+
+// observe records an event the reflector took from stream s, if s is the
+// watch open now.
+func (lw *listWatch) observe(s *eventStream, t apiwatch.EventType, o *Object) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.current != s {
+		return
+	}
+	if lw.known == nil {
+		lw.known = map[objectKey]*Object{}
+	}
+	switch t {
+	case apiwatch.Added, apiwatch.Modified:
+		lw.known[keyOf(o)] = o
+	case apiwatch.Deleted:
+		delete(lw.known, keyOf(o))
+	}
+}
+
+// replaceKnown records that the reflector's store holds objects, after
+// the initial objects of a watch-list or a relist in stream s.
+func (lw *listWatch) replaceKnown(s *eventStream, objects map[objectKey]*Object) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.current == s {
+		lw.known = objects
+	}
+}
+
+// knownNow returns a copy of what the reflector's store holds.
+func (lw *listWatch) knownNow() map[objectKey]*Object {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return maps.Clone(lw.known)
 }
 
 // WatchWithContext implements cache.ListerWatcherWithContext.
@@ -184,12 +286,12 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptio
 		listed()
 	}
 	s := &eventStream{body: body, result: make(chan apiwatch.Event), done: make(chan struct{}), watchList: watchList, fromNow: opts.ResourceVersion == "",
-		relist: lw.relistPending}
+		lw: lw, ctx: ctx, timeoutSeconds: opts.TimeoutSeconds}
 	lw.mu.Lock()
 	lw.current = s
 	lw.mu.Unlock()
-	if s.relist() {
-		s.body.Close() // asked for while the watch was being opened
+	if lw.relistPending() {
+		s.interrupt() // asked for while the watch was being opened
 	}
 	go s.run()
 	return s, nil
@@ -283,7 +385,15 @@ func decodeList(data []byte) (*List, error) {
 
 // eventStream is a watch.Interface over a JSON watch stream.
 type eventStream struct {
-	body   io.ReadCloser
+	lw  *listWatch
+	ctx context.Context
+	// timeoutSeconds is the watch's, for the watch a relist opens.
+	timeoutSeconds *int64
+
+	mu     sync.Mutex
+	body   io.ReadCloser // guarded by mu: a relist replaces it
+	closed bool          // Stop was called
+
 	result chan apiwatch.Event
 	done   chan struct{}
 	once   sync.Once
@@ -293,9 +403,13 @@ type eventStream struct {
 	// "too large resource version" when fromNow (the watch asked for no
 	// resource version, so the server's cache is what lags).
 	watchList, fromNow bool
-	// relist reports whether a relist is pending (listWatch.Relist): the
-	// stream then ends with errRelist, however it ended.
-	relist func() bool
+}
+
+// interrupt ends the read of the body; run then finds a relist pending.
+func (s *eventStream) interrupt() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.body.Close()
 }
 
 // ResultChan implements watch.Interface.
@@ -305,26 +419,43 @@ func (s *eventStream) ResultChan() <-chan apiwatch.Event { return s.result }
 func (s *eventStream) Stop() {
 	s.once.Do(func() {
 		close(s.done)
+		s.mu.Lock()
+		s.closed = true
 		s.body.Close()
+		s.mu.Unlock()
 	})
 }
 
 func (s *eventStream) run() {
 	defer close(s.result)
 	defer s.Stop()
+	s.mu.Lock()
 	dec := json.NewDecoder(s.body)
+	s.mu.Unlock()
 	// initial is set, for a watch-list, until the bookmark that ends the
-	// initial objects.
+	// initial objects, which are collected in initialObjects.
 	initial := s.watchList
+	var initialObjects map[objectKey]*Object
+	if initial {
+		initialObjects = map[objectKey]*Object{}
+	}
 	for {
 		var event struct {
 			Type   apiwatch.EventType `json:"type"`
 			Object json.RawMessage    `json:"object"`
 		}
 		if err := dec.Decode(&event); err != nil {
-			if s.relist != nil && s.relist() {
-				s.fail(errRelist)
-				return
+			if s.lw.relistPending() {
+				if initial || !s.lw.inStream {
+					s.fail(errRelist)
+					return
+				}
+				body, ok := s.relist()
+				if !ok {
+					return
+				}
+				dec = json.NewDecoder(body)
+				continue
 			}
 			if initial && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
 				// A watch-list streams the initial objects, then a
@@ -359,9 +490,6 @@ func (s *eventStream) run() {
 				s.fail(fmt.Errorf("unable to decode a %s event: %w", event.Type, err))
 				return
 			}
-			if event.Type == apiwatch.Bookmark && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-				initial = false
-			}
 			obj = o
 		default:
 			s.fail(fmt.Errorf("unknown watch event type %q", event.Type))
@@ -370,7 +498,123 @@ func (s *eventStream) run() {
 		if !s.send(apiwatch.Event{Type: event.Type, Object: obj}) {
 			return
 		}
+		if o, ok := obj.(*Object); ok {
+			switch {
+			case initial && event.Type == apiwatch.Bookmark && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true":
+				initial = false
+				s.lw.replaceKnown(s, initialObjects)
+			case initial && event.Type == apiwatch.Added:
+				initialObjects[keyOf(o)] = o
+			case !initial:
+				s.lw.observe(s, event.Type, o)
+			}
+		}
 	}
+}
+
+// relist lists the resource again within the open watch (see
+// listWatch.Relist): it lists it from the server, sends each object as
+// added or modified and each one the reflector's store holds that the
+// list lacks as deleted, then a bookmark of the list's resource version,
+// and returns the body of a watch from there. A list that fails is tried
+// again twice, a second apart (the API server may answer 429 while it
+// rebuilds a changed CRD's storage); then it reports errRelist, and the
+// reflector lists. ok is false when the stream ends.
+func (s *eventStream) relist() (body io.ReadCloser, ok bool) {
+	lw := s.lw
+	select {
+	case <-s.done:
+		return nil, false // stopped, not interrupted
+	default:
+	}
+	served := lw.listing()
+	var list *List
+	for try := 0; ; try++ {
+		res := lw.request(metav1.ListOptions{}).Do(s.ctx)
+		data, err := res.Raw()
+		if err == nil {
+			list, err = decodeList(data)
+		} else {
+			err = res.Error()
+		}
+		if err == nil {
+			break
+		}
+		if try == 2 {
+			s.fail(errRelist)
+			return nil, false
+		}
+		select {
+		case <-s.done:
+			return nil, false
+		case <-time.After(time.Second):
+		}
+	}
+	// Each event is recorded once the reflector took it, so what kgen
+	// knows of its store stays true if the stream ends midway.
+	send := func(t apiwatch.EventType, o *Object) bool {
+		if !s.send(apiwatch.Event{Type: t, Object: o}) {
+			return false
+		}
+		lw.observe(s, t, o)
+		return true
+	}
+	known := lw.knownNow()
+	listed := make(map[objectKey]bool, len(list.Items))
+	for _, o := range list.Items {
+		k := keyOf(o)
+		t := apiwatch.Added
+		if _, ok := known[k]; ok {
+			t = apiwatch.Modified
+		}
+		listed[k] = true
+		if !send(t, o) {
+			return nil, false
+		}
+	}
+	for k, o := range known {
+		if !listed[k] && !send(apiwatch.Deleted, o) {
+			return nil, false
+		}
+	}
+	bookmark := &Object{}
+	bookmark.APIVersion, bookmark.Kind, bookmark.ResourceVersion = list.APIVersion, strings.TrimSuffix(list.Kind, "List"), list.ResourceVersion
+	if !s.send(apiwatch.Event{Type: apiwatch.Bookmark, Object: bookmark}) {
+		return nil, false
+	}
+	served()
+	// The watch of a CRD's new storage is answered 429 until its cache
+	// has started: tried again here, or the reflector would, after its
+	// growing backoff.
+	var err error
+	for try := 0; ; try++ {
+		body, err = lw.request(metav1.ListOptions{Watch: true, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true,
+			TimeoutSeconds: s.timeoutSeconds}).Stream(s.ctx)
+		if err == nil || !apierrors.IsTooManyRequests(err) || try == 9 {
+			break
+		}
+		select {
+		case <-s.done:
+			return nil, false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		s.fail(err) // the reflector watches again from the bookmark
+		return nil, false
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		body.Close()
+		return nil, false
+	}
+	s.body = body
+	s.mu.Unlock()
+	if lw.relistPending() {
+		s.interrupt() // asked for again while this one ran
+	}
+	return body, true
 }
 
 // fail reports err as an Error event unless the watch was stopped (then the

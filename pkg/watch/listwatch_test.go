@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,6 +245,8 @@ func TestListWatchRelist(t *testing.T) {
 		t.Fatal(err)
 	}
 	lw = newListWatch(client, Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}})
+	// The fallback: the watch ends, and the reflector lists.
+	lw.inStream, lw.delay = false, 0
 	ends := func(w apiwatch.Interface) apiwatch.Event {
 		t.Helper()
 		var last apiwatch.Event
@@ -351,84 +352,4 @@ func TestListWatchRelist(t *testing.T) {
 	w = open(metav1.ListOptions{ResourceVersion: "5"})
 	streams("a watch after the watch-list", w)
 	w.Stop()
-}
-
-// Relist reaches the informer's cache and its handlers, in both ways a
-// reflector lists: the server sends the object again with the same
-// resource version and a field its new schema defaults, as after a CRD
-// changed; only the informers of the group list again.
-func TestManagerRelist(t *testing.T) {
-	for _, watchList := range []bool{true, false} {
-		t.Run(fmt.Sprintf("watch-list %v", watchList), func(t *testing.T) {
-			var defaulted atomic.Bool
-			var requests atomic.Int32
-			object := func() string {
-				spec := `{}`
-				if defaulted.Load() {
-					spec = `{"port":8080}`
-				}
-				return `{"apiVersion":"example.com/v1","kind":"App","metadata":{"name":"p","namespace":"n","uid":"u1","resourceVersion":"5"},"spec":` + spec + `}`
-			}
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				requests.Add(1)
-				q := r.URL.Query()
-				switch {
-				case q.Get("watch") != "true":
-					fmt.Fprintln(w, `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"5"},"items":[`+object()+`]}`)
-					return
-				case q.Get("sendInitialEvents") == "true" && watchList:
-					fmt.Fprintln(w, `{"type":"ADDED","object":`+object()+`}`)
-					fmt.Fprintln(w, `{"type":"BOOKMARK","object":{"apiVersion":"example.com/v1","kind":"App","metadata":{"resourceVersion":"5","annotations":{"k8s.io/initial-events-end":"true"}}}}`)
-				case q.Get("sendInitialEvents") == "true":
-					w.WriteHeader(http.StatusBadRequest) // no watch-list: the reflector lists
-					fmt.Fprintln(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"BadRequest","code":400}`)
-					return
-				}
-				w.(http.Flusher).Flush()
-				<-r.Context().Done()
-			}))
-			defer srv.Close()
-			client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: srv.URL,
-				ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := New(Config{REST: client})
-			defer m.Shutdown()
-			var mu sync.Mutex
-			var seen []string
-			reg, err := m.Acquire(Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}, func(o metav1.Object, _ bool) {
-				u, err := Decode(o)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				seen = append(seen, fmt.Sprint(u.Object["spec"]))
-				mu.Unlock()
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer reg.Release()
-			waitUntil(t, "the informer to sync", reg.HasSynced)
-			defaulted.Store(true)
-			before := requests.Load()
-			m.Relist("other.example.com")
-			time.Sleep(2 * time.Second) // a relist would come after 0.8-1.6 s
-			if n := requests.Load(); n != before {
-				t.Errorf("a relist of another group made %d requests", n-before)
-			}
-			m.Relist("example.com")
-			waitUntil(t, "the handler to get the object again", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return len(seen) > 0 && seen[len(seen)-1] == "map[port:8080]"
-			})
-			if u, _ := reg.Informer().Get("n", "p"); u == nil || fmt.Sprint(u.Object["spec"]) != "map[port:8080]" {
-				t.Errorf("the cache holds %v", u)
-			}
-		})
-	}
 }

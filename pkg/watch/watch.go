@@ -74,6 +74,8 @@ type Manager struct {
 	cfg Config
 
 	writes *Writes
+	// relistDelay is the informers' (see listWatch.delay).
+	relistDelay time.Duration
 
 	mu        sync.Mutex
 	informers map[Key]*Informer
@@ -84,7 +86,7 @@ func New(cfg Config) *Manager {
 	if cfg.Transform == nil {
 		cfg.Transform = Compact
 	}
-	m := &Manager{cfg: cfg, informers: map[Key]*Informer{}, writes: NewWrites()}
+	m := &Manager{cfg: cfg, informers: map[Key]*Informer{}, writes: NewWrites(), relistDelay: relistDelay}
 	m.writes.cached = m.cachedResourceVersion
 	return m
 }
@@ -190,6 +192,7 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 	var lw *listWatch
 	if m.cfg.REST != nil {
 		lw = newListWatch(m.cfg.REST, key)
+		lw.delay = m.relistDelay
 		informer = cache.NewSharedIndexInformer(lw, &Object{}, m.cfg.ResyncPeriod, cache.Indexers{})
 	} else {
 		tweak := func(o *metav1.ListOptions) { o.LabelSelector = key.Selector }

@@ -1,0 +1,289 @@
+package watch
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// appServer serves apps of group example.com in namespace n, as the API
+// server does after their CRD changed: every object is sent with the
+// current schema's defaults (port) and keeps its resource version. Lists
+// and watch-lists wait while gate is closed; watches stream what add
+// sends.
+type appServer struct {
+	t         *testing.T
+	watchList bool // the server streams watch-lists
+	mu        sync.Mutex
+	port      int            // the default of spec.port; 0: none
+	objects   map[string]int // name: resource version
+	rv        int
+	gate      chan struct{} // nil: lists go through
+	events    chan string
+	lists     atomic.Int32
+	// refuseLists and refuseWatches are how many lists and watches to
+	// answer 429, as the API server does while it rebuilds a CRD's
+	// storage.
+	refuseLists, refuseWatches atomic.Int32
+}
+
+func refuse(w http.ResponseWriter) {
+	w.WriteHeader(http.StatusTooManyRequests)
+	fmt.Fprintln(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"TooManyRequests","code":429,"message":"storage is (re)initializing"}`)
+}
+
+func newAppServer(t *testing.T, watchList bool) *appServer {
+	return &appServer{t: t, watchList: watchList, objects: map[string]int{"p": 5}, rv: 5, events: make(chan string, 10)}
+}
+
+func (s *appServer) objectLocked(name string) string {
+	spec := `{}`
+	if s.port != 0 {
+		spec = fmt.Sprintf(`{"port":%d}`, s.port)
+	}
+	return fmt.Sprintf(`{"apiVersion":"example.com/v1","kind":"App","metadata":{"name":%q,"namespace":"n","uid":"u-%s","resourceVersion":"%d"},"spec":%s}`,
+		name, name, s.objects[name], spec)
+}
+
+func (s *appServer) itemsLocked() []string {
+	names := make([]string, 0, len(s.objects))
+	for name := range s.objects {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	items := make([]string, 0, len(names))
+	for _, name := range names {
+		items = append(items, s.objectLocked(name))
+	}
+	return items
+}
+
+// setDefault changes the schema's default of spec.port.
+func (s *appServer) setDefault(port int) {
+	s.mu.Lock()
+	s.port = port
+	s.mu.Unlock()
+}
+
+// remove deletes an object and sends no event: as if the watch had been
+// down when it went.
+func (s *appServer) remove(name string) {
+	s.mu.Lock()
+	delete(s.objects, name)
+	s.rv++
+	s.mu.Unlock()
+}
+
+// add creates an object and sends its event to the open plain watch.
+func (s *appServer) add(name string) {
+	s.mu.Lock()
+	s.rv++
+	s.objects[name] = s.rv
+	e := `{"type":"ADDED","object":` + s.objectLocked(name) + `}`
+	s.mu.Unlock()
+	s.events <- e
+}
+
+func (s *appServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	q := r.URL.Query()
+	initial := q.Get("sendInitialEvents") == "true"
+	if q.Get("watch") != "true" || initial && s.watchList {
+		s.mu.Lock()
+		gate := s.gate
+		s.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		s.lists.Add(1)
+		if !initial && s.refuseLists.Add(-1) >= 0 {
+			refuse(w)
+			return
+		}
+		s.mu.Lock()
+		items, rv := s.itemsLocked(), s.rv
+		s.mu.Unlock()
+		if !initial {
+			fmt.Fprintf(w, `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"%d"},"items":[%s]}`+"\n", rv, strings.Join(items, ","))
+			return
+		}
+		for _, item := range items {
+			fmt.Fprintln(w, `{"type":"ADDED","object":`+item+`}`)
+		}
+		fmt.Fprintf(w, `{"type":"BOOKMARK","object":{"apiVersion":"example.com/v1","kind":"App","metadata":{"resourceVersion":"%d","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n", rv)
+	} else if initial {
+		w.WriteHeader(http.StatusBadRequest) // no watch-list: the reflector lists
+		fmt.Fprintln(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"BadRequest","code":400}`)
+		return
+	} else if s.refuseWatches.Add(-1) >= 0 {
+		refuse(w)
+		return
+	}
+	w.(http.Flusher).Flush()
+	for {
+		select {
+		case e := <-s.events:
+			fmt.Fprintln(w, e)
+			w.(http.Flusher).Flush()
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// seen records the spec of each object a handler was told of, and which
+// it was told are gone.
+type seen struct {
+	mu      sync.Mutex
+	last    map[string]string
+	deleted map[string]bool
+}
+
+func (s *seen) isDeleted(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deleted[name]
+}
+
+func (s *seen) handler(t *testing.T) Handler {
+	return func(o metav1.Object, deleted bool) {
+		u, err := Decode(o)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		s.mu.Lock()
+		s.last[u.GetName()] = fmt.Sprint(u.Object["spec"])
+		s.deleted[u.GetName()] = deleted
+		s.mu.Unlock()
+	}
+}
+
+func (s *seen) get(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last[name]
+}
+
+// Relist reaches the informer's cache and its handlers, in both ways a
+// reflector lists: the server sends the object again with the same
+// resource version and a field its new schema defaults, as after a CRD
+// changed. Only the informers of the group list again; relists in a row
+// each take one list in the open watch, not the reflector's growing
+// backoff; an object gone meanwhile is deleted; and the watch goes on
+// until the relist starts.
+func TestManagerRelist(t *testing.T) {
+	for _, watchList := range []bool{true, false} {
+		t.Run(fmt.Sprintf("watch-list %v", watchList), func(t *testing.T) {
+			srv := newAppServer(t, watchList)
+			hs := httptest.NewServer(srv)
+			defer hs.Close()
+			client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: hs.URL,
+				ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := New(Config{REST: client})
+			m.relistDelay = 200 * time.Millisecond
+			defer m.Shutdown()
+			key := Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}
+			got := &seen{last: map[string]string{}, deleted: map[string]bool{}}
+			reg, err := m.Acquire(key, got.handler(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reg.Release()
+			waitUntil(t, "the informer to sync", reg.HasSynced)
+			cached := func(name string) string {
+				u, err := reg.Informer().Get("n", name)
+				if err != nil || u == nil {
+					return fmt.Sprint(u, err)
+				}
+				return fmt.Sprint(u.Object["spec"])
+			}
+
+			lists := srv.lists.Load()
+			m.Relist("other.example.com")
+			time.Sleep(500 * time.Millisecond)
+			if n := srv.lists.Load(); n != lists {
+				t.Errorf("a relist of another group made %d lists", n-lists)
+			}
+
+			// Two relists asked for at once make one list; the watch
+			// goes on until it starts.
+			srv.setDefault(8080)
+			m.Relist("example.com")
+			m.Relist("example.com")
+			srv.add("q")
+			waitUntil(t, "the handler to get q from the watch", func() bool { return got.get("q") != "" })
+			waitUntil(t, "the handler to get the default", func() bool { return got.get("p") == "map[port:8080]" })
+			if n := srv.lists.Load() - lists; n != 1 {
+				t.Errorf("two relists at once made %d lists", n)
+			}
+
+			// Five CRD changes in a row: each reaches the cache and the
+			// handler with one list. A reflector that lists again waits
+			// its backoff first, 0.8 s doubling: 25 s or more for five.
+			lists = srv.lists.Load()
+			start := time.Now()
+			for port := 8081; port <= 8085; port++ {
+				srv.setDefault(port)
+				m.Relist("example.com")
+				want := fmt.Sprintf("map[port:%d]", port)
+				waitUntil(t, "the handler to get "+want, func() bool { return got.get("p") == want })
+				if c := cached("p"); c != want {
+					t.Fatalf("the handler got %s while the cache holds %s", want, c)
+				}
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("five relists took %v", d)
+			}
+			if n := srv.lists.Load() - lists; n != 5 {
+				t.Errorf("five relists made %d lists", n)
+			}
+
+			// An object that went while no event told of it is deleted
+			// by the relist, and its handler told.
+			srv.remove("q")
+			m.Relist("example.com")
+			waitUntil(t, "the handler to be told q is gone", func() bool { return got.isDeleted("q") })
+			if u, _ := reg.Informer().Get("n", "q"); u != nil {
+				t.Errorf("the cache still holds q: %v", u)
+			}
+
+			// And the watch goes on from the relist.
+			srv.add("r")
+			waitUntil(t, "the handler to get r from the watch after the relist", func() bool { return got.get("r") != "" })
+
+			// While the server rebuilds the storage, the stream tries
+			// the list and the watch again itself; the reflector does
+			// not list.
+			lists = srv.lists.Load()
+			srv.refuseLists.Store(1)
+			srv.refuseWatches.Store(2)
+			srv.setDefault(9090)
+			m.Relist("example.com")
+			waitUntil(t, "the handler to get the default after refusals", func() bool { return got.get("p") == "map[port:9090]" })
+			srv.add("s")
+			waitUntil(t, "the handler to get s from the watch after refusals", func() bool { return got.get("s") != "" })
+			if n := srv.lists.Load() - lists; n != 2 {
+				t.Errorf("a relist with one refused list made %d lists, want 2", n)
+			}
+		})
+	}
+}
