@@ -422,13 +422,17 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	case err != nil && errors.Is(err, reconcile.ErrTerminal):
 		// Retrying will not help; the parent's status says why, and a
 		// change to it, its children or the rule queues it again.
-		c.queue.Forget(key)
 		c.conflicts.Forget(key)
 		logger.Error(err, "Reconcile failed; waiting for a change to the parent, its children or the rule")
 		if result.RequeueAfter > 0 {
-			// Its status write must be made again (its resource version
-			// was taken): without it the parent would not say why.
-			c.queue.AddAfter(key, result.RequeueAfter)
+			// Its status write must be made again (the parent changed
+			// under it, or its backoff ends): without it the parent
+			// would not say why. With the retry backoff too, so a
+			// status write that keeps failing is not tried every
+			// second.
+			c.queue.AddAfter(key, max(result.RequeueAfter, c.retries.When(key)))
+		} else {
+			c.queue.Forget(key)
 		}
 	case err != nil && reconcile.LearningKind(err) && c.queue.NumRequeues(key) < learningTries:
 		// The API server learns a new CRD's kind at its next reset of its

@@ -415,7 +415,10 @@ func (e *explainer) children(ctx context.Context) error {
 		}
 		for _, old := range plan.Superseded[c.ID] {
 			why := "its forEach has no element for it any more"
-			if len(c.ForEach) == 0 {
+			switch {
+			case old.GroupVersionKind().GroupKind() != c.GroupVersionKind.GroupKind():
+				why = "its kind is no longer the child's"
+			case len(c.ForEach) == 0:
 				why = "the child was renamed"
 			}
 			e.report.Children = append(e.report.Children, e.deleting(c.ID, old, why))

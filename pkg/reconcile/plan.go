@@ -245,6 +245,9 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 			// Replaced by an object of the new kind: deleted once that
 			// exists, as a renamed child is.
 			p.Superseded[id] = append(p.Superseded[id], obj)
+		case c != nil && !sameKind(obj, c.GroupVersionKind) && waiting:
+			// Its replacement waits to be rendered: left as it is,
+			// and not taken for the child, which is of another kind.
 		case c != nil && !sameKind(obj, c.GroupVersionKind):
 			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its kind is no longer the child's"})
 		case c == nil:

@@ -365,19 +365,31 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	// A renamed child's old object, or the object of a forEach element
 	// that is gone, goes only once every object of its child exists.
 	for _, id := range sortedKeys(plan.Superseded) {
+		c := rule.Child(id)
 		for _, old := range plan.Superseded[id] {
+			otherKind := c != nil && !sameKind(old, c.GroupVersionKind)
 			if failed[id] {
-				live = append(live, old)
+				if !otherKind {
+					live = append(live, old)
+				} // else kept, but not as the child, which is of another kind
 				continue
 			}
 			why := "its forEach has no element for it any more"
-			switch c := rule.Child(id); {
-			case c != nil && !sameKind(old, c.GroupVersionKind):
+			switch {
+			case otherKind:
 				why = "its kind is no longer the child's"
+				var by []*unstructured.Unstructured
 				for _, o := range outcomes {
 					if o.step.ID == id && o.live != nil {
-						why += "; it is replaced by " + o.live.GetKind() + " " + o.live.GetName()
+						by = append(by, o.live)
 					}
+				}
+				// Of a forEach, the element's object of the same name.
+				if i := slices.IndexFunc(by, func(o *unstructured.Unstructured) bool { return o.GetName() == old.GetName() }); i >= 0 {
+					by = by[i : i+1]
+				}
+				if len(by) == 1 {
+					why += "; it is replaced by " + by[0].GetKind() + " " + by[0].GetName()
 				}
 			case c != nil && len(c.ForEach) == 0:
 				why = "the child was renamed"
@@ -532,11 +544,15 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 
 	live := step.Live
 	op := step.Op
+	createOnly := rule.Child(step.ID).UpdatePolicy == rules.UpdateCreateOnly
 	if live == nil {
 		// Created by an earlier reconcile that the cache does not show yet?
 		if fresh := r.cfg.Writes.Created(gvr, desired.GetNamespace(), desired.GetName(), sameChild(parent.GetUID(), step.ID)); fresh != nil {
 			live = fresh
 			op = r.judge(desired, live)
+			if createOnly {
+				op = OpKeep // created once, never written again
+			}
 		}
 	}
 	if op == OpKeep {
@@ -577,6 +593,13 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 				// supersedes stays, and no reader is woken for it.
 				out.live = existing
 				return out, nil
+			case who == ownerThis && createOnly && ownedBy(existing, parent):
+				out.live, out.ok = existing, true // the cache is behind: kept as it is
+				return out, nil
+			case who == ownerThis && createOnly:
+				// Its ownerReference was taken away: given back, and
+				// its content kept.
+				return r.adoptCreateOnly(ctx, client, rule, parent, existing, step, gvr, ref, "")
 			case who == ownerThis:
 				live = existing
 			case who == ownerGone:
@@ -590,7 +613,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 				r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonConflict, out.msg)
 				return out, nil
 			}
-			if adopted != "" && rule.Child(step.ID).UpdatePolicy == rules.UpdateCreateOnly {
+			if adopted != "" && createOnly {
 				return r.adoptCreateOnly(ctx, client, rule, parent, live, step, gvr, ref, adopted)
 			}
 			op = OpUpdate
@@ -650,7 +673,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 }
 
 // adoptCreateOnly takes over a CreateOnly child whose owner is gone, or
-// that this parent orphaned earlier, without writing its content: it was
+// that this parent orphaned earlier (why says which), or gives its own
+// child back the ownerReference someone removed (why is ""), without
+// writing its content: it was
 // created once (a generated password, which data kept elsewhere was set up
 // with) and is never written again. Only kgen's labels and annotations and
 // the controller ownerReference change, in one merge patch carrying the
@@ -705,6 +730,10 @@ func (r *Reconciler) adoptCreateOnly(ctx context.Context, client dynamic.Resourc
 	}
 	r.cfg.Writes.Wrote(gvr, adopted)
 	out.live, out.ok = adopted, true
+	if why == "" {
+		klog.FromContext(ctx).V(2).Info("Gave a child its ownerReference back", "child", step.ID, "object", ref)
+		return out, nil
+	}
 	klog.FromContext(ctx).V(2).Info("Adopted child", "child", step.ID, "object", ref)
 	r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventAdopted, "Adopted %s (child %s, updatePolicy CreateOnly): %s; its content is kept", ref, step.ID, why)
 	return out, nil

@@ -1513,6 +1513,104 @@ func TestRenamedIDWaitingKeepsTheObject(t *testing.T) {
 	}
 }
 
+// A CreateOnly child is never written again, also when a reconcile finds
+// it by a way other than the plan's: the record of kgen's own create while
+// the cache does not show it yet, or a create that conflicts because
+// someone took its ownerReference away (which is given back, alone).
+func TestCreateOnlyNeverWrittenAgain(t *testing.T) {
+	rule := strings.Replace(appRule, "  - id: config\n", "  - id: config\n    updatePolicy: CreateOnly\n", 1)
+	for _, tt := range []struct {
+		name  string
+		apply func(h *harness)
+	}{{
+		name: "the cache behind its create",
+		apply: func(h *harness) {
+			h.cfg.Children = emptyLister{}
+			h.restart()
+		},
+	}, {
+		name: "its ownerReference removed",
+		apply: func(h *harness) {
+			cm := h.api.get(cmGVK, "team", "web-config")
+			cm.SetOwnerReferences(nil)
+			h.api.add(cm)
+		},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, rule)
+			h.converge(appParent(nil))
+			tt.apply(h)
+			h.drain()
+			p := h.setSpec(map[string]any{"data": map[string]any{"a": "changed"}})
+			if _, err := h.reconcile(p); err != nil {
+				t.Fatal(err)
+			}
+			cm := h.api.get(cmGVK, "team", "web-config")
+			if a, _, _ := unstructured.NestedString(cm.Object, "data", "a"); a != "1" {
+				t.Errorf("the CreateOnly child was written: data.a = %q, want 1", a)
+			}
+			if refs := cm.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != "uid-parent" {
+				t.Errorf("ownerReferences = %v, want the parent's", refs)
+			}
+		})
+	}
+}
+
+// A child whose kind changes while its replacement waits for another child
+// keeps its object, which no reader takes for the child.
+func TestChildKindChangedWhileItsReplacementWaits(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.converge(appParent(nil))
+	uid := h.api.get(cmGVK, "team", "web-config").GetUID()
+	to := strings.Replace(appRule, "      apiVersion: v1\n      kind: ConfigMap\n      metadata:\n        name: ${parent.spec.?cmName.orValue(parent.metadata.name + \"-config\")}\n",
+		"      apiVersion: v1\n      kind: Secret\n      metadata:\n        name: ${children.extra.metadata.name + \"-s\"}\n", 1)
+	to = strings.Replace(to, "  - id: deploy\n", "  - id: extra\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: extra}\n  - id: deploy\n", 1)
+	if to == appRule {
+		t.Fatal("the rule did not change")
+	}
+	h.rule = parseRule(t, to)
+	h.api.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.PatchAction).GetName() == "extra" {
+			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "extra", nil)
+		}
+		return false, nil, nil
+	})
+	for range 2 {
+		_, _ = h.reconcile(h.api.get(appGVK, "team", "web"))
+		if o := h.api.get(cmGVK, "team", "web-config"); o == nil || o.GetUID() != uid {
+			t.Fatalf("the ConfigMap was deleted while the Secret that replaces it waits: %v", o)
+		}
+	}
+}
+
+// The object of a child's old kind, kept while the new one cannot be
+// created (its name is taken), is not the child to its readers: they keep
+// waiting, and the parent is not woken for them again and again.
+func TestChildKindChangedReadersWait(t *testing.T) {
+	base := strings.Replace(appRule, "      metadata: {name: \"${parent.metadata.name}\"}\n",
+		"      metadata: {name: \"${parent.metadata.name}\", annotations: {cfg: \"${children.config.metadata.name}\"}}\n", 1)
+	if base == appRule {
+		t.Fatal("no reader")
+	}
+	h := newHarness(t, base)
+	h.converge(appParent(nil))
+	h.rule = parseRule(t, strings.Replace(base, "      apiVersion: v1\n      kind: ConfigMap\n", "      apiVersion: v1\n      kind: Secret\n", 1))
+	h.api.add(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "web-config", "namespace": "team"}}})
+	for range 2 {
+		res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Conflict || res.Again {
+			t.Errorf("Result = %+v, want a Conflict and no Again", res)
+		}
+	}
+	if h.api.get(cmGVK, "team", "web-config") == nil {
+		t.Error("the ConfigMap was deleted while its replacement's name is taken")
+	}
+}
+
 // A child whose kind changes is replaced as a renamed child is: the object
 // of the old kind is deleted only once the new one exists, and stays while
 // the new one cannot be created.
