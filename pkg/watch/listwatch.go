@@ -272,6 +272,20 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptio
 		return apiwatch.NewProxyWatcher(ch), nil
 	}
 	body, err := lw.request(opts).Stream(ctx)
+	// The API server ends the watches of a CRD whose storage it rebuilds
+	// (its spec changed), and answers 429 "storage is (re)initializing"
+	// until the new storage's cache has started, usually within a second
+	// or two. The reflector would retry after its backoff, which grows
+	// with every such change within two minutes; the watch is tried
+	// again here, every quarter second for up to ten seconds.
+	for try := 0; err != nil && !watchList && try < 40 && apierrors.IsTooManyRequests(err) && cacheNotReady(err.Error()); try++ {
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
+		body, err = lw.request(opts).Stream(ctx)
+	}
 	if err != nil {
 		if watchList && apierrors.IsTooManyRequests(err) && cacheNotReady(err.Error()) {
 			status := metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
@@ -295,6 +309,35 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptio
 	}
 	go s.run()
 	return s, nil
+}
+
+// listAll lists every object, page after page if the server answers in
+// pages.
+func (lw *listWatch) listAll(ctx context.Context) (*List, error) {
+	var all *List
+	opts := metav1.ListOptions{}
+	for {
+		res := lw.request(opts).Do(ctx)
+		data, err := res.Raw()
+		if err != nil {
+			return nil, res.Error()
+		}
+		page, err := decodeList(data)
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = page
+		} else {
+			all.Items = append(all.Items, page.Items...)
+			all.ResourceVersion = page.ResourceVersion
+		}
+		if page.Continue == "" {
+			all.Continue = ""
+			return all, nil
+		}
+		opts.Continue = page.Continue
+	}
 }
 
 // cacheNotReady reports whether a 429's message is the API server's
@@ -439,6 +482,9 @@ func (s *eventStream) run() {
 	if initial {
 		initialObjects = map[objectKey]*Object{}
 	}
+	// expired counts the relists of this stream for a 410: a server that
+	// keeps answering so is left to the reflector.
+	expired := 0
 	for {
 		var event struct {
 			Type   apiwatch.EventType `json:"type"`
@@ -450,7 +496,7 @@ func (s *eventStream) run() {
 					s.fail(errRelist)
 					return
 				}
-				body, ok := s.relist()
+				body, ok := s.relist(true)
 				if !ok {
 					return
 				}
@@ -480,6 +526,19 @@ func (s *eventStream) run() {
 			}
 			if initial && (status.Code == http.StatusTooManyRequests && cacheNotReady(status.Message) || s.fromNow && tooLargeResourceVersion(status)) {
 				*status = notStreamable(*status)
+			}
+			if !initial && s.lw.inStream && expired < 3 && (status.Reason == metav1.StatusReasonExpired || status.Reason == metav1.StatusReasonGone) {
+				expired++
+				// The watch is too old for the server: the reflector
+				// would list after its backoff, with no watch meanwhile.
+				// The API server says so to every watch of a CRD whose
+				// storage it rebuilt. Listed here instead.
+				body, ok := s.relist(false)
+				if !ok {
+					return
+				}
+				dec = json.NewDecoder(body)
+				continue
 			}
 			initial = false // reported: the end of the stream is no second failure
 
@@ -513,31 +572,30 @@ func (s *eventStream) run() {
 }
 
 // relist lists the resource again within the open watch (see
-// listWatch.Relist): it lists it from the server, sends each object as
-// added or modified and each one the reflector's store holds that the
-// list lacks as deleted, then a bookmark of the list's resource version,
+// listWatch.Relist), or when the server finds the watch too old: it lists
+// it from the server, sends each object as added or modified (with all
+// unset, only those whose resource version changed: a relist kgen asked
+// for sends every one, as a changed schema changes objects but not their
+// versions), and each one the reflector's store holds that the list lacks
+// as deleted, then a bookmark of the list's resource version,
 // and returns the body of a watch from there. A list that fails is tried
 // again twice, a second apart (the API server may answer 429 while it
 // rebuilds a changed CRD's storage); then it reports errRelist, and the
 // reflector lists. ok is false when the stream ends.
-func (s *eventStream) relist() (body io.ReadCloser, ok bool) {
+func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 	lw := s.lw
 	select {
 	case <-s.done:
 		return nil, false // stopped, not interrupted
 	default:
 	}
+	all = all || lw.relistPending()
+	s.interrupt() // the watch being replaced, if the server has not ended it
 	served := lw.listing()
 	var list *List
 	for try := 0; ; try++ {
-		res := lw.request(metav1.ListOptions{}).Do(s.ctx)
-		data, err := res.Raw()
-		if err == nil {
-			list, err = decodeList(data)
-		} else {
-			err = res.Error()
-		}
-		if err == nil {
+		var err error
+		if list, err = lw.listAll(s.ctx); err == nil {
 			break
 		}
 		if try == 2 {
@@ -563,11 +621,14 @@ func (s *eventStream) relist() (body io.ReadCloser, ok bool) {
 	listed := make(map[objectKey]bool, len(list.Items))
 	for _, o := range list.Items {
 		k := keyOf(o)
+		listed[k] = true
 		t := apiwatch.Added
-		if _, ok := known[k]; ok {
+		if was, ok := known[k]; ok {
+			if !all && was.UID == o.UID && was.ResourceVersion == o.ResourceVersion {
+				continue // unchanged
+			}
 			t = apiwatch.Modified
 		}
-		listed[k] = true
 		if !send(t, o) {
 			return nil, false
 		}

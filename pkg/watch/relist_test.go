@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 )
@@ -152,6 +154,13 @@ type seen struct {
 	mu      sync.Mutex
 	last    map[string]string
 	deleted map[string]bool
+	told    map[string]int
+}
+
+func (s *seen) times(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.told[name]
 }
 
 func (s *seen) isDeleted(name string) bool {
@@ -170,6 +179,7 @@ func (s *seen) handler(t *testing.T) Handler {
 		s.mu.Lock()
 		s.last[u.GetName()] = fmt.Sprint(u.Object["spec"])
 		s.deleted[u.GetName()] = deleted
+		s.told[u.GetName()]++
 		s.mu.Unlock()
 	}
 }
@@ -202,7 +212,7 @@ func TestManagerRelist(t *testing.T) {
 			m.relistDelay = 200 * time.Millisecond
 			defer m.Shutdown()
 			key := Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}
-			got := &seen{last: map[string]string{}, deleted: map[string]bool{}}
+			got := &seen{last: map[string]string{}, deleted: map[string]bool{}, told: map[string]int{}}
 			reg, err := m.Acquire(key, got.handler(t))
 			if err != nil {
 				t.Fatal(err)
@@ -284,6 +294,54 @@ func TestManagerRelist(t *testing.T) {
 			if n := srv.lists.Load() - lists; n != 2 {
 				t.Errorf("a relist with one refused list made %d lists, want 2", n)
 			}
+
+			// A watch the server finds too old (410, as it says to every
+			// watch of a CRD whose storage it rebuilt) is listed again
+			// in the stream too, without the reflector's backoff; only
+			// what changed is sent.
+			lists = srv.lists.Load()
+			told := got.times("p")
+			srv.remove("s")
+			srv.events <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410,"message":"too old resource version"}}`
+			waitUntil(t, "the handler to be told s is gone", func() bool { return got.isDeleted("s") })
+			if n := srv.lists.Load() - lists; n != 1 {
+				t.Errorf("a 410 made %d lists, want 1", n)
+			}
+			if n := got.times("p") - told; n != 0 {
+				t.Errorf("the handler was told of the unchanged p %d times", n)
+			}
+			srv.add("u")
+			waitUntil(t, "the handler to get u from the watch after the 410", func() bool { return got.get("u") != "" })
 		})
+	}
+}
+
+// A plain watch the API server refuses while it rebuilds a CRD's storage
+// (429 "storage is (re)initializing") is tried again by the listWatch, not
+// left to the reflector's backoff.
+func TestWatchWaitsForTheStorage(t *testing.T) {
+	srv := newAppServer(t, false)
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: hs.URL,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := newListWatch(client, Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}})
+	srv.refuseWatches.Store(3)
+	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "5"})
+	if err != nil {
+		t.Fatalf("the watch failed: %v", err)
+	}
+	defer w.Stop()
+	srv.add("q")
+	select {
+	case e := <-w.ResultChan():
+		if e.Type != apiwatch.Added {
+			t.Errorf("event %+v, want q added", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
 	}
 }
