@@ -624,10 +624,18 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 		listed[k] = true
 		t := apiwatch.Added
 		if was, ok := known[k]; ok {
-			if !all && was.UID == o.UID && was.ResourceVersion == o.ResourceVersion {
+			switch {
+			case was.UID != o.UID:
+				// Deleted and made again under its name: the handlers
+				// are told of both.
+				if !send(apiwatch.Deleted, was) {
+					return nil, false
+				}
+			case !all && was.ResourceVersion == o.ResourceVersion:
 				continue // unchanged
+			default:
+				t = apiwatch.Modified
 			}
-			t = apiwatch.Modified
 		}
 		if !send(t, o) {
 			return nil, false

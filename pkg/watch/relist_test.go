@@ -54,8 +54,8 @@ func (s *appServer) objectLocked(name string) string {
 	if s.port != 0 {
 		spec = fmt.Sprintf(`{"port":%d}`, s.port)
 	}
-	return fmt.Sprintf(`{"apiVersion":"example.com/v1","kind":"App","metadata":{"name":%q,"namespace":"n","uid":"u-%s","resourceVersion":"%d"},"spec":%s}`,
-		name, name, s.objects[name], spec)
+	return fmt.Sprintf(`{"apiVersion":"example.com/v1","kind":"App","metadata":{"name":%q,"namespace":"n","uid":"u-%s-%d","resourceVersion":"%d"},"spec":%s}`,
+		name, name, s.objects[name], s.objects[name], spec)
 }
 
 func (s *appServer) itemsLocked() []string {
@@ -155,6 +155,13 @@ type seen struct {
 	last    map[string]string
 	deleted map[string]bool
 	told    map[string]int
+	deletes map[string]int
+}
+
+func (s *seen) deletesOf(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deletes[name]
 }
 
 func (s *seen) times(name string) int {
@@ -179,6 +186,9 @@ func (s *seen) handler(t *testing.T) Handler {
 		s.mu.Lock()
 		s.last[u.GetName()] = fmt.Sprint(u.Object["spec"])
 		s.deleted[u.GetName()] = deleted
+		if deleted {
+			s.deletes[u.GetName()]++
+		}
 		s.told[u.GetName()]++
 		s.mu.Unlock()
 	}
@@ -212,7 +222,7 @@ func TestManagerRelist(t *testing.T) {
 			m.relistDelay = 200 * time.Millisecond
 			defer m.Shutdown()
 			key := Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}
-			got := &seen{last: map[string]string{}, deleted: map[string]bool{}, told: map[string]int{}}
+			got := &seen{last: map[string]string{}, deleted: map[string]bool{}, told: map[string]int{}, deletes: map[string]int{}}
 			reg, err := m.Acquire(key, got.handler(t))
 			if err != nil {
 				t.Fatal(err)
@@ -312,6 +322,29 @@ func TestManagerRelist(t *testing.T) {
 			}
 			srv.add("u")
 			waitUntil(t, "the handler to get u from the watch after the 410", func() bool { return got.get("u") != "" })
+
+			// An object deleted and made again under its name while no
+			// event told of it: the handler is told of the old one's
+			// delete, then of the new one.
+			uid := func() string {
+				o, _ := reg.Informer().Get("n", "u")
+				if o == nil {
+					return ""
+				}
+				return string(o.GetUID())
+			}
+			before := uid()
+			srv.remove("u")
+			srv.mu.Lock()
+			srv.rv++
+			srv.objects["u"] = srv.rv
+			srv.mu.Unlock()
+			m.Relist("example.com")
+			waitUntil(t, "the cache to hold the new u", func() bool { return uid() != before && uid() != "" })
+			waitUntil(t, "the handler to be told of the new u", func() bool { return got.times("u") >= 3 })
+			if got.deletesOf("u") != 1 || got.isDeleted("u") {
+				t.Errorf("the handler was told of %d deletes of u, last deleted %t: want the old one's delete, then the new one", got.deletesOf("u"), got.isDeleted("u"))
+			}
 		})
 	}
 }
