@@ -441,3 +441,51 @@ func testLearningKindRetriedSoon(t *testing.T, refusals int) func() int {
 	}
 	return count
 }
+
+// A reconcile that fails for good and whose status write must be made
+// again (its JSON patch found the parent changed) is queued again, with
+// the retry backoff: the parent gets its Ready condition, and a status
+// write that keeps failing is not tried every second.
+func TestTerminalStatusRetriedWithBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAgainCluster(false)
+		// Gadgets with a status subresource, which kgen writes.
+		d := fakeDiscovery()
+		for _, l := range d.Resources {
+			if l.GroupVersion == "example.com/v1" {
+				l.APIResources = append(l.APIResources, metav1.APIResource{Name: "gadgets/status", Kind: "Gadget", Namespaced: true, Verbs: []string{"get", "patch"}})
+			}
+		}
+		a.mapper = mapper.New(d)
+		a.client.PrependReactor("patch", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewInvalid(cmResource.GroupVersion().WithKind("ConfigMap").GroupKind(), "g", nil)
+		})
+		var mu sync.Mutex
+		statusWrites := 0
+		a.client.PrependReactor("patch", "gadgets", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			if action.GetSubresource() != "status" {
+				return false, nil, nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			statusWrites++
+			return true, nil, apierrors.NewConflict(gadgets.GroupResource(), "g", errors.New("the object has been modified"))
+		})
+		c := New(Config{
+			Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: a.client, Mapper: a.mapper,
+			Recorder: record.NewFakeRecorder(10000), Workers: 1, Metrics: NewMetrics(prometheus.NewRegistry()),
+		})
+		runController(t, c)
+		for start := time.Now(); time.Since(start) < 10*time.Minute; {
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// Once a second would be about 600; the backoff doubles from
+		// 1 s up to 5 minutes: about 10. Without the requeue: 1.
+		if statusWrites < 3 || statusWrites > 30 {
+			t.Errorf("%d status writes in 10 minutes, want a few, backing off", statusWrites)
+		}
+	})
+}
