@@ -64,9 +64,8 @@ func keyOf(o *Object) objectKey { return objectKey{o.Namespace, o.Name} }
 // served under the old schema. The watch goes on meanwhile.
 const relistDelay = time.Second
 
-// Relist makes the reflector list the resource again: the open watch, or
-// the next one, ends with 410 Expired, as one that the server finds too
-// old does. After a CustomResourceDefinition changed, the API server
+// Relist has the resource listed again, after relistDelay. After a
+// CustomResourceDefinition changed, the API server
 // decodes its objects under the new schema (defaults, pruning), but a
 // watch that resumes from its resource version sends only the objects
 // that change afterwards: the cache would keep the others as the old
@@ -80,7 +79,9 @@ const relistDelay = time.Second
 // 0.8-1.6 s up to 30-60 s, with the watch down meanwhile, so after a few
 // CRD changes in a row parent edits were followed up to half a minute
 // late. The reflector still lists when the stream cannot (a watch-list
-// still sending its initial objects, or a list that keeps failing).
+// still sending its initial objects, or a list that keeps failing): the
+// open watch, or the next one, then ends with 410 Expired, as one that
+// the server finds too old does.
 func (lw *listWatch) Relist() {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -617,6 +618,11 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 		lw.observe(s, t, o)
 		return true
 	}
+	// A delete carries a copy of the cached object: the informer's
+	// transform runs on it again and sets its fields, while others read
+	// the cached one. (Its JSON and label slices are shared: compact
+	// only replaces them.)
+	gone := func(o *Object) *Object { return o.DeepCopyObject().(*Object) }
 	known := lw.knownNow()
 	listed := make(map[objectKey]bool, len(list.Items))
 	for _, o := range list.Items {
@@ -628,7 +634,7 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 			case was.UID != o.UID:
 				// Deleted and made again under its name: the handlers
 				// are told of both.
-				if !send(apiwatch.Deleted, was) {
+				if !send(apiwatch.Deleted, gone(was)) {
 					return nil, false
 				}
 			case !all && was.ResourceVersion == o.ResourceVersion:
@@ -642,7 +648,7 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 		}
 	}
 	for k, o := range known {
-		if !listed[k] && !send(apiwatch.Deleted, o) {
+		if !listed[k] && !send(apiwatch.Deleted, gone(o)) {
 			return nil, false
 		}
 	}

@@ -49,6 +49,18 @@ func newAppServer(t *testing.T, watchList bool) *appServer {
 	return &appServer{t: t, watchList: watchList, objects: map[string]int{"p": 5}, rv: 5, events: make(chan string, 10)}
 }
 
+// client serves s for the test, and returns a REST client of it.
+func (s *appServer) client() rest.Interface {
+	hs := httptest.NewServer(s)
+	s.t.Cleanup(hs.Close)
+	client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: hs.URL,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return client
+}
+
 func (s *appServer) objectLocked(name string) string {
 	spec := `{}`
 	if s.port != 0 {
@@ -211,13 +223,7 @@ func TestManagerRelist(t *testing.T) {
 	for _, watchList := range []bool{true, false} {
 		t.Run(fmt.Sprintf("watch-list %v", watchList), func(t *testing.T) {
 			srv := newAppServer(t, watchList)
-			hs := httptest.NewServer(srv)
-			defer hs.Close()
-			client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: hs.URL,
-				ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			client := srv.client()
 			m := New(Config{REST: client})
 			m.relistDelay = 200 * time.Millisecond
 			defer m.Shutdown()
@@ -354,13 +360,7 @@ func TestManagerRelist(t *testing.T) {
 // left to the reflector's backoff.
 func TestWatchWaitsForTheStorage(t *testing.T) {
 	srv := newAppServer(t, false)
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
-	client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: hs.URL,
-		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := srv.client()
 	lw := newListWatch(client, Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}})
 	srv.refuseWatches.Store(3)
 	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "5"})
@@ -377,4 +377,42 @@ func TestWatchWaitsForTheStorage(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no event")
 	}
+}
+
+// The delete a relist sends is a copy: the informer's transform runs on
+// it again and sets its fields, while handlers and workers read the cached
+// object (go test -race finds the write otherwise).
+func TestRelistDeleteIsACopy(t *testing.T) {
+	srv := newAppServer(t, false)
+	m := New(Config{REST: srv.client(), Transform: CompactKeeping(func(k string) bool { return k == "keep" })})
+	m.relistDelay = 0
+	defer m.Shutdown()
+	got := &seen{last: map[string]string{}, deleted: map[string]bool{}, told: map[string]int{}, deletes: map[string]int{}}
+	reg, err := m.Acquire(Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}, got.handler(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Release()
+	waitUntil(t, "the informer to sync", reg.HasSynced)
+	cached := reg.Informer().Indexer().List()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, o := range cached {
+				_ = o.(*Object).Label("keep")
+			}
+		}
+	}()
+	srv.remove("p")
+	m.Relist("example.com")
+	waitUntil(t, "the handler to be told p is gone", func() bool { return got.isDeleted("p") })
+	close(stop)
+	<-done
 }
