@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +22,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/rules"
@@ -111,8 +114,11 @@ func (a *againCluster) hideAgain() {
 }
 
 // runController runs c until the test ends.
-func runController(t *testing.T, c *Controller) {
-	ctx, cancel := context.WithCancel(context.Background())
+func runController(t *testing.T, c *Controller) { runControllerCtx(t, context.Background(), c) }
+
+// runControllerCtx is runController with a context (a logger in it, say).
+func runControllerCtx(t *testing.T, parent context.Context, c *Controller) {
+	ctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -356,7 +362,16 @@ func testAgainDespiteConflict(t *testing.T) {
 		Rules: []*rules.Rule{gadgetRule(t, configChild+readerChild+blocked)}, Client: a.client, Mapper: a.mapper,
 		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: metrics,
 	})
-	runController(t, c)
+	var logMu sync.Mutex
+	var failures []string
+	logger := funcr.New(func(prefix, args string) {
+		if strings.Contains(args, "Reconcile failed") {
+			logMu.Lock()
+			failures = append(failures, args)
+			logMu.Unlock()
+		}
+	}, funcr.Options{})
+	runControllerCtx(t, klog.NewContext(context.Background(), logger), c)
 	clk := firstWrite(t, a, metrics)
 	at := clk.advance(time.Second)
 	if len(at) == 0 || !sameDelays(at[:1], againDelays(1)) {
@@ -367,6 +382,22 @@ func testAgainDespiteConflict(t *testing.T) {
 	}
 	if at := clk.advance(2 * time.Minute); len(at) == 0 {
 		t.Error("the conflict was never looked at again")
+	}
+	// A Conflict is a failed reconcile (contract section 6): logged with
+	// the parent and what is in the way, once per backoff step (30 s, then
+	// 60 s: at most 3 in 2 minutes), and counted as an error.
+	logMu.Lock()
+	defer logMu.Unlock()
+	if len(failures) == 0 || len(failures) > 3 {
+		t.Errorf("logged %d failures in 2 minutes, want 1 to 3: %q", len(failures), failures)
+	}
+	for _, f := range failures {
+		if !strings.Contains(f, "configmaps ns/taken exists and is not managed by kgen") || !strings.Contains(f, `"key"`) {
+			t.Errorf("failure log %s does not name the parent and what is in the way", f)
+		}
+	}
+	if n := testutil.ToFloat64(metrics.failed.WithLabelValues("r")); n == 0 {
+		t.Error("controller_runtime_reconcile_errors_total does not count the conflict")
 	}
 }
 

@@ -444,18 +444,20 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// Transient: back off, per key and overall; logged once per step.
 		c.queue.AddRateLimited(key)
 		logger.Error(err, "Reconcile failed; will retry", "retries", c.queue.NumRequeues(key))
-	case result.Conflict && result.Again:
+	case result.Conflict != "" && result.Again:
 		// A child waits for one this reconcile wrote: that comes first,
 		// soon, whatever stands in another child's way. The conflict's
 		// backoff is kept; the next reconcile that only has the conflict
-		// steps it.
+		// steps it (and logs it: once per step).
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.again.When(key))
-	case result.Conflict:
-		// Done for now, but an object kgen cannot watch is in the way:
-		// look again later, less often while it stays.
+	case result.Conflict != "":
+		// Failed, but an object kgen cannot watch is in the way: look
+		// again later, less often while it stays.
 		c.queue.Forget(key)
-		c.queue.AddAfter(key, c.conflicts.When(key))
+		delay := c.conflicts.When(key)
+		c.queue.AddAfter(key, delay)
+		logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
 	case result.Again:
 		// A child waits for children this reconcile wrote: reconcile
 		// again once the cache is likely to show them; one that still

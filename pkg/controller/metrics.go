@@ -150,21 +150,24 @@ func (m *Metrics) observe(rule string, start time.Time, err error) {
 
 // reconciled records a reconcile of a parent of the rule that started at
 // start and returned result and err. As controller-runtime counts them, an
-// error is result "error" and counts in the errors total; a terminal one
-// (reconcile.ErrTerminal: not retried) counts in the terminal total too.
+// error (here also a Conflict) is result "error" and counts in the errors
+// total; a terminal one (reconcile.ErrTerminal: not retried) counts in the
+// terminal total too.
 func (m *Metrics) reconciled(rule string, start time.Time, result reconcile.Result, err error) {
 	if m == nil {
 		return
 	}
 	label := resultSuccess
 	switch {
-	case err != nil:
+	case err != nil || result.Conflict != "":
+		// A Conflict is a failure too: the parent's children are not
+		// what the rule says, and it is retried with backoff.
 		label = resultError
 		m.failed.WithLabelValues(rule).Inc()
 		if errors.Is(err, reconcile.ErrTerminal) {
 			m.terminal.WithLabelValues(rule).Inc()
 		}
-	case result.RequeueAfter > 0 || result.Again || result.Conflict:
+	case result.RequeueAfter > 0 || result.Again:
 		// Each is queued again after a delay (processNextWorkItem).
 		label = resultRequeueAfter
 	}

@@ -154,7 +154,7 @@ func TestReconciled(t *testing.T) {
 		{name: "done", label: "success"},
 		{name: "look again later", result: reconcile.Result{RequeueAfter: time.Minute}, label: "requeue_after"},
 		{name: "a child waits for one just written", result: reconcile.Result{Again: true}, label: "requeue_after"},
-		{name: "an object in the way", result: reconcile.Result{Conflict: true}, label: "requeue_after"},
+		{name: "an object in the way", result: reconcile.Result{Conflict: "configmaps ns/taken exists"}, label: "error", errorCount: 1},
 		{name: "retried error", err: errors.New("conflict"), label: "error", errorCount: 1},
 		{name: "terminal error", err: fmt.Errorf("child x: %w", reconcile.Terminal(errors.New("bad"))), label: "error", errorCount: 1, terminalCnt: 1},
 		{name: "an error wins over a requeue", result: reconcile.Result{RequeueAfter: time.Minute}, err: errors.New("boom"), label: "error", errorCount: 1},

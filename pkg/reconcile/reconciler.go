@@ -102,10 +102,12 @@ func Terminal(err error) error { return &terminalError{err: err} }
 type Result struct {
 	// RequeueAfter, when positive, asks for another reconcile after it.
 	RequeueAfter time.Duration
-	// Conflict reports that an object kgen must not take over stands where
-	// a child should be. kgen cannot watch it, so the caller looks again
-	// later, backing off while the conflict stays.
-	Conflict bool
+	// Conflict, when not empty, says which object kgen must not take over
+	// stands where a child should be (the Ready condition's message). The
+	// reconcile failed, but retrying soon will not help and kgen cannot
+	// watch the object, so the caller logs it, counts it as a failure and
+	// looks again later, backing off while the conflict stays.
+	Conflict string
 	// Ready reports that the parent's Ready condition is True.
 	Ready bool
 	// Again reports that a child waits for children this reconcile wrote
@@ -444,7 +446,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	errs = append(errs, statusErr)
 	err := classify(errs)
 	if err == nil && cond.Reason == ReasonConflict {
-		res.Conflict = true
+		res.Conflict = cond.Message
 	}
 	// Ready only once the parent shows it: a status write that failed
 	// leaves the parent's last condition, or (see writeStatus) a False

@@ -637,8 +637,14 @@ func TestReconcileOwnership(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Conflict != tt.conflict {
-				t.Errorf("Result.Conflict = %t, want %t", res.Conflict, tt.conflict)
+			if (res.Conflict != "") != tt.conflict {
+				t.Errorf("Result.Conflict = %q, want a conflict: %t", res.Conflict, tt.conflict)
+			}
+			// The controller logs it: it must say what is in the way.
+			if tt.conflict {
+				if want, _ := strings.CutPrefix(tt.events[len(tt.events)-1], "Warning Conflict "); res.Conflict != want {
+					t.Errorf("Result.Conflict = %q, want %q", res.Conflict, want)
+				}
 			}
 			c := h.ready()
 			if tt.reason != "" && c["reason"] != tt.reason {
@@ -704,8 +710,8 @@ func TestReconcileOrphanTakenBack(t *testing.T) {
 
 	h.setSpec(map[string]any{"config": true})
 	res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
-	if err != nil || res.Conflict {
-		t.Fatalf("reconcile: %v, conflict %t", err, res.Conflict)
+	if err != nil || res.Conflict != "" {
+		t.Fatalf("reconcile: %v, conflict %q", err, res.Conflict)
 	}
 	cm = h.api.get(cmGVK, "team", "web-config")
 	if cm.GetUID() != uid || cm.GetLabels()[LabelParentUID] != "uid-parent" || cm.GetLabels()[LabelManagedBy] != ManagedBy {
@@ -1602,7 +1608,7 @@ func TestChildKindChangedReadersWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.Conflict || res.Again {
+		if res.Conflict == "" || res.Again {
 			t.Errorf("Result = %+v, want a Conflict and no Again", res)
 		}
 	}
