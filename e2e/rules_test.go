@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
@@ -646,4 +647,89 @@ spec:
 	}
 	t.Logf("a Rule change reached the children of %d parents: median %s, max %s", parents,
 		took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+}
+
+// Scenario (contract §6 and §7): kgen restarts while a Rule object's latest
+// version is invalid. The version kgen ran before, which the Rule's status
+// records, keeps running after the restart: a parent deleted meanwhile is
+// finalized (not left Terminating on kgen's finalizer), a drifted child is
+// repaired, a new parent gets its children, and the status names the
+// generation that runs. Before, nothing ran such a rule after a restart.
+func TestRuleObjectInvalidAtRestart(t *testing.T) {
+	const group = "invalidrestart.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	role := func(name string) string { return "e2e-" + ns + "-" + name }
+	t.Cleanup(func() {
+		for _, name := range []string{"before", "doomed", "after"} {
+			_, _ = env.dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), name, types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			_ = env.kube.RbacV1().ClusterRoles().Delete(context.Background(), role(name), metav1.DeleteOptions{})
+		}
+	})
+	good := gadgetRuleDoc("invalid-restart", group, "Gadget", ns, `  children:
+  - id: role
+    template:
+      apiVersion: rbac.authorization.k8s.io/v1
+      kind: ClusterRole
+      metadata:
+        name: e2e-${parent.metadata.namespace}-${parent.metadata.name}
+        labels: {tier: "${parent.spec.tier}"}
+      rules: []
+`)
+	ranGeneration := func(want int64) func(*unstructured.Unstructured) error {
+		return func(o *unstructured.Unstructured) error {
+			if g, found, _ := unstructured.NestedInt64(o.Object, "status", "running", "generation"); !found || g != want {
+				return fmt.Errorf("status.running.generation = %d (recorded: %t), want %d", g, found, want)
+			}
+			return nil
+		}
+	}
+	first := startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, good)
+	waitRuleStatus(t, "invalid-restart", accepted("True"))
+	waitRuleStatus(t, "invalid-restart", ranGeneration(1))
+	for _, name := range []string{"before", "doomed"} {
+		create(t, gvr, gadget(group, ns, name, map[string]any{"tier": "web"}))
+		waitFor(t, gvr, ns, name, hasFinalizer(true))
+		waitFor(t, crGVR, "", role(name), nil)
+	}
+	first.stop()
+
+	// While kgen is away: the rule gets an invalid version, a parent is
+	// deleted (kgen's finalizer holds it), and a child drifts.
+	applyRule(t, strings.Replace(good, `"${parent.spec.tier}"`, `"${parent.spec.tier +}"`, 1))
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.dynamic.Resource(crGVR).Patch(t.Context(), role("before"), types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"tier":"drifted"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	waitGone(t, gvr, ns, "doomed")
+	waitGone(t, crGVR, "", role("doomed"))
+	waitFor(t, crGVR, "", role("before"), func(o *unstructured.Unstructured) error {
+		if got := o.GetLabels()["tier"]; got != "web" {
+			return fmt.Errorf("label tier = %q, want the drift repaired to web", got)
+		}
+		return nil
+	})
+	create(t, gvr, gadget(group, ns, "after", map[string]any{"tier": "db"}))
+	waitFor(t, crGVR, "", role("after"), nil)
+	waitRuleStatus(t, "invalid-restart", accepted("False", "spec.children[0].template.metadata.labels.tier"))
+	waitRuleStatus(t, "invalid-restart", readyIs("True", "Running", "previous valid version, of generation 1"))
+	waitRuleStatus(t, "invalid-restart", ranGeneration(1))
+
+	// Fixed, it runs its new version, and the status records that one.
+	applyRule(t, strings.Replace(good, `labels: {tier: "${parent.spec.tier}"}`, `labels: {tier: "${parent.spec.tier}", fixed: "yes"}`, 1))
+	waitRuleStatus(t, "invalid-restart", ranGeneration(3))
+	waitFor(t, crGVR, "", role("after"), func(o *unstructured.Unstructured) error {
+		if o.GetLabels()["fixed"] != "yes" {
+			return fmt.Errorf("labels %v, want the fixed version's", o.GetLabels())
+		}
+		return nil
+	})
 }

@@ -13,9 +13,11 @@
 //
 // The Set hands every new set of rules to its Apply function (the
 // controller's SetRules), and writes each Rule object's status:
-// observedGeneration, the Accepted and Ready conditions, and the counts of
+// observedGeneration, the Accepted and Ready conditions, the counts of
 // parents and ready parents, which it reads from a Progress (the controller)
-// at most every StatusInterval.
+// at most every StatusInterval, and the version that runs (status.running):
+// a kgen that starts while a Rule object's latest version is invalid runs
+// that version, so a restart does not stop the rule.
 //
 // CRDs reads the CustomResourceDefinitions of the rules' parent kinds, and
 // the schemas the API server publishes (CRDs.Types). A rule is checked when

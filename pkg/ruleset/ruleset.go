@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -160,6 +161,17 @@ type object struct {
 	// at writtenT: only changes are written.
 	written, counts string
 	writtenT        time.Time
+	// versions hold, for rule and for the version of it that runs, the
+	// spec and generation they were read from, which the status keeps
+	// (status.running) so that kgen restarted while the latest version
+	// is invalid runs the one it ran before (see restore).
+	versions map[*rules.Rule]version
+}
+
+// version is a Rule object's spec at one generation.
+type version struct {
+	generation int64
+	spec       map[string]any
 }
 
 // New reads the rules files. Invalid files are an error: kgen then stops
@@ -503,14 +515,19 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 	s.mu.Lock()
 	o := s.objects[name]
 	same := o != nil && o.obj.GetGeneration() == u.GetGeneration() && o.obj.GetUID() == u.GetUID()
+	known := o != nil && o.rule != nil && o.obj.GetUID() == u.GetUID()
 	s.mu.Unlock()
-	var rule *rules.Rule
+	var rule, restored *rules.Rule
+	var ran version
 	var err error
 	if !deleted && !same {
 		// Compiled and checked without the lock: the check may read the
 		// parent kind's CRD.
 		if rule, err = rules.FromObject(u.Object, s.cfg.Options); err == nil {
 			err = s.checkTypes(ctx, rule)
+		}
+		if err != nil && !known {
+			restored, ran = s.restore(ctx, u)
 		}
 	}
 	s.mu.Lock()
@@ -529,20 +546,64 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 		return false
 	}
 	if o == nil || o.obj.GetUID() != u.GetUID() {
-		o = &object{}
+		o = &object{versions: map[*rules.Rule]version{}}
 		s.objects[name] = o
 	}
 	o.obj = u
 	o.typeErr = nil
 	if err != nil {
 		o.err = describe(err, u)
+		if restored != nil && o.rule == nil {
+			o.rule, o.versions[restored] = restored, ran
+			klog.FromContext(ctx).Error(o.err, "Rule object is invalid; the version kgen ran before, recorded in its status, runs", "rule", name, "ranGeneration", ran.generation)
+			return true
+		}
 		klog.FromContext(ctx).Error(o.err, "Rule object is invalid; its previous version, if any, keeps running", "rule", name)
 		s.kickLocked()
 		return false
 	}
 	o.rule, o.err = rule, nil
+	spec, _ := u.Object["spec"].(map[string]any)
+	o.versions[rule] = version{generation: u.GetGeneration(), spec: runtime.DeepCopyJSON(spec)}
 	klog.FromContext(ctx).Info("Rule object changed", "rule", name, "generation", u.GetGeneration())
 	return true
+}
+
+// Running returns the version of a Rule object that kgen runs, as its
+// status records it (status.running), as a Rule object of its own (the
+// object's apiVersion, kind and metadata with the recorded spec), and its
+// generation; found is false if the status records none.
+func Running(u *unstructured.Unstructured) (doc map[string]any, generation int64, found bool) {
+	spec, found, _ := unstructured.NestedMap(u.Object, "status", "running", "spec")
+	if !found {
+		return nil, 0, false
+	}
+	generation, _, _ = unstructured.NestedInt64(u.Object, "status", "running", "generation")
+	return map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": u.Object["metadata"], "spec": spec}, generation, true
+}
+
+// restore returns the version of a Rule object that a kgen ran before, as
+// its status records it (status.running), compiled and checked as the
+// object's latest version is; nil if there is none, or it does not pass.
+// It is what runs when kgen starts while the object's latest version is
+// invalid: the contract keeps the previous valid version running, and a
+// restart must not drop it (its parents would not be repaired, and a
+// deleted one would stay Terminating on kgen's finalizer).
+func (s *Set) restore(ctx context.Context, u *unstructured.Unstructured) (*rules.Rule, version) {
+	doc, gen, found := Running(u)
+	if !found {
+		return nil, version{}
+	}
+	spec, _ := doc["spec"].(map[string]any)
+	rule, err := rules.FromObject(doc, s.cfg.Options)
+	if err == nil {
+		err = s.checkTypes(ctx, rule)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "The version of the Rule object that kgen ran before, recorded in its status, is not valid either", "rule", u.GetName(), "ranGeneration", gen)
+		return nil, version{}
+	}
+	return rule, version{generation: gen, spec: spec}
 }
 
 // checkTypes checks a new version of a rule against its parent kind's CRD
@@ -717,6 +778,13 @@ func (s *Set) recompute(ctx context.Context) {
 		}
 	}
 	s.applied, s.fromFile = next, fromFile
+	for name, o := range s.objects {
+		for r := range o.versions {
+			if r != o.rule && r != next[name] {
+				delete(o.versions, r)
+			}
+		}
+	}
 	for r := range s.fileTypeErrs {
 		if next[r.Name] != r {
 			delete(s.fileTypeErrs, r)
@@ -869,7 +937,11 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		parents, readyParents = st.Parents, st.ReadyParents
 		msg := "the rule runs"
 		if o.err != nil || o.conflict != nil || running != o.rule {
-			msg += " (its previous valid version: the latest is not accepted)"
+			if v, ok := o.versions[running]; ok {
+				msg += fmt.Sprintf(" (its previous valid version, of generation %d: the latest is not accepted)", v.generation)
+			} else {
+				msg += " (its previous valid version: the latest is not accepted)"
+			}
 		}
 		if st.RecordError != "" {
 			msg += "; kgen cannot use its record of child kinds, so children of a kind that leaves the rule while kgen is stopped may not be pruned: " + st.RecordError
@@ -890,8 +962,12 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 			ready = condition(ConditionReady, true, ReasonRunning, msg, gen)
 		}
 	}
-	return map[string]any{"observedGeneration": gen, "conditions": []any{accepted, ready},
+	status := map[string]any{"observedGeneration": gen, "conditions": []any{accepted, ready},
 		"parents": int64(parents), "readyParents": int64(readyParents)}
+	if v, ok := o.versions[running]; ok && running != nil && !s.fromFile[name] {
+		status["running"] = map[string]any{"generation": v.generation, "spec": v.spec}
+	}
+	return status
 }
 
 // notReady returns the reason and message of a Ready condition False for

@@ -1,0 +1,145 @@
+package ruleset
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"kgen.dev/kgen/rules"
+)
+
+// A Rule object's status records the version kgen runs (status.running),
+// and a kgen that starts while the object's latest version is invalid runs
+// that version again: the previous valid version keeps running across a
+// restart too, so its parents are repaired and finalized. A recorded
+// version that is not valid under this kgen (or none) runs nothing, as
+// before.
+func TestRuleObjectRestoredAtStart(t *testing.T) {
+	ctx := context.Background()
+	newSet := func(t *testing.T) *Set {
+		s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+			CRDs:     &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
+			Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	object := func(t *testing.T, gen int64, expr string, status map[string]any) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(ruleDoc("r", expr)), &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetUID("uid-r")
+		obj.SetGeneration(gen)
+		if status != nil {
+			obj.Object["status"] = status
+		}
+		return obj
+	}
+	status := func(s *Set) map[string]any {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.statusLocked("r", s.objects["r"])
+	}
+	ran := func(st map[string]any) (int64, string) {
+		gen, _, _ := unstructured.NestedInt64(st, "running", "generation")
+		var expr string
+		if children, ok, _ := unstructured.NestedSlice(st, "running", "spec", "children"); ok && len(children) > 0 {
+			expr, _, _ = unstructured.NestedString(children[0].(map[string]any), "template", "data", "v")
+		}
+		return gen, expr
+	}
+	runningExpr := func(s *Set) string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		r := s.applied["r"]
+		if r == nil {
+			return ""
+		}
+		return r.Children[0].Template.Expressions()[0].String()
+	}
+
+	// The first kgen runs generation 1 and records it.
+	first := newSet(t)
+	if !first.observe(ctx, object(t, 1, "parent.spec.image", nil), false) {
+		t.Fatal("a valid Rule was not taken")
+	}
+	first.recompute(ctx)
+	recorded := status(first)
+	if gen, expr := ran(recorded); gen != 1 || expr != "${parent.spec.image}" {
+		t.Fatalf("status.running = generation %d, data.v %q; want 1, ${parent.spec.image}", gen, expr)
+	}
+	// Its own invalid generation 2 keeps generation 1 running, and recorded.
+	if first.observe(ctx, object(t, 2, "parent.spec.image +", recorded), false) {
+		t.Error("an invalid version was taken")
+	}
+	first.recompute(ctx)
+	if gen, _ := ran(status(first)); gen != 1 {
+		t.Errorf("status.running.generation = %d after an invalid version, want 1", gen)
+	}
+
+	tests := []struct {
+		name    string
+		status  map[string]any
+		want    string // the running version's data, "" for none
+		message string
+	}{{
+		name: "recorded version runs", status: recorded,
+		want: "${parent.spec.image}", message: "the rule runs (its previous valid version, of generation 1: the latest is not accepted)",
+	}, {
+		name: "nothing recorded", message: "no valid version of the rule runs",
+	}, {
+		name: "the recorded version is invalid under this kgen",
+		status: func() map[string]any {
+			spec := object(t, 1, "parent.spec.imgae", nil).Object["spec"]
+			return map[string]any{"running": map[string]any{"generation": int64(1), "spec": spec}}
+		}(),
+		message: "no valid version of the rule runs",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSet(t)
+			taken := s.observe(ctx, object(t, 2, "parent.spec.image +", tt.status), false)
+			if taken != (tt.want != "") {
+				t.Errorf("observe() = %t, want %t", taken, tt.want != "")
+			}
+			s.recompute(ctx)
+			if got := runningExpr(s); got != tt.want {
+				t.Errorf("running version's data = %q, want %q", got, tt.want)
+			}
+			st := status(s)
+			conds := st["conditions"].([]any)
+			accepted, ready := conds[0].(map[string]any), conds[1].(map[string]any)
+			if accepted["status"] != "False" || !strings.Contains(fmt.Sprint(accepted["message"]), "spec.children[0].template.data.v") {
+				t.Errorf("Accepted = %v, want False naming the latest version's error", accepted)
+			}
+			if ready["message"] != tt.message {
+				t.Errorf("Ready message = %q, want %q", ready["message"], tt.message)
+			}
+			gen, _ := ran(st)
+			if (gen == 1) != (tt.want != "") {
+				t.Errorf("status.running.generation = %d; want it kept only while the version runs", gen)
+			}
+			if tt.want == "" {
+				return
+			}
+			// Fixed: the new version runs and is recorded; the restored
+			// one is forgotten.
+			if !s.observe(ctx, object(t, 3, "parent.metadata.name", st), false) {
+				t.Fatal("the fixed version was not taken")
+			}
+			s.recompute(ctx)
+			if gen, expr := ran(status(s)); gen != 3 || expr != "${parent.metadata.name}" {
+				t.Errorf("status.running = generation %d, data.v %q; want 3, ${parent.metadata.name}", gen, expr)
+			}
+			if n := len(s.objects["r"].versions); n != 1 {
+				t.Errorf("%d versions kept, want the one that runs", n)
+			}
+		})
+	}
+}
