@@ -202,9 +202,28 @@ spec:
 		return nil
 	})
 
-	_, stderr, err := kgenctlAs(t, "explain", "webapp/shop", "-n", ns, "--kubeconfig", userKubeconfig(t, "explain-rejected"))
+	// kgen runs the previous version, which the Rule's status records:
+	// explain explains the parent with that one, and says so.
+	stdout, stderr, err := kgenctlAs(t, "explain", "webapp/shop", "-n", ns, "--kubeconfig", userKubeconfig(t, "explain-rejected"))
+	if err != nil {
+		t.Fatalf("kgenctl explain: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"Rule explain-rejected: the running kgen did not accept its latest version", "imgae",
+		"explained with the version kgen runs, of generation 1", "config: ConfigMap " + ns + "/shop\n", "Up to date:  yes"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("kgenctl explain said:\n%s\nwant it to say %q", stdout, want)
+		}
+	}
+
+	// A Rule whose status records no version that runs (a CRD from before
+	// status.running, say) is left out, and the parent has no rule.
+	if _, err := env.dynamic.Resource(ruleGVR).Patch(t.Context(), "explain-rejected", types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/status/running"}]`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err = kgenctlAs(t, "explain", "webapp/shop", "-n", ns, "--kubeconfig", userKubeconfig(t, "explain-rejected"))
 	wantExitError(t, err, stderr)
-	for _, want := range []string{"no rule selects it", "Rule explain-rejected: the running kgen did not accept its latest version", "imgae"} {
+	for _, want := range []string{"no rule selects it", "Rule explain-rejected: the running kgen did not accept its latest version", "imgae", "its status records no version that runs"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("kgenctl explain said:\n%s\nwant it to say %q", stderr, want)
 		}

@@ -392,6 +392,32 @@ spec:
 		t.Error("no rules: no error")
 	}
 
+	// An invalid object, or one the running kgen did not accept, whose
+	// status records the version kgen runs: explained with that one.
+	for _, latest := range []string{"invalid", "not accepted"} {
+		obj := ruleObject("broken", "Database")
+		_ = unstructured.SetNestedField(obj.Object, runtime.DeepCopyJSONValue(obj.Object["spec"]), "status", "running", "spec")
+		_ = unstructured.SetNestedField(obj.Object, int64(4), "status", "running", "generation")
+		obj.SetGeneration(5)
+		_ = unstructured.SetNestedField(obj.Object, "Gadget", "spec", "parent", "kind")
+		if latest == "invalid" {
+			unstructured.RemoveNestedField(obj.Object, "spec", "children")
+		} else {
+			_ = unstructured.SetNestedSlice(obj.Object, []any{map[string]any{"type": "Accepted", "status": "False", "observedGeneration": int64(5), "message": "it conflicts"}}, "status", "conditions")
+		}
+		client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, obj)
+		rs, notes, err := LoadRules(t.Context(), client, discovery(), RuleSource{Objects: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != 1 || rs[0].Parent.GroupVersionKind.Kind != "Database" {
+			t.Errorf("%s latest version: rules %v, want the recorded version (parent kind Database)", latest, rs)
+		}
+		if len(notes) != 1 || !strings.HasSuffix(notes[0], "explained with the version kgen runs, of generation 4") {
+			t.Errorf("%s latest version: notes = %q", latest, notes)
+		}
+	}
+
 	// Without the files, an object whose status says a file of the
 	// running kgen shadows it is left out, with a note: its template is
 	// not what kgen applies.

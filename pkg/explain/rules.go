@@ -61,20 +61,29 @@ func LoadRules(ctx context.Context, client dynamic.Interface, res Resources, src
 				notes = append(notes, fmt.Sprintf("Rule %s is shadowed by a --rules file of the running kgen, whose rule runs instead; give that file with --rules to explain its parents", o.GetName()))
 				continue
 			}
+			var note string
+			r, err := rules.FromObject(o.Object, rules.Options{})
 			if why, rejected := notAccepted(o); rejected {
 				// Valid on its own, but the running kgen did not take
 				// this version (it does not fit its kinds' schemas, or
-				// conflicts with another rule): explaining with it
-				// would tell what kgen does not do.
-				notes = append(notes, fmt.Sprintf("Rule %s: the running kgen did not accept its latest version (%s), so its previous version, if any, runs, which explain cannot see", o.GetName(), oneLine(why)))
+				// conflicts with another rule).
+				note = fmt.Sprintf("Rule %s: the running kgen did not accept its latest version (%s)", o.GetName(), oneLine(why))
+			} else if err != nil {
+				note = fmt.Sprintf("Rule %s is invalid (%s)", o.GetName(), oneLine(err.Error()))
+			}
+			if note == "" {
+				out = append(out, r)
 				continue
 			}
-			r, err := rules.FromObject(o.Object, rules.Options{})
-			if err != nil {
-				notes = append(notes, fmt.Sprintf("Rule %s is invalid, so its previous version, if any, may run: %s", o.GetName(), oneLine(err.Error())))
+			// Explaining with the latest version would tell what kgen
+			// does not do. The version kgen runs instead, if any, is
+			// in the Rule's status.
+			if prev, gen, ok := runningVersion(o); ok {
+				notes = append(notes, fmt.Sprintf("%s; explained with the version kgen runs, of generation %d", note, gen))
+				out = append(out, prev)
 				continue
 			}
-			out = append(out, r)
+			notes = append(notes, note+", and its status records no version that runs")
 		}
 	}
 	if len(out) == 0 {
@@ -84,6 +93,21 @@ func LoadRules(ctx context.Context, client dynamic.Interface, res Resources, src
 		return nil, nil, errors.New("no rules: give --rules, or serve Rule objects (rules.kgen.dev)")
 	}
 	return out, notes, nil
+}
+
+// runningVersion returns the version of a Rule object that kgen runs, as
+// its status records it, compiled; ok is false if it records none (or
+// none this kgenctl can read).
+func runningVersion(o unstructured.Unstructured) (*rules.Rule, int64, bool) {
+	doc, gen, found := ruleset.Running(&o)
+	if !found {
+		return nil, 0, false
+	}
+	r, err := rules.FromObject(doc, rules.Options{})
+	if err != nil {
+		return nil, 0, false
+	}
+	return r, gen, true
 }
 
 // shadowed reports whether a Rule object's status says a rules file's
