@@ -450,6 +450,51 @@ func TestLanguageOrphan(t *testing.T) {
 	sameObjects(t, cmGVR, kept2)
 }
 
+// Scenario (contract §6 and §8): a child's deletionPolicy changes from
+// Orphan to Delete in the rules file while kgen runs. The child gets its
+// ownerReference, and kgen's finalizer, which guarded it only while it
+// had none, leaves the parent (before, it stayed until the parent next
+// changed); back to Orphan, the finalizer returns and the ownerReference
+// goes.
+func TestLanguageOrphanThenDelete(t *testing.T) {
+	const group = "orphandelete.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	body := func(policy string) string {
+		return languageRuleText("orphan-delete", group, []string{ns}, `  children:
+  - id: kept
+    deletionPolicy: `+policy+`
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-kept"}
+      data: {a: "1"}
+`)
+	}
+	path := writeRules(t, body("Orphan"))
+	startController(t, nil, path).waitReady(t)
+	p := create(t, gvr, gadget(group, ns, "p", map[string]any{}))
+	state := func(owned, finalized bool) {
+		t.Helper()
+		waitFor(t, cmGVR, ns, "p-kept", func(o *unstructured.Unstructured) error {
+			if got := slices.ContainsFunc(o.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == p.GetUID() }); got != owned {
+				return fmt.Errorf("ownerReferences %v, want the parent's: %t", o.GetOwnerReferences(), owned)
+			}
+			return nil
+		})
+		waitFor(t, gvr, ns, "p", hasFinalizer(finalized))
+	}
+	state(false, true)
+	if err := os.WriteFile(path, []byte(body("Delete")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state(true, false)
+	if err := os.WriteFile(path, []byte(body("Orphan")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state(false, true)
+}
+
 // Scenario: an Orphan child kgen let go of is wanted again. The parent that
 // orphaned it takes the same object back when its includeWhen turns true
 // again, and a parent deleted and made again under its name (a new UID, as

@@ -311,6 +311,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		}
 	}
 	var live []*unstructured.Unstructured // the children as they now are
+	var kept []*unstructured.Unstructured // other objects of the parent's that stay
 	live = append(live, plan.Keep...)
 	failed := map[string]bool{} // ids with a step that did not succeed
 	// The steps of one reconcile are independent: a child that reads
@@ -373,7 +374,9 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			if failed[id] {
 				if !otherKind {
 					live = append(live, old)
-				} // else kept, but not as the child, which is of another kind
+				} else {
+					kept = append(kept, old) // but not as the child, which is of another kind
+				}
 				continue
 			}
 			why := "its forEach has no element for it any more"
@@ -407,9 +410,9 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	for _, p := range plan.Prunes {
 		pruned(p.ID, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
 	}
-	if !plan.Finalizer && finalizerErr == nil {
+	if finalizerErr == nil && !needsFinalizer(plan, parent, append(kept, live...), len(pruneFailed) > 0) {
 		var err error
-		latest, err = r.setFinalizerOn(ctx, mapping, parent, false)
+		latest, err = r.setFinalizerOn(ctx, mapping, latest, false)
 		errs = append(errs, err)
 	}
 
@@ -1096,6 +1099,23 @@ func (r *Reconciler) setFinalizerOn(ctx context.Context, mapping mapper.Mapping,
 		klog.FromContext(ctx).V(2).Info("Removed finalizer", "finalizer", Finalizer)
 	}
 	return updated, nil
+}
+
+// needsFinalizer tells whether the parent still needs kgen's finalizer
+// once a reconcile's writes are done: a child it wants cannot carry an
+// ownerReference to it, an object of the parent's that stays (the
+// children as they now are, and objects kept for a failed replacement)
+// has none, or a prune failed. The plan asks for the finalizer before the
+// writes also for children that lose it by them (a child whose
+// deletionPolicy changed from Orphan to Delete gets its ownerReference, a
+// cluster-scoped child removed from the rule is deleted): without this
+// judgement after them, the finalizer would stay until the parent next
+// changed.
+func needsFinalizer(plan *Plan, parent *unstructured.Unstructured, remaining []*unstructured.Unstructured, pruneFailed bool) bool {
+	if pruneFailed || slices.ContainsFunc(plan.Steps, func(s Step) bool { return !s.OwnerReference }) {
+		return true
+	}
+	return slices.ContainsFunc(remaining, func(o *unstructured.Unstructured) bool { return !hasOwner(o, parent.GetUID()) })
 }
 
 // readiness computes the parent's Ready condition.

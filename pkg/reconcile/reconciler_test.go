@@ -853,22 +853,37 @@ func TestReconcileFinalizer(t *testing.T) {
 	}
 
 	t.Run("released once no child needs it", func(t *testing.T) {
+		// A prune that fails keeps the finalizer: the child still needs
+		// it.
+		failing := true
+		h.api.PrependReactor("delete", "clusterroles", func(clienttesting.Action) (bool, runtime.Object, error) {
+			if failing {
+				return true, nil, apierrors.NewServiceUnavailable("the server is currently unable to handle the request")
+			}
+			return false, nil, nil
+		})
 		h.setSpec(map[string]any{"role": false})
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err == nil {
+			t.Fatal("a failed prune is no error")
+		}
+		if p := h.api.get(appGVK, "team", "web"); !slices.Contains(p.GetFinalizers(), Finalizer) {
+			t.Fatalf("finalizers = %v: kgen's went while its child could not be pruned", p.GetFinalizers())
+		}
+		failing = false
 		h.api.resetRequests()
 		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
 			t.Fatal(err)
 		}
-		if got := h.api.writes(); !slices.Contains(got, "delete clusterroles team-web") {
-			t.Errorf("writes = %q, want the guarded child pruned", got)
-		}
-		// The next reconcile, once the cache no longer shows the child,
-		// removes the finalizer.
-		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
-			t.Fatal(err)
+		// The same reconcile removes the finalizer: no later one would,
+		// as nothing changes any more.
+		want := []string{"delete clusterroles team-web", "patch apps team/web"}
+		if got := h.api.writes(); len(got) < 2 || !slices.Equal(got[:2], want) {
+			t.Errorf("writes = %q, want the guarded child pruned, then the finalizer removed: %q", got, want)
 		}
 		if p := h.api.get(appGVK, "team", "web"); slices.Contains(p.GetFinalizers(), Finalizer) {
 			t.Errorf("finalizers = %v, want kgen's removed", p.GetFinalizers())
 		}
+		h.converge(h.api.get(appGVK, "team", "web"))
 		h.setSpec(map[string]any{"role": true})
 		h.converge(h.api.get(appGVK, "team", "web"))
 	})
@@ -893,6 +908,42 @@ func TestReconcileFinalizer(t *testing.T) {
 			t.Errorf("finalizers = %v, want only the other controller's", got)
 		}
 	})
+}
+
+// A child whose deletionPolicy changes from Orphan to Delete gets its
+// ownerReference back, and the finalizer that guarded it goes in the same
+// reconcile (no later reconcile would come: nothing else changes). Back to
+// Orphan, the ownerReference goes and the finalizer comes first.
+func TestFinalizerFollowsDeletionPolicy(t *testing.T) {
+	orphan := strings.Replace(appRule, "  - id: config\n", "  - id: config\n    deletionPolicy: Orphan\n", 1)
+	h := newHarness(t, orphan)
+	h.converge(appParent(nil))
+	owned := func() bool { return hasOwner(h.api.get(cmGVK, "team", "web-config"), "uid-parent") }
+	finalized := func() bool { return slices.Contains(h.api.get(appGVK, "team", "web").GetFinalizers(), Finalizer) }
+	if owned() || !finalized() {
+		t.Fatalf("Orphan: ownerReference %t, finalizer %t; want none and kgen's", owned(), finalized())
+	}
+
+	h.rule = parseRule(t, appRule)
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if !owned() || finalized() {
+		t.Errorf("Delete: ownerReference %t, finalizer %t; want the ownerReference and no finalizer", owned(), finalized())
+	}
+	h.converge(h.api.get(appGVK, "team", "web"))
+
+	h.rule = parseRule(t, orphan)
+	h.api.resetRequests()
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.api.writes(); len(got) == 0 || got[0] != "patch apps team/web" {
+		t.Errorf("writes = %q, want the finalizer first", got)
+	}
+	if owned() || !finalized() {
+		t.Errorf("Orphan again: ownerReference %t, finalizer %t; want none and kgen's", owned(), finalized())
+	}
 }
 
 // A parent that left every rule (relabelled) is released: kgen's finalizer
