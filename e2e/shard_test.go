@@ -246,6 +246,23 @@ func TestShards(t *testing.T) {
 		t.Errorf("the parents of the stopped shard took %s, more than %s", took.Round(time.Millisecond), limit)
 	}
 	checkNoRecreation(t, ns, settled, uids)
+
+	// A parent restored from a backup still carries the label of s1, which
+	// is gone: one of the others claims it at once and makes its child,
+	// as for the parents of a shard that dies (before, it waited for the
+	// sweep, every ten lease durations).
+	restored := time.Now()
+	create(t, gvr, map[string]any{"apiVersion": "shard.example.com/v1", "kind": "Shardee",
+		"metadata": map[string]any{"name": "restored", "namespace": ns, "labels": map[string]any{shard.Label: "s1"}},
+		"spec":     map[string]any{"value": "v5"}})
+	eventually(t, 60*time.Second, func() (bool, error) {
+		return convergedOn(t, gvr, ns, []string{"restored"}, live, "v5")
+	}, "the restored parent to be claimed and reconciled")
+	took = time.Since(restored)
+	t.Logf("the parent restored with the label of the gone s1 converged on %v %s after its creation", live, took.Round(time.Millisecond))
+	if limit := 2*leaseDuration + time.Second; took > limit {
+		t.Errorf("the restored parent took %s, more than %s", took.Round(time.Millisecond), limit)
+	}
 }
 
 // checkNoRecreation checks that since a time no ConfigMap in ns was

@@ -198,6 +198,7 @@ func (s *Shard) updateMembership(ctx context.Context) time.Duration {
 	if changed {
 		s.live = liveNow
 		s.ring = NewRing(liveNow, s.cfg.Tokens)
+		s.restartUnassignedLocked()
 	}
 	fence := map[string]*coordinationv1.Lease{}
 	for _, id := range append(toFence, toDelete...) {

@@ -82,7 +82,22 @@ type scope struct {
 	left       map[int]func(namespace, name string, uid types.UID)
 	nextID     int
 	unassigned cache.SharedIndexInformer
-	stop       context.CancelFunc
+	// unassignedSel is the label selector unassigned watches with (see
+	// unassignedSelector).
+	unassignedSel string
+	stop          context.CancelFunc
+}
+
+// unassignedSelector selects the parents that no live shard holds: those
+// without a shard, and those whose shard is not live (notin matches an
+// object without the label too). A parent restored from a backup with the
+// label of a shard that is gone is then seen at once, not at the next
+// sweep.
+func unassignedSelector(live []string) string {
+	if len(live) == 0 {
+		return "!" + Label
+	}
+	return Label + " notin (" + strings.Join(live, ",") + ")"
 }
 
 // with returns the scope's selector with more requirements.
@@ -137,13 +152,16 @@ func (s *Shard) Assign(gvr schema.GroupVersionResource, namespace, selector stri
 	}
 }
 
-// startUnassignedLocked starts the scope's informer of parents without a
-// shard: normally none, as every new parent is claimed at once. It
-// caches only their metadata.
+// startUnassignedLocked starts the scope's informer of parents that no
+// live shard holds (unassignedSelector): normally none, as every new
+// parent is claimed at once, and the parents of a shard that died are
+// claimed by the others. It caches only their metadata. The caller holds
+// s.mu.
 func (s *Shard) startUnassignedLocked(sc *scope) {
 	k := sc.key
+	sel := unassignedSelector(s.live)
 	inf := metadatainformer.NewFilteredMetadataInformer(s.cfg.Metadata, k.gvr, k.namespace, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = k.with("!" + Label) }).Informer()
+		func(o *metav1.ListOptions) { o.LabelSelector = k.with(sel) }).Informer()
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
 			m.SetManagedFields(nil)
@@ -161,8 +179,21 @@ func (s *Shard) startUnassignedLocked(sc *scope) {
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	sc.unassigned, sc.stop = inf, cancel
+	sc.unassigned, sc.unassignedSel, sc.stop = inf, sel, cancel
 	go inf.RunWithContext(ctx)
+}
+
+// restartUnassignedLocked starts each scope's informer of unassigned
+// parents again when the live shards changed its selector. The caller
+// holds s.mu.
+func (s *Shard) restartUnassignedLocked() {
+	sel := unassignedSelector(s.live)
+	for _, sc := range s.scopes {
+		if sc.unassignedSel != sel {
+			sc.stop()
+			s.startUnassignedLocked(sc)
+		}
+	}
 }
 
 // stopScopes stops every scope's informer.

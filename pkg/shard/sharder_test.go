@@ -549,3 +549,58 @@ func namesOwnedBy(t *testing.T, shards []string, want string, n int) []string {
 	}
 	return out
 }
+
+// A parent that arrives with the label of a shard that is not live (restored
+// from a backup taken while another set of replicas ran) is seen by the
+// scope's informer of unassigned parents, which selects the parents no live
+// shard holds, and is claimed at once, not at the next sweep. When the live
+// shards change, that informer follows.
+func TestUnassignedInformerSeesParentsOfGoneShards(t *testing.T) {
+	live := []string{"a", "b"}
+	name := nameOwnedBy(t, live, "a")
+	f := newFixture(t, "a")
+	var mu sync.Mutex
+	var selectors []string
+	f.meta.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		selectors = append(selectors, a.(clienttesting.ListAction).GetListRestrictions().Labels.String())
+		return false, nil, nil
+	})
+	listed := func(want string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(selectors, want), nil
+		})
+		if err != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("lists with selectors %q, want one with %q", selectors, want)
+		}
+	}
+	f.view([]string{"a"})
+	t.Cleanup(f.s.Assign(webapps, ns, "", func() []any { return nil }, nil))
+	listed("kgen.dev/shard notin (a)")
+
+	f.s.mu.Lock()
+	f.s.live, f.s.ring = live, NewRing(live, 0)
+	f.s.restartUnassignedLocked()
+	f.s.mu.Unlock()
+	listed("kgen.dev/shard notin (a,b)")
+
+	// Restored with the label of c, which has no Lease: dead once this
+	// replica has followed the Leases for a lease duration.
+	f.clock.Step(5 * time.Second)
+	if err := f.meta.Tracker().Add(parentOf(name, "c", "9")); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f.process(t)
+		return f.shardOf(t, name) == "a", nil
+	})
+	if err != nil {
+		t.Errorf("the restored parent is on shard %q, want a: claimed without a sweep", f.shardOf(t, name))
+	}
+}
