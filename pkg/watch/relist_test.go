@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,13 @@ type appServer struct {
 	// answer 429, as the API server does while it rebuilds a CRD's
 	// storage.
 	refuseLists, refuseWatches atomic.Int32
+	// reflectorLists counts the lists that name a resource version, as
+	// the reflector's do (a relist in the stream names none); aborted
+	// the lists whose client went away while gate held them.
+	reflectorLists, aborted, waiting atomic.Int32
+	// status, when set, answers lists (not watch-lists) with that
+	// status instead of the 429 of refuseLists.
+	status int
 }
 
 func refuse(w http.ResponseWriter) {
@@ -118,14 +126,27 @@ func (s *appServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gate := s.gate
 		s.mu.Unlock()
 		if gate != nil {
+			s.waiting.Add(1)
 			select {
 			case <-gate:
 			case <-r.Context().Done():
+				s.aborted.Add(1)
 				return
 			}
 		}
 		s.lists.Add(1)
+		if !initial && q.Get("resourceVersion") != "" {
+			s.reflectorLists.Add(1)
+		}
 		if !initial && s.refuseLists.Add(-1) >= 0 {
+			s.mu.Lock()
+			code := s.status
+			s.mu.Unlock()
+			if code != 0 {
+				w.WriteHeader(code)
+				fmt.Fprintf(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","code":%d,"message":"refused"}`+"\n", code)
+				return
+			}
 			refuse(w)
 			return
 		}
@@ -133,7 +154,23 @@ func (s *appServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		items, rv := s.itemsLocked(), s.rv
 		s.mu.Unlock()
 		if !initial {
-			fmt.Fprintf(w, `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"%d"},"items":[%s]}`+"\n", rv, strings.Join(items, ","))
+			// Pages of limit items, the continue token the index of
+			// the next one; every page has the first one's version.
+			cont := ""
+			if limit, _ := strconv.Atoi(q.Get("limit")); limit > 0 {
+				from := 0
+				if c := q.Get("continue"); c != "" {
+					if _, err := fmt.Sscanf(c, "%d/%d", &from, &rv); err != nil {
+						s.t.Errorf("continue %q: %v", c, err)
+					}
+				}
+				to := min(from+limit, len(items))
+				if to < len(items) {
+					cont = fmt.Sprintf("%d/%d", to, rv)
+				}
+				items = items[from:to]
+			}
+			fmt.Fprintf(w, `{"apiVersion":"example.com/v1","kind":"AppList","metadata":{"resourceVersion":"%d","continue":%q},"items":[%s]}`+"\n", rv, cont, strings.Join(items, ","))
 			return
 		}
 		for _, item := range items {
@@ -415,4 +452,113 @@ func TestRelistDeleteIsACopy(t *testing.T) {
 	waitUntil(t, "the handler to be told p is gone", func() bool { return got.isDeleted("p") })
 	close(stop)
 	<-done
+}
+
+var appKey = Key{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}}
+
+// untilBookmark returns the events of w up to its next bookmark, as "TYPE
+// name" (a bookmark as "BOOKMARK version", an error as "ERROR code").
+func untilBookmark(t *testing.T, w apiwatch.Interface) []string {
+	t.Helper()
+	var got []string
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended after %v", got)
+			}
+			switch o := e.Object.(type) {
+			case *Object:
+				if e.Type == apiwatch.Bookmark {
+					return append(got, "BOOKMARK "+o.ResourceVersion)
+				}
+				got = append(got, string(e.Type)+" "+o.Name)
+			case *metav1.Status:
+				got = append(got, fmt.Sprintf("%s %d", e.Type, o.Code))
+			}
+		case <-timeout:
+			t.Fatalf("no bookmark after %v", got)
+		}
+	}
+}
+
+// What the reflector listed, page after page as its pager reads them, is
+// what a relist in the stream compares the new list with: an object of
+// the first page that went while no event told of it is deleted, and the
+// others are modified, not added.
+func TestRelistKnowsTheListedPages(t *testing.T) {
+	srv := newAppServer(t, false)
+	srv.objects = map[string]int{"p": 5, "q": 5, "r": 5}
+	lw := newListWatch(srv.client(), appKey)
+	lw.delay = 0
+	ctx := context.Background()
+	opts := metav1.ListOptions{ResourceVersion: "0", Limit: 1}
+	pages := 0
+	for {
+		l, err := lw.ListWithContext(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if l.(*List).Continue == "" {
+			break
+		}
+		opts.Continue = l.(*List).Continue
+	}
+	if pages != 3 {
+		t.Fatalf("the list came in %d pages, want 3", pages)
+	}
+	w, err := lw.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "5", AllowWatchBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	srv.remove("p")
+	lw.Relist()
+	got := strings.Join(untilBookmark(t, w), ", ")
+	if want := "MODIFIED q, MODIFIED r, DELETED p, BOOKMARK 6"; got != want {
+		t.Errorf("the relist sent %s, want %s", got, want)
+	}
+}
+
+// A relist whose list the server refuses three times is left to the
+// reflector, which lists; the informer misses nothing, the watch goes on,
+// and the next relist in the stream knows what the reflector listed.
+func TestRelistFallsBackToTheReflector(t *testing.T) {
+	srv := newAppServer(t, false)
+	srv.objects = map[string]int{"p": 5, "q": 5, "r": 5}
+	m := New(Config{REST: srv.client()})
+	m.relistDelay = 0
+	defer m.Shutdown()
+	got := &seen{last: map[string]string{}, deleted: map[string]bool{}, told: map[string]int{}, deletes: map[string]int{}}
+	reg, err := m.Acquire(appKey, got.handler(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Release()
+	waitUntil(t, "the informer to sync", reg.HasSynced)
+	before := srv.reflectorLists.Load()
+	srv.remove("p")
+	srv.setDefault(8080)
+	srv.refuseLists.Store(3)
+	m.Relist("example.com")
+	waitUntil(t, "the handler to be told p is gone", func() bool { return got.isDeleted("p") })
+	waitUntil(t, "the handler to get the default", func() bool { return got.get("q") == "map[port:8080]" && got.get("r") == "map[port:8080]" })
+	if srv.reflectorLists.Load() == before {
+		t.Errorf("the reflector did not list")
+	}
+	if n := srv.refuseLists.Load(); n >= 0 {
+		t.Errorf("%d refusals left", n+1)
+	}
+	srv.add("s")
+	waitUntil(t, "the handler to get s from the watch", func() bool { return got.get("s") != "" })
+
+	before = srv.reflectorLists.Load()
+	srv.remove("q")
+	m.Relist("example.com")
+	waitUntil(t, "the handler to be told q is gone", func() bool { return got.isDeleted("q") })
+	if n := srv.reflectorLists.Load() - before; n != 0 {
+		t.Errorf("the reflector listed %d times, want the relist in the stream", n)
+	}
 }
