@@ -84,25 +84,32 @@ const relistDelay = time.Second
 // the server finds too old does.
 func (lw *listWatch) Relist() {
 	lw.mu.Lock()
-	defer lw.mu.Unlock()
 	if lw.timer != nil {
 		lw.timer.Stop()
 	}
-	if lw.delay <= 0 {
-		lw.relistLocked()
+	if lw.delay > 0 {
+		lw.timer = time.AfterFunc(lw.delay, lw.relistNow)
+		lw.mu.Unlock()
 		return
 	}
-	lw.timer = time.AfterFunc(lw.delay, func() {
-		lw.mu.Lock()
-		defer lw.mu.Unlock()
-		lw.relistLocked()
-	})
+	lw.mu.Unlock()
+	lw.relistNow()
 }
 
-func (lw *listWatch) relistLocked() {
+// relistNow asks for a relist and interrupts the open watch: it ends, and
+// run finds the relist pending. The watch's body is closed without lw.mu
+// held (closing an HTTP/2 body waits for the stream's reset to be
+// written, and Manager.Relist and every event observed wait on lw.mu). A
+// watch opened or reopened by a relist meanwhile is interrupted all the
+// same: both check relistPending after they replace the body, and wanted
+// has grown before the open watch is read here.
+func (lw *listWatch) relistNow() {
+	lw.mu.Lock()
 	lw.wanted++
-	if lw.current != nil {
-		lw.current.interrupt() // it ends, and run finds the relist pending
+	s := lw.current
+	lw.mu.Unlock()
+	if s != nil {
+		s.interrupt()
 	}
 }
 
@@ -300,8 +307,9 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptio
 	if listed != nil {
 		listed()
 	}
-	s := &eventStream{body: body, result: make(chan apiwatch.Event), done: make(chan struct{}), watchList: watchList, fromNow: opts.ResourceVersion == "",
-		lw: lw, ctx: ctx, timeoutSeconds: opts.TimeoutSeconds}
+	s := &eventStream{body: body, result: make(chan apiwatch.Event), watchList: watchList, fromNow: opts.ResourceVersion == "",
+		lw: lw, timeoutSeconds: opts.TimeoutSeconds}
+	s.ctx, s.cancel = context.WithCancel(ctx)
 	lw.mu.Lock()
 	lw.current = s
 	lw.mu.Unlock()
@@ -429,8 +437,11 @@ func decodeList(data []byte) (*List, error) {
 
 // eventStream is a watch.Interface over a JSON watch stream.
 type eventStream struct {
-	lw  *listWatch
-	ctx context.Context
+	lw *listWatch
+	// ctx is the watch's, ended by Stop too: a relist's list and watch
+	// requests are abandoned when the reflector stops the watch.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// timeoutSeconds is the watch's, for the watch a relist opens.
 	timeoutSeconds *int64
 
@@ -439,7 +450,6 @@ type eventStream struct {
 	closed bool          // Stop was called
 
 	result chan apiwatch.Event
-	done   chan struct{}
 	once   sync.Once
 	// watchList is set for a watch-list request (sendInitialEvents): a
 	// 429, or the end of the stream, before the bookmark that ends its
@@ -450,10 +460,12 @@ type eventStream struct {
 }
 
 // interrupt ends the read of the body; run then finds a relist pending.
+// The body is closed without s.mu held (see listWatch.relistNow).
 func (s *eventStream) interrupt() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.body.Close()
+	body := s.body
+	s.mu.Unlock()
+	body.Close()
 }
 
 // ResultChan implements watch.Interface.
@@ -462,11 +474,12 @@ func (s *eventStream) ResultChan() <-chan apiwatch.Event { return s.result }
 // Stop implements watch.Interface.
 func (s *eventStream) Stop() {
 	s.once.Do(func() {
-		close(s.done)
+		s.cancel()
 		s.mu.Lock()
 		s.closed = true
-		s.body.Close()
+		body := s.body
 		s.mu.Unlock()
+		body.Close() // a body a relist opens later is closed by it
 	})
 }
 
@@ -585,10 +598,8 @@ func (s *eventStream) run() {
 // reflector lists. ok is false when the stream ends.
 func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 	lw := s.lw
-	select {
-	case <-s.done:
+	if s.ctx.Err() != nil {
 		return nil, false // stopped, not interrupted
-	default:
 	}
 	all = all || lw.relistPending()
 	s.interrupt() // the watch being replaced, if the server has not ended it
@@ -604,7 +615,7 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 			return nil, false
 		}
 		select {
-		case <-s.done:
+		case <-s.ctx.Done():
 			return nil, false
 		case <-time.After(time.Second):
 		}
@@ -669,7 +680,7 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 			break
 		}
 		select {
-		case <-s.done:
+		case <-s.ctx.Done():
 			return nil, false
 		case <-time.After(500 * time.Millisecond):
 		}
@@ -692,14 +703,12 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 	return body, true
 }
 
-// fail reports err as an Error event unless the watch was stopped (then the
-// error is only the closed body): an API status as it is, anything else as
+// fail reports err as an Error event unless the watch was stopped or its
+// context ended (then the error is only the closed body): an API status as it is, anything else as
 // an internal error.
 func (s *eventStream) fail(err error) {
-	select {
-	case <-s.done:
+	if s.ctx.Err() != nil {
 		return
-	default:
 	}
 	status := &apierrors.NewInternalError(err).ErrStatus
 	if api := apierrors.APIStatus(nil); errors.As(err, &api) {
@@ -708,11 +717,13 @@ func (s *eventStream) fail(err error) {
 	s.send(apiwatch.Event{Type: apiwatch.Error, Object: status})
 }
 
+// send hands e to the reader, unless the watch is stopped or its context
+// ended first.
 func (s *eventStream) send(e apiwatch.Event) bool {
 	select {
 	case s.result <- e:
 		return true
-	case <-s.done:
+	case <-s.ctx.Done():
 		return false
 	}
 }

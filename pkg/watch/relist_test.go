@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -560,5 +561,97 @@ func TestRelistFallsBackToTheReflector(t *testing.T) {
 	waitUntil(t, "the handler to be told q is gone", func() bool { return got.isDeleted("q") })
 	if n := srv.reflectorLists.Load() - before; n != 0 {
 		t.Errorf("the reflector listed %d times, want the relist in the stream", n)
+	}
+}
+
+// A watch stopped, or whose context is cancelled, while a relist waits for
+// its list ends at once: its result channel closes and the list's request
+// is abandoned.
+func TestStopDuringRelist(t *testing.T) {
+	for _, how := range []string{"stop", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			srv := newAppServer(t, false)
+			lw := newListWatch(srv.client(), appKey)
+			lw.delay = 0
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w, err := lw.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "5"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			gate := make(chan struct{})
+			defer close(gate)
+			srv.mu.Lock()
+			srv.gate = gate
+			srv.mu.Unlock()
+			lw.Relist()
+			waitUntil(t, "the relist to list", func() bool { return srv.waiting.Load() == 1 })
+			start := time.Now()
+			if how == "stop" {
+				w.Stop()
+			} else {
+				cancel()
+			}
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				for range w.ResultChan() { // the reflector reads until the end
+				}
+			}()
+			select {
+			case <-ended:
+				if d := time.Since(start); d > 500*time.Millisecond {
+					t.Errorf("the watch ended %v after the %s", d, how)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the watch did not end within 5 s of the %s", how)
+			}
+			waitUntil(t, "the list to be abandoned", func() bool { return srv.aborted.Load() == 1 })
+		})
+	}
+}
+
+// blockingBody is a watch body whose Close waits for release, as an HTTP/2
+// body's waits for its stream's reset to be written.
+type blockingBody struct{ closing, release chan struct{} }
+
+func (b *blockingBody) Read([]byte) (int, error) {
+	<-b.release
+	return 0, io.EOF
+}
+
+func (b *blockingBody) Close() error {
+	select {
+	case b.closing <- struct{}{}:
+	default:
+	}
+	<-b.release
+	return nil
+}
+
+// Relist closes the open watch's body without the listWatch's lock held:
+// the events the reflector takes, and Manager.Relist, wait on it.
+func TestRelistClosesTheBodyUnlocked(t *testing.T) {
+	lw := newListWatch(nil, appKey)
+	lw.delay = 0
+	body := &blockingBody{closing: make(chan struct{}, 1), release: make(chan struct{})}
+	defer close(body.release)
+	lw.current = &eventStream{lw: lw, body: body}
+	go lw.Relist()
+	select {
+	case <-body.closing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the body was not closed")
+	}
+	pending := make(chan bool)
+	go func() { pending <- lw.relistPending() }()
+	select {
+	case p := <-pending:
+		if !p {
+			t.Error("no relist pending")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the listWatch's lock is held while the body closes")
 	}
 }
