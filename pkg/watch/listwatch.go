@@ -669,14 +669,16 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 		return nil, false
 	}
 	served()
-	// The watch of a CRD's new storage is answered 429 until its cache
-	// has started: tried again here, or the reflector would, after its
-	// growing backoff.
+	// The watch of a CRD's new storage is answered 429 "storage is
+	// (re)initializing" until its cache has started: tried again here, or
+	// the reflector would, after its growing backoff. Any other 429 (API
+	// Priority and Fairness throttling) goes to the reflector at once, as
+	// does any other error: it backs off before it watches again.
 	var err error
 	for try := 0; ; try++ {
 		body, err = lw.request(metav1.ListOptions{Watch: true, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true,
 			TimeoutSeconds: s.timeoutSeconds}).Stream(s.ctx)
-		if err == nil || !apierrors.IsTooManyRequests(err) || try == 9 {
+		if err == nil || !apierrors.IsTooManyRequests(err) || !cacheNotReady(err.Error()) || try == 9 {
 			break
 		}
 		select {

@@ -47,6 +47,10 @@ type appServer struct {
 	// status, when set, answers lists (not watch-lists) with that
 	// status instead of the 429 of refuseLists.
 	status int
+	// throttle makes the 429s of refuseWatches API Priority and
+	// Fairness's, not a storage's that is starting.
+	throttle bool
+	watches  atomic.Int32
 }
 
 func refuse(w http.ResponseWriter) {
@@ -182,7 +186,16 @@ func (s *appServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest) // no watch-list: the reflector lists
 		fmt.Fprintln(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"BadRequest","code":400}`)
 		return
-	} else if s.refuseWatches.Add(-1) >= 0 {
+	} else if s.watches.Add(1); s.refuseWatches.Add(-1) >= 0 {
+		s.mu.Lock()
+		throttle := s.throttle
+		s.mu.Unlock()
+		if throttle {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprintln(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"TooManyRequests","code":429,"message":"Too many requests, please try again later."}`)
+			return
+		}
 		refuse(w)
 		return
 	}
@@ -653,5 +666,38 @@ func TestRelistClosesTheBodyUnlocked(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("the listWatch's lock is held while the body closes")
+	}
+}
+
+// The watch a relist opens is tried again only while the server says its
+// storage is starting; a 429 of API Priority and Fairness goes to the
+// reflector at once, which backs off, and watches again from the relist's
+// bookmark.
+func TestRelistWatchLeavesThrottlingToTheReflector(t *testing.T) {
+	srv := newAppServer(t, false)
+	lw := newListWatch(srv.client(), appKey)
+	lw.delay = 0
+	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	srv.mu.Lock()
+	srv.throttle = true
+	srv.mu.Unlock()
+	srv.refuseWatches.Store(5)
+	watches := srv.watches.Load()
+	lw.Relist()
+	untilBookmark(t, w)
+	select {
+	case e := <-w.ResultChan():
+		if s, ok := e.Object.(*metav1.Status); e.Type != apiwatch.Error || !ok || s.Code != http.StatusTooManyRequests {
+			t.Errorf("event %+v, want the 429", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event after the bookmark")
+	}
+	if n := srv.watches.Load() - watches; n != 1 {
+		t.Errorf("the relist tried the watch %d times, want 1", n)
 	}
 }
