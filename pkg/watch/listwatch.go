@@ -349,6 +349,17 @@ func (lw *listWatch) listAll(ctx context.Context) (*List, error) {
 	}
 }
 
+// mayPass reports whether a relist's failed list may succeed when tried
+// again soon: the server was busy (429), failed (5xx), or did not answer.
+func mayPass(err error) bool {
+	var api apierrors.APIStatus
+	if !errors.As(err, &api) {
+		return true
+	}
+	code := api.Status().Code
+	return code == http.StatusTooManyRequests || code >= http.StatusInternalServerError
+}
+
 // cacheNotReady reports whether a 429's message is the API server's
 // "storage is (re)initializing": its watch cache of the resource cannot
 // start, and a watch-list will not stream until it does. Any other 429 (API
@@ -592,10 +603,13 @@ func (s *eventStream) run() {
 // for sends every one, as a changed schema changes objects but not their
 // versions), and each one the reflector's store holds that the list lacks
 // as deleted, then a bookmark of the list's resource version,
-// and returns the body of a watch from there. A list that fails is tried
-// again twice, a second apart (the API server may answer 429 while it
-// rebuilds a changed CRD's storage); then it reports errRelist, and the
-// reflector lists. ok is false when the stream ends.
+// and returns the body of a watch from there. A list that fails for a
+// reason that may pass (429: the API server may answer so while it
+// rebuilds a changed CRD's storage; 5xx; no answer) is tried again twice,
+// a second apart or after the server's Retry-After if longer; then, or at
+// once for any other failure (403, 404: trying again soon does not help),
+// it reports errRelist, and the reflector lists, reports the failure and
+// retries with its backoff. ok is false when the stream ends.
 func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 	lw := s.lw
 	if s.ctx.Err() != nil {
@@ -610,14 +624,18 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 		if list, err = lw.listAll(s.ctx); err == nil {
 			break
 		}
-		if try == 2 {
+		if try == 2 || !mayPass(err) {
 			s.fail(errRelist)
 			return nil, false
+		}
+		wait := time.Second
+		if d, ok := apierrors.SuggestsClientDelay(err); ok && time.Duration(d)*time.Second > wait {
+			wait = min(time.Duration(d)*time.Second, 10*time.Second)
 		}
 		select {
 		case <-s.ctx.Done():
 			return nil, false
-		case <-time.After(time.Second):
+		case <-time.After(wait):
 		}
 	}
 	// Each event is recorded once the reflector took it, so what kgen

@@ -701,3 +701,43 @@ func TestRelistWatchLeavesThrottlingToTheReflector(t *testing.T) {
 		t.Errorf("the relist tried the watch %d times, want 1", n)
 	}
 }
+
+// A relist's list that the server refuses for good (403, 404) is left to
+// the reflector at once, which reports it; a 429 or a 5xx is tried again.
+func TestRelistListFailures(t *testing.T) {
+	for _, tc := range []struct {
+		code, lists int
+		fallback    bool
+	}{
+		{http.StatusForbidden, 1, true},
+		{http.StatusNotFound, 1, true},
+		{http.StatusServiceUnavailable, 2, false},
+		{http.StatusTooManyRequests, 2, false},
+	} {
+		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
+			srv := newAppServer(t, false)
+			srv.status = tc.code
+			lw := newListWatch(srv.client(), appKey)
+			lw.delay = 0
+			w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "5"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			srv.refuseLists.Store(1)
+			lw.Relist()
+			select {
+			case e := <-w.ResultChan():
+				s, ok := e.Object.(*metav1.Status)
+				if fallback := e.Type == apiwatch.Error && ok && s.Reason == metav1.StatusReasonExpired; fallback != tc.fallback {
+					t.Errorf("first event %s %T, want the fallback (410) %t", e.Type, e.Object, tc.fallback)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event")
+			}
+			if n := srv.lists.Load(); int(n) != tc.lists {
+				t.Errorf("%d lists, want %d", n, tc.lists)
+			}
+		})
+	}
+}
