@@ -638,6 +638,17 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 		case <-time.After(wait):
 		}
 	}
+	// The events carry each object's own resource version, older than
+	// the list's and than the last the watch sent, and the reflector
+	// takes each as the version to watch again from: it steps back until
+	// the bookmark below. That is safe: the stream ends before the
+	// bookmark only when the reflector stopped it (its context ended, or a
+	// resync failed; an error is never sent meanwhile), and a reflector
+	// that watches again from an older version is sent the changes since
+	// then once more (the store ends as the server has it) or a 410, and
+	// lists. Sending the bookmark first would not help: the events after
+	// it would step back all the same.
+	//
 	// Each event is recorded once the reflector took it, so what kgen
 	// knows of its store stays true if the stream ends midway.
 	send := func(t apiwatch.EventType, o *Object) bool {
