@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,6 +53,8 @@ type appServer struct {
 	// Fairness's, not a storage's that is starting.
 	throttle bool
 	watches  atomic.Int32
+	// unselected are the objects a label selector leaves out of lists.
+	unselected map[string]bool
 }
 
 func refuse(w http.ResponseWriter) {
@@ -157,6 +161,14 @@ func (s *appServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.mu.Lock()
 		items, rv := s.itemsLocked(), s.rv
+		if q.Get("labelSelector") != "" {
+			items = items[:0]
+			for _, name := range slices.Sorted(maps.Keys(s.objects)) {
+				if !s.unselected[name] {
+					items = append(items, s.objectLocked(name))
+				}
+			}
+		}
 		s.mu.Unlock()
 		if !initial {
 			// Pages of limit items, the continue token the index of
@@ -739,5 +751,34 @@ func TestRelistListFailures(t *testing.T) {
 				t.Errorf("%d lists, want %d", n, tc.lists)
 			}
 		})
+	}
+}
+
+// A relist lists with the informer's label selector: an object whose
+// labels no longer match, while no event told of it, is deleted, not sent
+// again.
+func TestRelistKeepsTheSelector(t *testing.T) {
+	srv := newAppServer(t, false)
+	srv.objects = map[string]int{"p": 5, "q": 5}
+	srv.unselected = map[string]bool{}
+	key := appKey
+	key.Selector = "app=x"
+	lw := newListWatch(srv.client(), key)
+	lw.delay = 0
+	if _, err := lw.ListWithContext(context.Background(), metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	srv.mu.Lock()
+	srv.unselected["q"] = true
+	srv.mu.Unlock()
+	lw.Relist()
+	got := strings.Join(untilBookmark(t, w), ", ")
+	if want := "MODIFIED p, DELETED q, BOOKMARK 5"; got != want {
+		t.Errorf("the relist sent %s, want %s", got, want)
 	}
 }
