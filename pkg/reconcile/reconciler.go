@@ -311,7 +311,6 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		}
 	}
 	var live []*unstructured.Unstructured // the children as they now are
-	var kept []*unstructured.Unstructured // other objects of the parent's that stay
 	live = append(live, plan.Keep...)
 	failed := map[string]bool{} // ids with a step that did not succeed
 	// The steps of one reconcile are independent: a child that reads
@@ -359,11 +358,14 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	}
 	// A prune that fails is on the Ready condition too (see below).
 	var pruneFailed []childError
-	pruned := func(id string, err error) {
+	gone := map[types.UID]bool{} // pruned, or let go of
+	pruned := func(id string, obj *unstructured.Unstructured, err error) {
 		if err != nil {
 			errs = append(errs, err)
 			pruneFailed = append(pruneFailed, childError{id, err})
+			return
 		}
+		gone[obj.GetUID()] = true
 	}
 	// A renamed child's old object, or the object of a forEach element
 	// that is gone, goes only once every object of its child exists.
@@ -374,9 +376,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			if failed[id] {
 				if !otherKind {
 					live = append(live, old)
-				} else {
-					kept = append(kept, old) // but not as the child, which is of another kind
-				}
+				} // else kept, but not as the child, which is of another kind
 				continue
 			}
 			why := "its forEach has no element for it any more"
@@ -404,13 +404,13 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 					}
 				}
 			}
-			pruned(id, r.prune(ctx, rule, parent, old, id, why))
+			pruned(id, old, r.prune(ctx, rule, parent, old, id, why))
 		}
 	}
 	for _, p := range plan.Prunes {
-		pruned(p.ID, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
+		pruned(p.ID, p.Object, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
 	}
-	if finalizerErr == nil && !needsFinalizer(plan, parent, append(kept, live...), len(pruneFailed) > 0) {
+	if finalizerErr == nil && !needsFinalizer(plan, parent, remaining(plan, observed, live, gone), len(pruneFailed) > 0) {
 		var err error
 		latest, err = r.setFinalizerOn(ctx, mapping, latest, false)
 		errs = append(errs, err)
@@ -1101,10 +1101,33 @@ func (r *Reconciler) setFinalizerOn(ctx context.Context, mapping mapper.Mapping,
 	return updated, nil
 }
 
+// remaining returns the parent's objects as they are after a reconcile's
+// writes: the children as the writes left them (live), and every other
+// observed object that was not pruned or let go of (gone). Objects the
+// plan keeps without a step (a child's object of its old kind, kept while
+// its replacement waits or failed; a waiting child's) are among them.
+func remaining(plan *Plan, observed, live []*unstructured.Unstructured, gone map[types.UID]bool) []*unstructured.Unstructured {
+	seen := map[types.UID]bool{}
+	for _, o := range live {
+		seen[o.GetUID()] = true
+	}
+	for _, s := range plan.Steps {
+		if s.Live != nil {
+			seen[s.Live.GetUID()] = true // live holds what its write left
+		}
+	}
+	out := slices.Clone(live)
+	for _, o := range observed {
+		if !seen[o.GetUID()] && !gone[o.GetUID()] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // needsFinalizer tells whether the parent still needs kgen's finalizer
 // once a reconcile's writes are done: a child it wants cannot carry an
-// ownerReference to it, an object of the parent's that stays (the
-// children as they now are, and objects kept for a failed replacement)
+// ownerReference to it, an object of the parent's that stays (remaining)
 // has none, or a prune failed. The plan asks for the finalizer before the
 // writes also for children that lose it by them (a child whose
 // deletionPolicy changed from Orphan to Delete gets its ownerReference, a

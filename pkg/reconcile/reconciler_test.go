@@ -946,6 +946,44 @@ func TestFinalizerFollowsDeletionPolicy(t *testing.T) {
 	}
 }
 
+// A cluster-scoped child whose kind changes to a namespaced one that waits
+// for another child: the old object is kept (left as it is), and only the
+// finalizer guards it, so the finalizer stays, and no reconcile removes
+// and adds it again (a review found a7a3612 did).
+func TestFinalizerKeptForOldKindWhileItsReplacementWaits(t *testing.T) {
+	h := newHarness(t, clusterRule)
+	h.converge(appParent(nil))
+	if p := h.api.get(appGVK, "team", "web"); !slices.Contains(p.GetFinalizers(), Finalizer) {
+		t.Fatalf("finalizers = %v", p.GetFinalizers())
+	}
+	to := strings.Replace(clusterRule, "      apiVersion: rbac.authorization.k8s.io/v1\n      kind: ClusterRole\n      metadata: {name: \"${parent.metadata.namespace}-${parent.metadata.name}\"}\n      rules: []\n",
+		"      apiVersion: v1\n      kind: Secret\n      metadata: {name: \"${children.extra.metadata.name + '-s'}\"}\n  - id: extra\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: extra}\n", 1)
+	if to == clusterRule {
+		t.Fatal("rule unchanged")
+	}
+	h.rule = parseRule(t, to)
+	h.api.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.PatchAction).GetName() == "extra" {
+			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "extra", nil)
+		}
+		return false, nil, nil
+	})
+	for i := range 3 {
+		h.api.resetRequests()
+		_, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+		t.Logf("reconcile %d: err=%v writes=%q", i, err, h.api.writes())
+		if h.api.get(crGVK, "", "team-web") == nil {
+			t.Fatal("the ClusterRole is gone")
+		}
+		if got := h.api.writes(); slices.Contains(got, "patch apps team/web") {
+			t.Errorf("reconcile %d: writes = %q: the finalizer was written", i, got)
+		}
+		if p := h.api.get(appGVK, "team", "web"); !slices.Contains(p.GetFinalizers(), Finalizer) {
+			t.Errorf("reconcile %d: finalizers = %v: kgen's removed while the cluster-scoped ClusterRole (no ownerReference) still exists", i, p.GetFinalizers())
+		}
+	}
+}
+
 // A parent that left every rule (relabelled) is released: kgen's finalizer
 // goes, its children stay.
 func TestRelease(t *testing.T) {
