@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/rules"
 )
 
@@ -121,9 +123,11 @@ func TestRuleObjectRestoredAtStart(t *testing.T) {
 			if ready["message"] != tt.message {
 				t.Errorf("Ready message = %q, want %q", ready["message"], tt.message)
 			}
-			gen, _ := ran(st)
-			if (gen == 1) != (tt.want != "") {
-				t.Errorf("status.running.generation = %d; want it kept only while the version runs", gen)
+			// What the status records is kept, also while no version
+			// runs: kgen's forced apply of the status would erase it,
+			// and a later restart would have nothing to run.
+			if gen, _ := ran(st); (gen == 1) != (tt.status != nil) {
+				t.Errorf("status.running.generation = %d; want the recorded one kept", gen)
 			}
 			if tt.want == "" {
 				return
@@ -141,5 +145,111 @@ func TestRuleObjectRestoredAtStart(t *testing.T) {
 				t.Errorf("%d versions kept, want the one that runs", n)
 			}
 		})
+	}
+}
+
+// At start, r's latest version is invalid and its status records a valid
+// version; another Rule object, a, may select the same parents and sorts
+// first by name. The recorded version ran before, so it runs and a is
+// blamed; and a version that does not run keeps what the status records,
+// and keeps the set from being Settled (its parents have not left it).
+func TestRestoredVersionWinsAConflictAtStart(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs:     &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
+		Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.loaded.Store(true)
+	mk := func(doc string, uid string, gen int64) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetUID(types.UID(uid))
+		obj.SetGeneration(gen)
+		return obj
+	}
+	good := mk(ruleDoc("r", "parent.spec.image"), "uid-r", 1)
+	recorded := map[string]any{"running": map[string]any{"generation": int64(1), "spec": good.Object["spec"]}}
+	r := mk(ruleDoc("r", "parent.spec.image +"), "uid-r", 2)
+	r.Object["status"] = recorded
+	a := mk(strings.Replace(ruleDoc("a", "parent.spec.image"), "namespaces: [a]", "namespaces: [r]", 1), "uid-a", 1)
+	s.observe(ctx, a, false)
+	s.observe(ctx, r, false)
+	s.recompute(ctx)
+	s.mu.Lock()
+	st := s.statusLocked("r", s.objects["r"])
+	applied := s.applied["r"]
+	s.mu.Unlock()
+	t.Logf("applied[r]=%v settled=%t status=%v", applied != nil, s.Settled(), st)
+	if _, ok := st["running"]; !ok {
+		t.Errorf("status.running is omitted: kgen's forced apply of the status removes the recorded version")
+	}
+	if applied == nil {
+		t.Error("the recorded version of r does not run: the conflict was blamed on it")
+	}
+	s.mu.Lock()
+	aRuns := s.applied["a"] != nil
+	aStatus := s.statusLocked("a", s.objects["a"])
+	s.mu.Unlock()
+	if aRuns {
+		t.Error("rule a runs next to r, which may select the same parents")
+	}
+	if _, ok := aStatus["running"]; ok {
+		t.Error("rule a, which never ran, has a status.running")
+	}
+	if s.Settled() {
+		t.Error("Settled() is true while a valid version of a does not run: sweeps may release its parents")
+	}
+}
+
+// gen1 runs; gen2 is valid but cannot start (the controller keeps gen1 and
+// reports gen2 as Next): status.running keeps recording gen1, which a
+// restart would run, not gen2, which cannot start.
+func TestRunningRecordsTheVersionThatRuns(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(expr string, gen int64, status map[string]any) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(ruleDoc("r", expr)), &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetUID("uid-r")
+		obj.SetGeneration(gen)
+		if status != nil {
+			obj.Object["status"] = status
+		}
+		return obj
+	}
+	status := func() map[string]any {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.statusLocked("r", s.objects["r"])
+	}
+	s.observe(ctx, mk("parent.spec.image", 1, nil), false)
+	s.recompute(ctx)
+	written := status() // as kgen writes it
+	if gen, _, _ := unstructured.NestedInt64(written, "running", "generation"); gen != 1 {
+		t.Fatalf("status.running.generation = %d while generation 1 runs", gen)
+	}
+	// Generation 2 is handed to the controller, which keeps running 1.
+	s.cfg.Progress = progress{Running: true, Synced: true, Next: &controller.RuleState{Waiting: "kind Foo is not served", KindNotServed: true}}
+	s.observe(ctx, mk("parent.metadata.name", 2, written), false)
+	s.recompute(ctx)
+	st := status()
+	ready := st["conditions"].([]any)[1].(map[string]any)
+	if gen, _, _ := unstructured.NestedInt64(st, "running", "generation"); gen != 1 {
+		t.Errorf("status.running.generation = %d while Ready says %q", gen, ready["message"])
+	}
+	// Once it runs, it is recorded.
+	s.cfg.Progress = progress{Running: true, Synced: true}
+	if gen, _, _ := unstructured.NestedInt64(status(), "running", "generation"); gen != 2 {
+		t.Errorf("status.running.generation = %d once generation 2 runs", gen)
 	}
 }

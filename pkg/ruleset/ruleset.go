@@ -166,6 +166,10 @@ type object struct {
 	// (status.running) so that kgen restarted while the latest version
 	// is invalid runs the one it ran before (see restore).
 	versions map[*rules.Rule]version
+	// restored is rule when it is the version the status recorded (see
+	// restore): it ran before, so a conflict at start is blamed on the
+	// other rule, as for a rule that runs.
+	restored *rules.Rule
 }
 
 // version is a Rule object's spec at one generation.
@@ -434,7 +438,8 @@ func (s *Set) watchObjects(ctx context.Context) {
 func (s *Set) Loaded() bool { return !s.cfg.Objects || s.loaded.Load() }
 
 // Settled reports whether every rule is loaded (see Loaded) and every Rule
-// object has a version that runs or waits to. A Rule object that has never
+// object has a version that runs or waits to (or a rules file's rule of
+// its name runs). A Rule object that has never
 // been valid (kgen started while it was invalid, or an upgraded kgen checks
 // more) may select parents that carry kgen's finalizer from an earlier run:
 // until it is fixed or deleted, nothing may be released as selected by no
@@ -445,8 +450,13 @@ func (s *Set) Settled() bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, o := range s.objects {
+	for name, o := range s.objects {
 		if o.rule == nil && o.err != nil {
+			return false
+		}
+		if o.rule != nil && s.applied[name] == nil && !s.fromFile[name] {
+			// A valid version that does not run (it conflicts with
+			// another rule): its parents have not left it either.
 			return false
 		}
 	}
@@ -554,7 +564,7 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 	if err != nil {
 		o.err = describe(err, u)
 		if restored != nil && o.rule == nil {
-			o.rule, o.versions[restored] = restored, ran
+			o.rule, o.restored, o.versions[restored] = restored, restored, ran
 			klog.FromContext(ctx).Error(o.err, "Rule object is invalid; the version kgen ran before, recorded in its status, runs", "rule", name, "ranGeneration", ran.generation)
 			return true
 		}
@@ -562,7 +572,7 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 		s.kickLocked()
 		return false
 	}
-	o.rule, o.err = rule, nil
+	o.rule, o.restored, o.err = rule, nil, nil
 	spec, _ := u.Object["spec"].(map[string]any)
 	o.versions[rule] = version{generation: u.GetGeneration(), spec: runtime.DeepCopyJSON(spec)}
 	klog.FromContext(ctx).Info("Rule object changed", "rule", name, "generation", u.GetGeneration())
@@ -736,8 +746,12 @@ func (s *Set) recompute(ctx context.Context) {
 	}
 	// Rules that did not change come first, so a conflict is blamed on
 	// the new version, which then does not run.
+	ran := func(r *rules.Rule) bool {
+		o := s.objects[r.Name]
+		return s.applied[r.Name] == r || o != nil && o.restored == r && !fromFile[r.Name]
+	}
 	slices.SortStableFunc(candidates, func(a, b *rules.Rule) int {
-		ca, cb := s.applied[a.Name] == a, s.applied[b.Name] == b
+		ca, cb := ran(a), ran(b)
 		switch {
 		case ca && !cb:
 			return -1
@@ -916,6 +930,11 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 	}
 	var ready map[string]any
 	var parents, readyParents int
+	// The version that runs, as the status records it: kept as the
+	// object's status has it unless the version handed to the controller
+	// runs, with no newer one pending (below). A forced apply of a status
+	// without it would erase it, and a restart would have nothing to run.
+	ran, _, _ := unstructured.NestedMap(o.obj.Object, "status", "running")
 	running := s.applied[name]
 	if o.err == nil && o.conflict == nil && o.typeErr != nil && running == o.rule && !s.fromFile[name] {
 		accepted = condition(ConditionAccepted, false, ReasonInvalid, o.typeErr.Error(), gen)
@@ -935,6 +954,9 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 			st, _ = s.cfg.Progress.State(name)
 		}
 		parents, readyParents = st.Parents, st.ReadyParents
+		if v, ok := o.versions[running]; ok && st.Running && st.Next == nil {
+			ran = map[string]any{"generation": v.generation, "spec": v.spec}
+		}
 		msg := "the rule runs"
 		if o.err != nil || o.conflict != nil || running != o.rule {
 			if v, ok := o.versions[running]; ok {
@@ -964,8 +986,8 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 	}
 	status := map[string]any{"observedGeneration": gen, "conditions": []any{accepted, ready},
 		"parents": int64(parents), "readyParents": int64(readyParents)}
-	if v, ok := o.versions[running]; ok && running != nil && !s.fromFile[name] {
-		status["running"] = map[string]any{"generation": v.generation, "spec": v.spec}
+	if ran != nil {
+		status["running"] = ran
 	}
 	return status
 }
