@@ -163,10 +163,14 @@ func (s *Shard) updateMembership(ctx context.Context) time.Duration {
 			ids = append(ids, id)
 		}
 	}
-	var liveNow, toFence, toDelete []string
+	var liveNow, holdingNow, toFence, toDelete []string
 	deadNow := map[string]bool{}
 	for _, id := range ids {
-		switch s.stateLocked(id, now) {
+		st := s.stateLocked(id, now)
+		if st != dead {
+			holdingNow = append(holdingNow, id)
+		}
+		switch st {
 		case live:
 			liveNow = append(liveNow, id)
 			if v := s.leases[id]; v != nil && id != s.cfg.ID {
@@ -198,6 +202,13 @@ func (s *Shard) updateMembership(ctx context.Context) time.Duration {
 	if changed {
 		s.live = liveNow
 		s.ring = NewRing(liveNow, s.cfg.Tokens)
+	}
+	slices.Sort(holdingNow)
+	if !slices.Equal(holdingNow, s.holding) {
+		// A shard died (or came): its parents are the unassigned
+		// informers' now. One that is merely late to renew is not
+		// dead yet, and its parents may not be claimed: not listed.
+		s.holding = holdingNow
 		s.restartUnassignedLocked()
 	}
 	fence := map[string]*coordinationv1.Lease{}

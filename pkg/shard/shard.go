@@ -124,6 +124,10 @@ type Shard struct {
 	live []string
 	ring *Ring
 	dead map[string]bool
+	// holding are the shards with a Lease that are not dead (live, or
+	// expired, or not known yet) and this one, sorted: a parent labelled
+	// with none of them is one the scopes' unassigned informers watch.
+	holding []string
 	// scopes are the parents the controller watches, by scope; fresh are
 	// those not searched yet for parents of gone shards.
 	scopes map[scopeKey]*scope

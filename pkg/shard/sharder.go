@@ -88,16 +88,16 @@ type scope struct {
 	stop          context.CancelFunc
 }
 
-// unassignedSelector selects the parents that no live shard holds: those
-// without a shard, and those whose shard is not live (notin matches an
-// object without the label too). A parent restored from a backup with the
-// label of a shard that is gone is then seen at once, not at the next
-// sweep.
-func unassignedSelector(live []string) string {
-	if len(live) == 0 {
+// unassignedSelector selects the parents that no shard holds: those
+// without a shard, and those whose shard is not among holding, the shards
+// that are not dead (notin matches an object without the label too). A
+// parent restored from a backup with the label of a shard that is gone is
+// then seen at once, not at the next sweep.
+func unassignedSelector(holding []string) string {
+	if len(holding) == 0 {
 		return "!" + Label
 	}
-	return Label + " notin (" + strings.Join(live, ",") + ")"
+	return Label + " notin (" + strings.Join(holding, ",") + ")"
 }
 
 // with returns the scope's selector with more requirements.
@@ -153,13 +153,13 @@ func (s *Shard) Assign(gvr schema.GroupVersionResource, namespace, selector stri
 }
 
 // startUnassignedLocked starts the scope's informer of parents that no
-// live shard holds (unassignedSelector): normally none, as every new
+// shard holds (unassignedSelector): normally none, as every new
 // parent is claimed at once, and the parents of a shard that died are
 // claimed by the others. It caches only their metadata. The caller holds
 // s.mu.
 func (s *Shard) startUnassignedLocked(sc *scope) {
 	k := sc.key
-	sel := unassignedSelector(s.live)
+	sel := unassignedSelector(s.holding)
 	inf := metadatainformer.NewFilteredMetadataInformer(s.cfg.Metadata, k.gvr, k.namespace, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.LabelSelector = k.with(sel) }).Informer()
 	_ = inf.SetTransform(func(obj any) (any, error) {
@@ -184,10 +184,10 @@ func (s *Shard) startUnassignedLocked(sc *scope) {
 }
 
 // restartUnassignedLocked starts each scope's informer of unassigned
-// parents again when the live shards changed its selector. The caller
-// holds s.mu.
+// parents again when the shards that hold parents changed its selector.
+// The caller holds s.mu.
 func (s *Shard) restartUnassignedLocked() {
-	sel := unassignedSelector(s.live)
+	sel := unassignedSelector(s.holding)
 	for _, sc := range s.scopes {
 		if sc.unassignedSel != sel {
 			sc.stop()

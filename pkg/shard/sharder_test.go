@@ -580,15 +580,30 @@ func TestUnassignedInformerSeesParentsOfGoneShards(t *testing.T) {
 			t.Fatalf("lists with selectors %q, want one with %q", selectors, want)
 		}
 	}
-	f.view([]string{"a"})
+	f.view(live, lease("b", "b_1"))
+	f.s.updateMembership(t.Context())
 	t.Cleanup(f.s.Assign(webapps, ns, "", func() []any { return nil }, nil))
-	listed("kgen.dev/shard notin (a)")
-
-	f.s.mu.Lock()
-	f.s.live, f.s.ring = live, NewRing(live, 0)
-	f.s.restartUnassignedLocked()
-	f.s.mu.Unlock()
 	listed("kgen.dev/shard notin (a,b)")
+
+	// b's Lease expires: b is late, not dead, and its parents may not be
+	// claimed: they are not listed (every replica would cache them all
+	// each time a shard is slow to renew).
+	f.clock.Step(5 * time.Second)
+	f.s.updateMembership(t.Context())
+	mu.Lock()
+	n := len(selectors)
+	mu.Unlock()
+	// b is taken from its holder (fenced): dead, its parents are listed.
+	taken := lease("b", "a_1")
+	taken.ResourceVersion = "6"
+	f.s.observeLease("b", taken, false)
+	f.s.updateMembership(t.Context())
+	listed("kgen.dev/shard notin (a)")
+	mu.Lock()
+	if slices.Contains(selectors[:n], "kgen.dev/shard notin (a)") {
+		t.Errorf("lists %q: b's parents were listed while b was only late", selectors)
+	}
+	mu.Unlock()
 
 	// Restored with the label of c, which has no Lease: dead once this
 	// replica has followed the Leases for a lease duration.
