@@ -340,8 +340,11 @@ func totalOf(ds []time.Duration) time.Duration {
 // conflict is still looked at again later.
 func TestAgainDespiteConflict(t *testing.T) { synctest.Test(t, testAgainDespiteConflict) }
 
-func testAgainDespiteConflict(t *testing.T) {
-	a := newAgainCluster(false)
+// conflictCluster is an againCluster whose rule has, besides the ConfigMap
+// and its reader, a child whose name another object holds: a Conflict.
+// The controller runs with a logger that collects the failures it logs.
+func conflictCluster(t *testing.T, hide bool) (a *againCluster, metrics *Metrics, failures func() []string) {
+	a = newAgainCluster(hide)
 	// The ConfigMap "taken" is someone else's: kgen's apply, which may not
 	// take over, is refused, and a read finds it has no kgen marks.
 	foreign := object("v1", "ConfigMap", "taken", "uid-taken", "")
@@ -354,7 +357,7 @@ func testAgainDespiteConflict(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	metrics := NewMetrics(prometheus.NewRegistry())
+	metrics = NewMetrics(prometheus.NewRegistry())
 	blocked := `  - id: blocked
     template: {apiVersion: v1, kind: ConfigMap, metadata: {name: taken}}
 `
@@ -363,15 +366,42 @@ func testAgainDespiteConflict(t *testing.T) {
 		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: metrics,
 	})
 	var logMu sync.Mutex
-	var failures []string
+	var logged []string
 	logger := funcr.New(func(prefix, args string) {
 		if strings.Contains(args, "Reconcile failed") {
 			logMu.Lock()
-			failures = append(failures, args)
+			logged = append(logged, args)
 			logMu.Unlock()
 		}
 	}, funcr.Options{})
 	runControllerCtx(t, klog.NewContext(context.Background(), logger), c)
+	return a, metrics, func() []string {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return slices.Clone(logged)
+	}
+}
+
+// checkConflictLogged checks that the Conflict was logged between min and
+// max times, naming the parent and what is in the way, and counted as a
+// reconcile error.
+func checkConflictLogged(t *testing.T, metrics *Metrics, failures []string, least, most int) {
+	t.Helper()
+	if len(failures) < least || len(failures) > most {
+		t.Errorf("logged %d failures, want %d to %d: %q", len(failures), least, most, failures)
+	}
+	for _, f := range failures {
+		if !strings.Contains(f, "configmaps ns/taken exists and is not managed by kgen") || !strings.Contains(f, `"key"`) {
+			t.Errorf("failure log %s does not name the parent and what is in the way", f)
+		}
+	}
+	if n := testutil.ToFloat64(metrics.failed.WithLabelValues("r")); n == 0 {
+		t.Error("controller_runtime_reconcile_errors_total does not count the conflict")
+	}
+}
+
+func testAgainDespiteConflict(t *testing.T) {
+	a, metrics, failures := conflictCluster(t, false)
 	clk := firstWrite(t, a, metrics)
 	at := clk.advance(time.Second)
 	if len(at) == 0 || !sameDelays(at[:1], againDelays(1)) {
@@ -386,19 +416,22 @@ func testAgainDespiteConflict(t *testing.T) {
 	// A Conflict is a failed reconcile (contract section 6): logged with
 	// the parent and what is in the way, once per backoff step (30 s, then
 	// 60 s: at most 3 in 2 minutes), and counted as an error.
-	logMu.Lock()
-	defer logMu.Unlock()
-	if len(failures) == 0 || len(failures) > 3 {
-		t.Errorf("logged %d failures in 2 minutes, want 1 to 3: %q", len(failures), failures)
-	}
-	for _, f := range failures {
-		if !strings.Contains(f, "configmaps ns/taken exists and is not managed by kgen") || !strings.Contains(f, `"key"`) {
-			t.Errorf("failure log %s does not name the parent and what is in the way", f)
+	checkConflictLogged(t, metrics, failures(), 1, 3)
+}
+
+// A Conflict while a child keeps waiting for one the cache never shows
+// (every reconcile asks to run again, and the conflict's backoff is not
+// stepped) is logged all the same, at most every 30 s: not never, and not
+// at every reconcile.
+func TestConflictLoggedWhileAChildWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, metrics, failures := conflictCluster(t, true)
+		clk := firstWrite(t, a, metrics)
+		if at := clk.advance(2 * time.Minute); len(at) < 10 {
+			t.Fatalf("%d reconciles in 2 minutes, want the waiting child to ask again and again", len(at))
 		}
-	}
-	if n := testutil.ToFloat64(metrics.failed.WithLabelValues("r")); n == 0 {
-		t.Error("controller_runtime_reconcile_errors_total does not count the conflict")
-	}
+		checkConflictLogged(t, metrics, failures(), 3, 5)
+	})
 }
 
 // A write the API server's admission refuses while its RESTMapper learns a

@@ -153,6 +153,10 @@ type Controller struct {
 	retries   workqueue.TypedRateLimiter[Key]
 	overall   workqueue.TypedRateLimiter[Key]
 	conflicts workqueue.TypedRateLimiter[Key]
+	// conflictLogged is when each parent's Conflict was last logged: a
+	// Conflict that comes with Again does not step the conflicts backoff,
+	// so its log is limited by time instead.
+	conflictLogged logTimes
 	// again backs off reconciles that ask to run again (Result.Again)
 	// while the cache does not show what they wait for.
 	again      workqueue.TypedRateLimiter[Key]
@@ -398,6 +402,34 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
+// logTimes holds, per parent, when something was last logged.
+type logTimes struct {
+	mu   sync.Mutex
+	last map[Key]time.Time
+}
+
+// due tells whether at least every has passed since the parent's last
+// log, and if so notes now as its last.
+func (l *logTimes) due(key Key, every time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if last, ok := l.last[key]; ok && now.Sub(last) < every {
+		return false
+	}
+	if l.last == nil {
+		l.last = map[Key]time.Time{}
+	}
+	l.last[key] = now
+	return true
+}
+
+func (l *logTimes) forget(key Key) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.last, key)
+}
+
 // processNextWorkItem reconciles one parent with ctx; it returns false once
 // the queue is shut down. Once stop is done it takes no more work.
 func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
@@ -423,6 +455,7 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// Retrying will not help; the parent's status says why, and a
 		// change to it, its children or the rule queues it again.
 		c.conflicts.Forget(key)
+		c.conflictLogged.forget(key)
 		logger.Error(err, "Reconcile failed; waiting for a change to the parent, its children or the rule")
 		if result.RequeueAfter > 0 {
 			// Its status write must be made again (the parent changed
@@ -448,16 +481,22 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// A child waits for one this reconcile wrote: that comes first,
 		// soon, whatever stands in another child's way. The conflict's
 		// backoff is kept; the next reconcile that only has the conflict
-		// steps it (and logs it: once per step).
+		// steps it. Logged at most every conflictBase meanwhile.
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.again.When(key))
+		if c.conflictLogged.due(key, conflictBase) {
+			logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again")
+		}
 	case result.Conflict != "":
 		// Failed, but an object kgen cannot watch is in the way: look
-		// again later, less often while it stays.
+		// again later, less often while it stays. Logged once per step
+		// (at least conflictBase apart).
 		c.queue.Forget(key)
 		delay := c.conflicts.When(key)
 		c.queue.AddAfter(key, delay)
-		logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
+		if c.conflictLogged.due(key, conflictBase) {
+			logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
+		}
 	case result.Again:
 		// A child waits for children this reconcile wrote: reconcile
 		// again once the cache is likely to show them; one that still
@@ -466,16 +505,19 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// busy loop).
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
+		c.conflictLogged.forget(key)
 		c.queue.AddAfter(key, c.again.When(key))
 	case result.RequeueAfter > 0:
 		// Done for now: reset the backoffs, and look again later.
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
+		c.conflictLogged.forget(key)
 		c.queue.AddAfter(key, result.RequeueAfter)
 	default:
 		// Done: reset the backoffs.
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
+		c.conflictLogged.forget(key)
 	}
 	return true
 }
