@@ -413,7 +413,29 @@ func (e *explainer) children(ctx context.Context) error {
 			ch.Next = "nothing to do: it is not wanted (" + whyExcluded(c, excluded) + ")"
 			e.report.Children = append(e.report.Children, ch)
 		}
+		// The controller deletes a superseded object only once every
+		// object of its child was written: one that cannot be (an
+		// object that is not kgen's stands at its name, or one being
+		// deleted does) keeps it.
+		held := ""
+		for i, step := range plan.Steps {
+			if step.ID != c.ID {
+				continue
+			}
+			switch ch := steps[i]; ch.Action {
+			case ActionBlocked:
+				held = join(held, ch.Kind+" "+ch.Name+" cannot be written: "+ch.Conflict)
+			case ActionWait:
+				held = join(held, ch.Kind+" "+ch.Name+" cannot be written yet: "+ch.Next)
+			}
+		}
 		for _, old := range plan.Superseded[c.ID] {
+			if held != "" {
+				ch := entry(c.ID, old, ActionWait, "kgen keeps it until its replacement exists ("+held+")")
+				ch.Exists = true
+				e.report.Children = append(e.report.Children, ch)
+				continue
+			}
 			why := "its forEach has no element for it any more"
 			switch {
 			case old.GroupVersionKind().GroupKind() != c.GroupVersionKind.GroupKind():

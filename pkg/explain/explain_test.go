@@ -586,3 +586,32 @@ func TestExplainChildBeingDeleted(t *testing.T) {
 	}
 	t.Error("no config child in the report")
 }
+
+// A child renamed onto a name an object that is not kgen's holds: the
+// controller keeps the old object until its replacement exists, and
+// explain says so, not that kgen deletes it (an audit finding).
+func TestExplainRenameBlocked(t *testing.T) {
+	objs := shopCluster(t)
+	old := children(t, loadRules(t)[0], load(t, shop))["service"].DeepCopy()
+	old.SetName("shop-old")
+	old.SetUID("uid-old-service")
+	_ = unstructured.SetNestedField(old.Object, "10.0.0.9", "spec", "clusterIP")
+	cfg, _ := newConfig(t, append(objs, old)...)
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "WebApp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, c := range report.Children {
+		if c.ID != "service" || c.Name != "shop-old" {
+			continue
+		}
+		found = true
+		if !c.Exists || c.Action != ActionWait || !strings.Contains(c.Next, "kgen keeps it until its replacement exists (Service shop cannot be written: services team-a/shop exists and is not managed by kgen") {
+			t.Errorf("the old object: %+v (render error %q)", c, report.RenderError)
+		}
+	}
+	if !found {
+		t.Errorf("the old object is not in the report: %+v", report.Children)
+	}
+}
