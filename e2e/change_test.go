@@ -1890,3 +1890,73 @@ spec:
 		t.Errorf("an edit after a CRD change was followed after %s, want at most 3 s", slowest.Round(time.Millisecond))
 	}
 }
+
+// Scenario (contract §6, an audit finding): another writer changes the key
+// of an entry of a keyed list kgen manages (a Service port edited from 9090
+// to 7070 by a JSON patch). The apply keeps the entry, which is that
+// writer's now, and its name clashes with the template's entry: the API
+// server refuses it. The parent says Conflict, naming the writer and the
+// field, not an invalid template; once the writer undoes the change, kgen
+// applies the template again, without a restart, and the Service has one
+// port, 9090.
+func TestChangeKeyedEntryRekeyedByAnotherWriter(t *testing.T) {
+	const group = "rekey.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, gadgetRule(t, "rekey", group, `    namespaces: [`+ns+`]
+  children:
+  - id: svc
+    template:
+      apiVersion: v1
+      kind: Service
+      metadata: {name: "${parent.metadata.name}"}
+      spec:
+        selector: {app: rekey}
+        ports: [{name: http, port: 9090}]
+`)).waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	ports := func(want ...int64) func(*unstructured.Unstructured) error {
+		return func(o *unstructured.Unstructured) error {
+			list, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+			var got []int64
+			for _, p := range list {
+				got = append(got, p.(map[string]any)["port"].(int64))
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("ports %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+	waitFor(t, svcGVR, ns, "g", ports(9090))
+	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	})
+
+	rekey := func(port int) {
+		t.Helper()
+		if _, err := env.dynamic.Resource(svcGVR).Namespace(ns).Patch(t.Context(), "g", types.JSONPatchType,
+			fmt.Appendf(nil, `[{"op":"replace","path":"/spec/ports/0/port","value":%d}]`, port), metav1.PatchOptions{FieldManager: "port-editor"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rekey(7070)
+	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+		c := readyCondition(p)
+		if c == nil || c["reason"] != "Conflict" || !strings.Contains(fmt.Sprint(c["message"]), "spec.ports holds what port-editor set") {
+			return fmt.Errorf("Ready = %v, want a Conflict naming port-editor and spec.ports", c)
+		}
+		return nil
+	})
+	rekey(9090)
+	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v, want True once the change is undone", c)
+		}
+		return nil
+	})
+	waitFor(t, svcGVR, ns, "g", ports(9090))
+}

@@ -653,6 +653,21 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 	desired.SetUID(live.GetUID())
 	applied, err := client.Apply(ctx, desired.GetName(), desired, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	desired.SetUID("")
+	if path, managers := r.clashes(ctx, reader, err, live); len(managers) > 0 {
+		// Not the template's fault: what another writer set there (an
+		// entry of a keyed list whose key it changed, say: a Service
+		// port edited from 9090 to 7070) is kept by the apply, which
+		// never removes another manager's fields, and the result is
+		// invalid. kgen leaves it, and says who must undo it; their
+		// change to the child, or the conflict's next look, applies
+		// again.
+		out.reason = ReasonConflict
+		out.msg = fmt.Sprintf("child %s: apply %s: %v; the live object's %s holds what %s set, which kgen does not remove and which clashes with the template: undo that change, and kgen applies the template again",
+			step.ID, ref, err, path, strings.Join(managers, ", "))
+		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
+		out.live = live
+		return out, nil
+	}
 	if err != nil {
 		out.reason, out.msg = failure(rule, step.ID, ref, "apply", err)
 		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
@@ -790,6 +805,66 @@ func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg str
 		reason = ReasonApplyFailed
 	}
 	return reason, fmt.Sprintf("child %s: %s %s: %v%s", id, verb, ref, err, where)
+}
+
+// clashes returns, for an apply the API server refused as invalid, the
+// fields it named (as "spec.ports": the path up to the first list) where
+// the live object, read again (the cache keeps no managedFields), holds
+// fields of other managers than kgen, and those managers; none when the
+// error is of another kind, names no field, or no other manager has
+// fields there.
+func (r *Reconciler) clashes(ctx context.Context, reader dynamic.ResourceInterface, err error, live *unstructured.Unstructured) (path string, managers []string) {
+	var api apierrors.APIStatus
+	if err == nil || !apierrors.IsInvalid(err) || !errors.As(err, &api) || api.Status().Details == nil || len(api.Status().Details.Causes) == 0 {
+		return "", nil
+	}
+	live, getErr := reader.Get(ctx, live.GetName(), metav1.GetOptions{})
+	if getErr != nil {
+		return "", nil
+	}
+	for _, cause := range api.Status().Details.Causes {
+		var steps []string
+		for part := range strings.SplitSeq(cause.Field, ".") {
+			name, _, indexed := strings.Cut(part, "[")
+			steps = append(steps, name)
+			if indexed {
+				break
+			}
+		}
+		if len(steps) == 0 || steps[0] == "" {
+			continue
+		}
+		for _, m := range live.GetManagedFields() {
+			if ownManager(m.Manager) || m.Subresource != "" || m.FieldsV1 == nil || slices.Contains(managers, m.Manager) {
+				continue
+			}
+			var fields map[string]any
+			if json.Unmarshal(m.FieldsV1.Raw, &fields) != nil {
+				continue
+			}
+			if holds(fields, steps) {
+				path = strings.Join(steps, ".")
+				managers = append(managers, m.Manager)
+			}
+		}
+		if len(managers) > 0 {
+			return path, managers
+		}
+	}
+	return "", nil
+}
+
+// holds tells whether a managedFields set (FieldsV1) has fields under a
+// path of field names.
+func holds(fields map[string]any, path []string) bool {
+	for _, name := range path {
+		next, ok := fields["f:"+name].(map[string]any)
+		if !ok {
+			return false
+		}
+		fields = next
+	}
+	return true
 }
 
 // LearningKind reports whether err holds a write the API server's

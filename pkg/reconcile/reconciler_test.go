@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -981,6 +982,58 @@ func TestFinalizerKeptForOldKindWhileItsReplacementWaits(t *testing.T) {
 		if p := h.api.get(appGVK, "team", "web"); !slices.Contains(p.GetFinalizers(), Finalizer) {
 			t.Errorf("reconcile %d: finalizers = %v: kgen's removed while the cluster-scoped ClusterRole (no ownerReference) still exists", i, p.GetFinalizers())
 		}
+	}
+}
+
+// An apply refused as invalid because of what another writer set in the
+// live object (an entry of a keyed list whose key it changed, which the
+// apply keeps as that writer's, clashing with the template's) is a
+// Conflict naming that writer, not an invalid template; an apply refused
+// where no other writer has fields is the template's, as before.
+func TestApplyClashesWithAnotherWriter(t *testing.T) {
+	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", field.ErrorList{
+		field.Duplicate(field.NewPath("spec", "template", "spec", "containers").Index(1).Child("name"), "app")})
+	for _, tt := range []struct {
+		name     string
+		other    string // a manager with fields in the containers, if any
+		conflict bool
+	}{
+		{name: "another writer's entry", other: "kubectl-patch", conflict: true},
+		{name: "no other writer there", other: ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, appRule)
+			h.converge(appParent(nil))
+			d := h.api.get(deployGVK, "team", "web")
+			if tt.other != "" {
+				d.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: tt.other, Operation: metav1.ManagedFieldsOperationUpdate,
+					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"other\"}":{".":{},"f:name":{}}}}}}}`)}}})
+			}
+			// A field of the Deployment drifted: kgen repairs it.
+			_ = unstructured.SetNestedField(d.Object, int64(5), "spec", "replicas")
+			h.api.add(d)
+			h.api.PrependReactor("patch", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, invalid
+			})
+			res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+			c := h.ready()
+			if !tt.conflict {
+				if err == nil || c["reason"] != ReasonInvalid || !strings.Contains(fmt.Sprint(c["message"]), "(its template: ") {
+					t.Errorf("reconcile: %v, Ready %v; want the template's error", err, c)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("reconcile: %v; want a Conflict, not an error", err)
+			}
+			want := "the live object's spec.template.spec.containers holds what kubectl-patch set, which kgen does not remove"
+			if c["reason"] != ReasonConflict || !strings.Contains(fmt.Sprint(c["message"]), want) || !strings.Contains(res.Conflict, want) {
+				t.Errorf("Ready = %v, Result.Conflict %q; want a Conflict saying %q", c, res.Conflict, want)
+			}
+			if evs := h.drain(); !slices.ContainsFunc(evs, func(e string) bool { return strings.HasPrefix(e, "Warning Conflict ") }) {
+				t.Errorf("events = %q, want a Warning Conflict", evs)
+			}
+		})
 	}
 }
 
