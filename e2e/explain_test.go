@@ -276,3 +276,57 @@ func TestReadyWhenSaysWhatTheListHolds(t *testing.T) {
 	setConditions("False")
 	waitFor(t, gvr, ns, "g", readyIs("False", reconcile.ReasonNotReady, `its entries: {type: "Progressing", status: "True"}, {type: "Available", status: "False"}`))
 }
+
+// Scenario (section 10, an audit finding): explain with a new version of
+// the rules, before kgen runs it, names what that version no longer sets
+// among the differences (a removed data key, a removed container), not
+// only what it adds: kgen's next apply removes them.
+func TestExplainNamesWhatANewTemplateRemoves(t *testing.T) {
+	const group = "explainremove.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	body := func(data, containers string) string {
+		return `    namespaces: [` + ns + `]
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}"}
+      data: {` + data + `}
+  - id: deploy
+    template:
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: "${parent.metadata.name}"}
+      spec:
+        selector: {matchLabels: {app: x}}
+        template:
+          metadata: {labels: {app: x}}
+          spec:
+            containers: [` + containers + `]
+`
+	}
+	startController(t, nil, gadgetRule(t, "explainremove", group, body(`a: "1", b: "2"`,
+		`{name: app, image: nginx, ports: [{containerPort: 8080}]}, {name: side, image: busybox}`))).waitReady(t)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, deployGVR, ns, "g", nil)
+	waitFor(t, cmGVR, ns, "g", nil)
+
+	next := gadgetRule(t, "explainremove", group, body(`a: "1"`, `{name: app, image: nginx, ports: [{containerPort: 8080}]}`))
+	out, stderr, err := kgenctlAs(t, "explain", "gadgets."+group+"/g", "-n", ns, "--rules", next, "--rule-objects=false",
+		"--kubeconfig", userKubeconfig(t, "explain-remove"), "-o", "json")
+	if err != nil {
+		t.Fatalf("kgenctl explain: %v: %s", err, stderr)
+	}
+	var report explainReport
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := map[string][]string{"config": {"data.b"}, "deploy": {"spec.template.spec.containers[name=side]"}}
+	for _, c := range report.Children {
+		if w, ok := want[c.ID]; ok && (c.UpToDate || !slices.Equal(c.Differences, w)) {
+			t.Errorf("child %s: upToDate %t, differences %q; want %q", c.ID, c.UpToDate, c.Differences, w)
+		}
+	}
+}

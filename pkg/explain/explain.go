@@ -535,6 +535,15 @@ func (e *explainer) step(ctx context.Context, step reconcile.Step) (Child, *unst
 			ch.Differences = append(ch.Differences, d)
 		}
 	}
+	// And what kgen set last time that the template no longer sets (a
+	// removed key, a renamed container's old entry, a changed port's old
+	// one): kgen's next apply removes them.
+	for _, d := range reconcile.Removed(desired, live) {
+		if !slices.Contains(ch.Differences, d) {
+			ch.Differences = append(ch.Differences, d)
+		}
+	}
+	slices.Sort(ch.Differences)
 	switch {
 	case ch.Action == ActionAdopt:
 	case op == reconcile.OpUpdate:

@@ -615,3 +615,28 @@ func TestExplainRenameBlocked(t *testing.T) {
 		t.Errorf("the old object is not in the report: %+v", report.Children)
 	}
 }
+
+// A field kgen's last apply set that the template no longer sets (a
+// container renamed away) is among the differences: kgen's next apply
+// removes it (an audit found explain named only what the template adds).
+func TestExplainNamesRemovedFields(t *testing.T) {
+	objs := shopCluster(t)
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || u.GetKind() != "Deployment" {
+			continue
+		}
+		u.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: reconcile.FieldManager, Operation: metav1.ManagedFieldsOperationApply,
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"old\"}":{".":{},"f:name":{}}}}}}}`)}}})
+	}
+	cfg, _ := newConfig(t, objs...)
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "WebApp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range report.Children {
+		if c.ID == "deployment" && !slices.Contains(c.Differences, "spec.template.spec.containers[name=old]") {
+			t.Errorf("deployment differences = %q, want the removed container too", c.Differences)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -281,4 +282,83 @@ func (r *Reconciler) upgradeOwnership(ctx context.Context, reader, client dynami
 	}
 	_, err = client.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{})
 	return err
+}
+
+// Removed returns the fields of a child that kgen's last apply set and
+// that desired no longer sets (as Differences writes paths): what kgen's
+// next apply removes. It reads kgen's apply entry of live's managed
+// fields; none when live has none (a cached object, which keeps no
+// managed fields, or one kgen never applied). A removed list entry or map
+// is named once, not field by field.
+func Removed(desired, live *unstructured.Unstructured) []string {
+	var out []string
+	for _, e := range live.GetManagedFields() {
+		if e.Manager != FieldManager || e.Operation != metav1.ManagedFieldsOperationApply || e.Subresource != "" || e.FieldsV1 == nil {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+			continue
+		}
+		set.Leaves().Iterate(func(p fieldpath.Path) {
+			if i := absentAt(desired.Object, p); i >= 0 {
+				if p[i].Value != nil {
+					i-- // a set's value: the set is named, as Differences does
+				}
+				out = append(out, pathString(p[:i+1]))
+			}
+		})
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// absentAt returns the index of the first element of a managed-fields
+// path that obj does not have, or -1 when it has the whole path.
+func absentAt(obj any, p fieldpath.Path) int {
+	for i, pe := range p {
+		switch {
+		case pe.FieldName != nil:
+			m, _ := obj.(map[string]any)
+			v, ok := m[*pe.FieldName]
+			if !ok {
+				return i
+			}
+			obj = v
+		case pe.Key != nil:
+			list, _ := obj.([]any)
+			j := slices.IndexFunc(list, func(el any) bool {
+				m, ok := el.(map[string]any)
+				if !ok {
+					return false
+				}
+				// A key field the template leaves out is the server's
+				// default (a port's protocol: TCP): it matches.
+				for _, f := range *pe.Key {
+					if v, ok := m[f.Name]; ok && fmt.Sprint(v) != fmt.Sprint(f.Value.Unstructured()) {
+						return false
+					}
+				}
+				return true
+			})
+			if j < 0 {
+				return i
+			}
+			obj = list[j]
+		case pe.Value != nil:
+			list, _ := obj.([]any)
+			j := slices.IndexFunc(list, func(el any) bool { return fmt.Sprint(el) == fmt.Sprint((*pe.Value).Unstructured()) })
+			if j < 0 {
+				return i
+			}
+			obj = list[j]
+		case pe.Index != nil:
+			list, _ := obj.([]any)
+			if *pe.Index >= len(list) {
+				return i
+			}
+			obj = list[*pe.Index]
+		}
+	}
+	return -1
 }
