@@ -410,7 +410,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	for _, p := range plan.Prunes {
 		pruned(p.ID, p.Object, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
 	}
-	if finalizerErr == nil && !needsFinalizer(plan, parent, remaining(plan, observed, live, gone), len(pruneFailed) > 0) {
+	if finalizerErr == nil && !needsFinalizer(plan, parent, remaining(plan, parent, observed, live, gone), len(pruneFailed) > 0) {
 		var err error
 		latest, err = r.setFinalizerOn(ctx, mapping, latest, false)
 		errs = append(errs, err)
@@ -807,22 +807,36 @@ func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg str
 	return reason, fmt.Sprintf("child %s: %s %s: %v%s", id, verb, ref, err, where)
 }
 
-// clashes returns, for an apply the API server refused as invalid, the
-// fields it named (as "spec.ports": the path up to the first list) where
+// clashes returns, for an apply the API server refused as invalid for a
+// duplicate value, the fields it named (as "spec.ports": the path up to
+// the first list) where
 // the live object, read again (the cache keeps no managedFields), holds
 // fields of other managers than kgen, and those managers; none when the
 // error is of another kind, names no field, or no other manager has
 // fields there.
 func (r *Reconciler) clashes(ctx context.Context, reader dynamic.ResourceInterface, err error, live *unstructured.Unstructured) (path string, managers []string) {
 	var api apierrors.APIStatus
-	if err == nil || !apierrors.IsInvalid(err) || !errors.As(err, &api) || api.Status().Details == nil || len(api.Status().Details.Causes) == 0 {
+	if err == nil || !apierrors.IsInvalid(err) || !errors.As(err, &api) || api.Status().Details == nil {
+		return "", nil
+	}
+	// Only a duplicate (two entries of a list with one name, say) is what
+	// a kept entry of another writer's makes; any other invalid value is
+	// the template's, even where another manager has fields (a
+	// controller's annotation next to an invalid one of the template).
+	var causes []metav1.StatusCause
+	for _, c := range api.Status().Details.Causes {
+		if c.Type == metav1.CauseTypeFieldValueDuplicate {
+			causes = append(causes, c)
+		}
+	}
+	if len(causes) == 0 {
 		return "", nil
 	}
 	live, getErr := reader.Get(ctx, live.GetName(), metav1.GetOptions{})
 	if getErr != nil {
 		return "", nil
 	}
-	for _, cause := range api.Status().Details.Causes {
+	for _, cause := range causes {
 		var steps []string
 		for part := range strings.SplitSeq(cause.Field, ".") {
 			name, _, indexed := strings.Cut(part, "[")
@@ -1087,6 +1101,12 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 		if hasOwner(obj, parent.GetUID()) {
 			continue // the garbage collector's job
 		}
+		if !ownedBy(obj, parent) {
+			// Only carries its marks (someone copied kgen's labels, or
+			// took its ownerReference away where one belongs): not
+			// kgen's to delete (prune leaves it), nor to wait for.
+			continue
+		}
 		remaining++
 		errs = append(errs, r.prune(ctx, rule, parent, obj, obj.GetLabels()[LabelChild], "its parent is being deleted"))
 	}
@@ -1181,7 +1201,7 @@ func (r *Reconciler) setFinalizerOn(ctx context.Context, mapping mapper.Mapping,
 // observed object that was not pruned or let go of (gone). Objects the
 // plan keeps without a step (a child's object of its old kind, kept while
 // its replacement waits or failed; a waiting child's) are among them.
-func remaining(plan *Plan, observed, live []*unstructured.Unstructured, gone map[types.UID]bool) []*unstructured.Unstructured {
+func remaining(plan *Plan, parent *unstructured.Unstructured, observed, live []*unstructured.Unstructured, gone map[types.UID]bool) []*unstructured.Unstructured {
 	seen := map[types.UID]bool{}
 	for _, o := range live {
 		seen[o.GetUID()] = true
@@ -1193,6 +1213,12 @@ func remaining(plan *Plan, observed, live []*unstructured.Unstructured, gone map
 	}
 	out := slices.Clone(live)
 	for _, o := range observed {
+		// As MakePlan, only the parent's own children that are not
+		// being deleted count: an object that merely carries its marks
+		// is not kgen's to guard.
+		if !ownedBy(o, parent) || o.GetDeletionTimestamp() != nil {
+			continue
+		}
 		if !seen[o.GetUID()] && !gone[o.GetUID()] {
 			out = append(out, o)
 		}
