@@ -153,9 +153,10 @@ type Controller struct {
 	retries   workqueue.TypedRateLimiter[Key]
 	overall   workqueue.TypedRateLimiter[Key]
 	conflicts workqueue.TypedRateLimiter[Key]
-	// conflictLogged is when each parent's Conflict was last logged: a
-	// Conflict that comes with Again does not step the conflicts backoff,
-	// so its log is limited by time instead.
+	// conflictLogged is when each parent's Conflict that came with Again
+	// was last logged: such reconciles do not step the conflicts backoff,
+	// so their log is limited by time instead. A Conflict alone is
+	// logged once per step of its backoff.
 	conflictLogged logTimes
 	// again backs off reconciles that ask to run again (Result.Again)
 	// while the cache does not show what they wait for.
@@ -489,14 +490,11 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		}
 	case result.Conflict != "":
 		// Failed, but an object kgen cannot watch is in the way: look
-		// again later, less often while it stays. Logged once per step
-		// (at least conflictBase apart).
+		// again later, less often while it stays. Logged once per step.
 		c.queue.Forget(key)
 		delay := c.conflicts.When(key)
 		c.queue.AddAfter(key, delay)
-		if c.conflictLogged.due(key, conflictBase) {
-			logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
-		}
+		logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
 	case result.Again:
 		// A child waits for children this reconcile wrote: reconcile
 		// again once the cache is likely to show them; one that still

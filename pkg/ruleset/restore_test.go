@@ -152,7 +152,8 @@ func TestRuleObjectRestoredAtStart(t *testing.T) {
 // version; another Rule object, a, may select the same parents and sorts
 // first by name. The recorded version ran before, so it runs and a is
 // blamed; and a version that does not run keeps what the status records,
-// and keeps the set from being Settled (its parents have not left it).
+// and keeps the set from being Settled if it ran before (its parents have
+// not left it).
 func TestRestoredVersionWinsAConflictAtStart(t *testing.T) {
 	ctx := context.Background()
 	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
@@ -200,8 +201,16 @@ func TestRestoredVersionWinsAConflictAtStart(t *testing.T) {
 	if _, ok := aStatus["running"]; ok {
 		t.Error("rule a, which never ran, has a status.running")
 	}
+	if !s.Settled() {
+		t.Error("Settled() is false: a, which never ran, holds no parent, and must not stop every sweep")
+	}
+	// Had a run before (its status records a version), its parents may
+	// carry kgen's finalizer: nothing is released while it does not run.
+	ranA := a.DeepCopy()
+	ranA.Object["status"] = map[string]any{"running": map[string]any{"generation": int64(1), "spec": a.Object["spec"]}}
+	s.observe(ctx, ranA, false)
 	if s.Settled() {
-		t.Error("Settled() is true while a valid version of a does not run: sweeps may release its parents")
+		t.Error("Settled() is true while a valid version of a, which ran before, does not run: sweeps may release its parents")
 	}
 }
 

@@ -454,13 +454,26 @@ func (s *Set) Settled() bool {
 		if o.rule == nil && o.err != nil {
 			return false
 		}
-		if o.rule != nil && s.applied[name] == nil && !s.fromFile[name] {
+		if o.rule != nil && s.applied[name] == nil && !s.fromFile[name] && ranBefore(o) {
 			// A valid version that does not run (it conflicts with
-			// another rule): its parents have not left it either.
+			// another rule), of a Rule that ran before: its parents,
+			// which may carry kgen's finalizer, have not left it. (One
+			// that never ran holds no parent: a new Rule that overlaps
+			// another must not stop every sweep.)
 			return false
 		}
 	}
 	return true
+}
+
+// ranBefore tells whether a Rule object ran before, as far as its status
+// records: a version was restored from it, or it records one.
+func ranBefore(o *object) bool {
+	if o.restored != nil {
+		return true
+	}
+	_, found, _ := unstructured.NestedMap(o.obj.Object, "status", "running")
+	return found
 }
 
 // KindsChanged is told that the kinds of an API group may have changed
