@@ -808,12 +808,11 @@ func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg str
 }
 
 // clashes returns, for an apply the API server refused as invalid for a
-// duplicate value, the fields it named (as "spec.ports": the path up to
-// the first list) where
-// the live object, read again (the cache keeps no managedFields), holds
-// fields of other managers than kgen, and those managers; none when the
-// error is of another kind, names no field, or no other manager has
-// fields there.
+// duplicate value, the field it named (as "spec.ports": the path up to the
+// first list) where the live object, read again (the cache keeps no
+// managedFields), holds fields of other managers than kgen, and those
+// managers; none when the error is of another kind, names no field, or no
+// other manager has fields there.
 func (r *Reconciler) clashes(ctx context.Context, reader dynamic.ResourceInterface, err error, live *unstructured.Unstructured) (path string, managers []string) {
 	var api apierrors.APIStatus
 	if err == nil || !apierrors.IsInvalid(err) || !errors.As(err, &api) || api.Status().Details == nil {

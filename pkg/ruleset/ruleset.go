@@ -439,11 +439,12 @@ func (s *Set) Loaded() bool { return !s.cfg.Objects || s.loaded.Load() }
 
 // Settled reports whether every rule is loaded (see Loaded) and every Rule
 // object has a version that runs or waits to (or a rules file's rule of
-// its name runs). A Rule object that has never
-// been valid (kgen started while it was invalid, or an upgraded kgen checks
-// more) may select parents that carry kgen's finalizer from an earlier run:
-// until it is fixed or deleted, nothing may be released as selected by no
-// rule. Its status and the log say why it is invalid.
+// its name runs). A Rule object with no valid version (kgen started while
+// it was invalid and its status records no version, or an upgraded kgen
+// checks more), or one that ran before whose valid version does not run
+// (it conflicts with another rule), may select parents that carry kgen's
+// finalizer from an earlier run: until it is fixed or deleted, nothing may
+// be released as selected by no rule. Its status and the log say why.
 func (s *Set) Settled() bool {
 	if !s.Loaded() {
 		return false
