@@ -13,9 +13,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The tests of this file install charts/kgen and change its rules while
@@ -194,5 +198,116 @@ func TestHelmUpgradeChangesRulesLive(t *testing.T) {
 	}
 	if upgraded.Generation != deployment.Generation {
 		t.Errorf("helm upgrade changed the Deployment: generation %d, then %d", deployment.Generation, upgraded.Generation)
+	}
+}
+
+// TestHelmUpgradeNarrowsNamespaces (contract §6, "No parent is ever stuck
+// Terminating because of kgen"; audit finding): a helm upgrade narrows a
+// rule's namespaces, with the RBAC values kgenctl rbac derives from the
+// new rules, which no longer grant anything in the dropped namespace. The
+// chart keeps list and patch on the parent kind there (its release Role,
+// from the record's annotation), so kgen removes its finalizer from the
+// parent left out, whose child stays; the parent can then be deleted. Once
+// kgen has released it and dropped the scope from its record, the next
+// upgrade removes the release Role.
+func TestHelmUpgradeNarrowsNamespaces(t *testing.T) {
+	ctx := t.Context()
+	chart := filepath.Join(env.root, "charts/kgen")
+	installCRD(t, "examples/webapp/crd.yaml")
+	kept, dropped, remote := newNamespace(t), newNamespace(t), newNamespace(t)
+	release := newNamespace(t)
+	startPods(t, release)
+	rulesFor := func(namespaces string) string {
+		return writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: narrow
+spec:
+  parent:
+    apiVersion: example.com/v1alpha1
+    kind: WebApp
+    namespaces: [%s]
+  allowCrossNamespace: [%s]
+  children:
+  - id: remote
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.namespace}-${parent.metadata.name}", namespace: %s}
+      data: {image: "${parent.spec.image}"}
+`, namespaces, remote, remote))
+	}
+	valuesFor := func(rulesFile string) []string {
+		return []string{"-f", generateRBACValues(t, rulesFile), "--set-file", "rules.narrow=" + rulesFile}
+	}
+	upgrade := func(values []string) {
+		t.Helper()
+		if _, err := runHelm(t, append([]string{"upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "3m"}, values...)...); err != nil {
+			dumpPods(t, release)
+			t.Fatalf("helm upgrade: %v", err)
+		}
+	}
+	helmInstall(t, chart, release, valuesFor(rulesFor(kept+", "+dropped))...)
+	t.Cleanup(func() {
+		for _, ns := range []string{kept, dropped} {
+			_, _ = env.dynamic.Resource(webappGVR).Namespace(ns).Patch(ctx, "shop", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
+	})
+	for _, ns := range []string{kept, dropped} {
+		create(t, webappGVR, webapp(ns, "shop", 1))
+		waitFor(t, webappGVR, ns, "shop", hasFinalizer(true))
+		waitFor(t, cmGVR, remote, ns+"-shop", nil)
+	}
+	annotation := func() string {
+		cm, err := env.kube.CoreV1().ConfigMaps(release).Get(ctx, "kgen-state", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Annotations["kgen.dev/release"]
+	}
+	if got := annotation(); !strings.Contains(got, dropped) {
+		t.Fatalf("the record's annotation %q does not name namespace %s", got, dropped)
+	}
+
+	upgrade(valuesFor(rulesFor(kept)))
+	if _, err := env.kube.RbacV1().Roles(dropped).Get(ctx, "kgen", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("kgen's Role in the dropped namespace: %v, want it removed by the new values", err)
+	}
+	role, err := env.kube.RbacV1().Roles(dropped).Get(ctx, "kgen-release", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the release Role in the dropped namespace: %v", err)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"example.com"}, Resources: []string{"webapps"}, Verbs: []string{"list", "patch"}}}
+	if !equality.Semantic.DeepEqual(role.Rules, want) {
+		t.Errorf("the release Role grants %v, want %v", role.Rules, want)
+	}
+	if _, err := env.kube.RbacV1().Roles(kept).Get(ctx, "kgen-release", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a release Role where the values grant it all: %v", err)
+	}
+
+	// The kubelet updates the ConfigMap volume (the fake one within a
+	// second); kgen reads its files every 2 s and releases the parent.
+	start := time.Now()
+	eventually(t, 90*time.Second, func() (bool, error) {
+		err := hasFinalizer(false)(get(t, webappGVR, dropped, "shop"))
+		return err == nil, err
+	}, "kgen to release the parent in the dropped namespace")
+	t.Logf("the parent left out was released %s after the upgrade", time.Since(start).Round(time.Millisecond))
+	if get(t, cmGVR, remote, dropped+"-shop") == nil {
+		t.Error("the released parent's child was deleted; it stays")
+	}
+	if err := env.dynamic.Resource(webappGVR).Namespace(dropped).Delete(ctx, "shop", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, webappGVR, dropped, "shop")
+	waitFor(t, webappGVR, kept, "shop", hasFinalizer(true))
+
+	eventually(t, 60*time.Second, func() (bool, error) {
+		got := annotation()
+		return !strings.Contains(got, dropped), fmt.Errorf("annotation %q", got)
+	}, "kgen to drop the released scope from its record")
+	upgrade(valuesFor(rulesFor(kept)))
+	if _, err := env.kube.RbacV1().Roles(dropped).Get(ctx, "kgen-release", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the release Role after kgen released everything and a second upgrade: %v, want it gone", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -137,12 +138,30 @@ const DefaultRecordName = "kgen-state"
 // ConfigMap, when it is missing, by a server-side apply of its metadata
 // only. Every request names the ConfigMap, so RBAC can grant exactly it
 // (resourceNames).
+//
+// With Resource set, every write also keeps ReleaseAnnotation true.
 type ConfigMapRecord struct {
 	Client corev1client.ConfigMapsGetter
 	// Namespace is kgen's own namespace; Name is DefaultRecordName when
 	// empty.
 	Namespace, Name string
+	// Resource maps a recorded parent kind to its resource, for
+	// ReleaseAnnotation; nil leaves the annotation alone.
+	Resource func(schema.GroupVersionKind) (schema.GroupResource, error)
 }
+
+// ReleaseAnnotation, on the record's ConfigMap, names the parent resources
+// the record holds, by namespace ("" for every namespace, or a
+// cluster-scoped kind), as JSON: {"team-b": ["webapps.example.com"]}.
+// These are where kgen must still be able to list its parents and patch
+// them, to remove its finalizer, after a rule stops watching there: the
+// rights go with the rule, at once, while the record drops a scope only
+// once it is swept. The chart reads it (Helm's lookup) and keeps list and
+// patch there that the new values no longer grant, so an upgrade that
+// narrows a rule's namespaces, or removes a rule, leaves no parent
+// holding kgen's finalizer. A kind the API server no longer serves is
+// left out: its objects went with it.
+const ReleaseAnnotation = "kgen.dev/release"
 
 // ParentsKeySuffix ends the key of a ConfigMapRecord that holds a rule's
 // parent scopes.
@@ -158,7 +177,8 @@ func (r *ConfigMapRecord) name() string {
 }
 
 // Load reads the ConfigMap; a missing one records nothing. A line that is
-// not a scope is logged and left out.
+// not a scope is logged and left out. With Resource set, it also brings
+// ReleaseAnnotation up to date (annotate).
 func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
 	out := Recorded{Children: map[string][]ChildScope{}, Parents: map[string][]ChildScope{}}
 	cm, err := r.Client.ConfigMaps(r.Namespace).Get(ctx, r.name(), metav1.GetOptions{})
@@ -180,7 +200,34 @@ func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
 			out.Children[rule] = scopes
 		}
 	}
+	r.annotate(ctx, cm)
 	return out, nil
+}
+
+// annotate brings ReleaseAnnotation up to date on a record read, which an
+// older kgen wrote without it: the writes that keep it true come only with
+// a change of the scopes. A failure is logged; the next Load tries again.
+// Under sharding replicas race to it: the one that loses (a conflict)
+// stays quiet.
+func (r *ConfigMapRecord) annotate(ctx context.Context, cm *corev1.ConfigMap) {
+	release, ok := r.release(ctx, cm.Data, "", nil)
+	if !ok || release == cm.Annotations[ReleaseAnnotation] {
+		return
+	}
+	var v any // null removes the annotation
+	if release != "" {
+		v = release
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": cm.ResourceVersion,
+		"annotations":     map[string]any{ReleaseAnnotation: v},
+	}})
+	if err == nil {
+		_, err = r.Client.ConfigMaps(r.Namespace).Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
+	}
+	if err != nil && !apierrors.IsConflict(err) { // another writer changed it: a replica that wrote it, or the next change will
+		klog.FromContext(ctx).Info("Could not note in the record where kgen must still release parents", "configMap", klog.KObj(cm), "annotation", ReleaseAnnotation, "err", err)
+	}
 }
 
 // Update changes the rule's key of child scopes, creating the ConfigMap if
@@ -234,17 +281,21 @@ func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []
 			return slices.Contains(remove, s)
 		})
 		out = next
-		if slices.Equal(current, next) {
-			return nil
-		}
 		var value any // null removes the key
 		if len(next) > 0 {
 			value = encodeScopes(next)
 		}
-		patch, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": cm.ResourceVersion},
-			"data":     map[string]any{key: value},
-		})
+		meta := map[string]any{"resourceVersion": cm.ResourceVersion}
+		if release, ok := r.release(ctx, cm.Data, key, value); ok && release != cm.Annotations[ReleaseAnnotation] {
+			var v any // null removes the annotation
+			if release != "" {
+				v = release
+			}
+			meta["annotations"] = map[string]any{ReleaseAnnotation: v}
+		} else if slices.Equal(current, next) {
+			return nil
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": meta, "data": map[string]any{key: value}})
 		if err != nil {
 			return err
 		}
@@ -252,6 +303,71 @@ func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []
 		return err
 	})
 	return out, err
+}
+
+// release returns ReleaseAnnotation's value for the record's data with key
+// set to value (nil removes it): "" when it holds no parent scope; false
+// when there is no Resource, or a kind cannot be mapped for now (the
+// annotation is left as it is, and written again with the next change).
+func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, key string, value any) (string, bool) {
+	if r.Resource == nil {
+		return "", false
+	}
+	data = maps.Clone(data)
+	if v, ok := value.(string); ok {
+		if data == nil {
+			data = map[string]string{}
+		}
+		data[key] = v
+	} else {
+		delete(data, key)
+	}
+	byNamespace := map[string][]string{}
+	for k, v := range data {
+		if !strings.HasSuffix(k, ParentsKeySuffix) {
+			continue
+		}
+		scopes, _ := decodeScopes(v)
+		for _, s := range scopes {
+			gr, err := r.Resource(s.GroupVersionKind)
+			if errors.Is(err, mapper.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				klog.FromContext(ctx).V(2).Info("Cannot name the resource of a recorded parent kind for now", "kind", s.GroupVersionKind, "err", err)
+				return "", false
+			}
+			byNamespace[s.Namespace] = append(byNamespace[s.Namespace], gr.String())
+		}
+	}
+	if len(byNamespace) == 0 {
+		return "", true
+	}
+	for ns, grs := range byNamespace {
+		slices.Sort(grs)
+		byNamespace[ns] = slices.Compact(grs)
+	}
+	out, err := json.Marshal(byNamespace) // keys sorted
+	if err != nil {
+		return "", false
+	}
+	return string(out), true
+}
+
+// GroupResourceOf returns a ConfigMapRecord's Resource from a Mapper: the
+// resource of a kind in any version the API server serves (a CRD may have
+// stopped serving the recorded version; its objects are still there).
+func GroupResourceOf(m *mapper.Mapper) func(schema.GroupVersionKind) (schema.GroupResource, error) {
+	return func(gvk schema.GroupVersionKind) (schema.GroupResource, error) {
+		found, err := m.ResourceFor(gvk)
+		if errors.Is(err, mapper.ErrNotFound) {
+			found, err = mapper.AnyVersion(m, gvk.GroupKind())
+		}
+		if err != nil {
+			return schema.GroupResource{}, err
+		}
+		return schema.GroupResource{Group: found.Group, Resource: found.Resource}, nil
+	}
 }
 
 // minus returns the scopes of a that b lacks.

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"kgen.dev/kgen/pkg/mapper"
 )
 
 var (
@@ -301,5 +303,136 @@ func TestConfigMapRecordWritersDoNotUndoEachOther(t *testing.T) {
 	// Nothing to change: no write.
 	if _, err := a.Update(ctx, "web", []ChildScope{secrets}, []ChildScope{deploy}); err != nil || writes != 2 {
 		t.Errorf("Update() of what is recorded: %v, %d writes, want none", err, writes-2)
+	}
+}
+
+// Every write keeps ReleaseAnnotation true: the parent resources the
+// record holds, by namespace, which the chart keeps list and patch on
+// through an upgrade that takes them from the rules. A kind no longer
+// served is left out; a kind that cannot be mapped for now leaves the
+// annotation as it was.
+func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
+	ctx := context.Background()
+	widgetKind := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
+	goneKind := schema.GroupVersionKind{Group: "gone.example.com", Version: "v1", Kind: "Gone"}
+	flakyKind := schema.GroupVersionKind{Group: "flaky.example.com", Version: "v1", Kind: "Flaky"}
+	resource := func(gvk schema.GroupVersionKind) (schema.GroupResource, error) {
+		switch gvk {
+		case goneKind:
+			return schema.GroupResource{}, fmt.Errorf("kind %s: %w", gvk, mapper.ErrNotFound)
+		case flakyKind:
+			return schema.GroupResource{}, errors.New("discovery failed")
+		}
+		return schema.GroupResource{Group: gvk.Group, Resource: strings.ToLower(gvk.Kind) + "s"}, nil
+	}
+	in := func(gvk schema.GroupVersionKind, ns string) ChildScope {
+		return ChildScope{GroupVersionKind: gvk, Namespace: ns}
+	}
+	type step struct {
+		children    bool // Update, not UpdateParents
+		rule        string
+		add, remove []ChildScope
+	}
+	tests := []struct {
+		name     string
+		existing map[string]string // the ConfigMap's data; nil when it does not exist
+		before   string            // the annotation before
+		noMapper bool
+		steps    []step
+		load     bool   // Load after the steps
+		want     string // "" when there is no annotation
+	}{{
+		name:  "parents by namespace",
+		steps: []step{{rule: "web", add: []ChildScope{in(gadgetKind, "team-a"), in(gadgetKind, "team-b")}}, {rule: "db", add: []ChildScope{in(widgetKind, "team-b"), in(widgetKind, "")}}},
+		want:  `{"":["widgets.example.com"],"team-a":["gadgets.example.com"],"team-b":["gadgets.example.com","widgets.example.com"]}`,
+	}, {
+		name:     "a narrowed rule keeps the namespace until it is swept",
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\nexample.com/v1 Gadget team-b\n"},
+		before:   `{"team-a":["gadgets.example.com"],"team-b":["gadgets.example.com"]}`,
+		steps:    []step{{rule: "web", remove: []ChildScope{in(gadgetKind, "team-b")}}},
+		want:     `{"team-a":["gadgets.example.com"]}`,
+	}, {
+		name:     "the last parent scope removes it",
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n", "web": "apps/v1 Deployment\n"},
+		before:   `{"team-a":["gadgets.example.com"]}`,
+		steps:    []step{{rule: "web", remove: []ChildScope{in(gadgetKind, "team-a")}}},
+	}, {
+		name:     "a record written before it gains it with the next write",
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n"},
+		steps:    []step{{rule: "web", add: []ChildScope{in(gadgetKind, "team-a")}}},
+		want:     `{"team-a":["gadgets.example.com"]}`,
+	}, {
+		name:     "a record written before it gains it when it is read",
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n", "db_parents": "example.com/v1 Widget\n"},
+		load:     true,
+		want:     `{"":["widgets.example.com"],"team-a":["gadgets.example.com"]}`,
+	}, {
+		name:     "a stale one is mended when it is read",
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n"},
+		before:   `{"team-a":["gadgets.example.com"],"team-b":["gadgets.example.com"]}`,
+		load:     true,
+		want:     `{"team-a":["gadgets.example.com"]}`,
+	}, {
+		name:  "child scopes are not in it",
+		steps: []step{{children: true, rule: "web", add: []ChildScope{in(deployments, "team-a")}}},
+	}, {
+		name:  "a kind not served is left out",
+		steps: []step{{rule: "web", add: []ChildScope{in(gadgetKind, "team-a"), in(goneKind, "team-a")}}},
+		want:  `{"team-a":["gadgets.example.com"]}`,
+	}, {
+		name:     "a kind not mapped for now leaves it as it was",
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n"},
+		before:   `{"team-a":["gadgets.example.com"]}`,
+		steps:    []step{{rule: "web", add: []ChildScope{in(flakyKind, "team-b")}}},
+		want:     `{"team-a":["gadgets.example.com"]}`,
+	}, {
+		name:     "without a mapper it is left alone",
+		noMapper: true,
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n"},
+		before:   `{"team-a":["gadgets.example.com"]}`,
+		steps:    []step{{rule: "web", remove: []ChildScope{in(gadgetKind, "team-a")}}},
+		want:     `{"team-a":["gadgets.example.com"]}`,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tt.existing != nil {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: DefaultRecordName, Namespace: "kgen"}, Data: tt.existing}
+				if tt.before != "" {
+					cm.Annotations = map[string]string{ReleaseAnnotation: tt.before}
+				}
+				objs = append(objs, cm)
+			}
+			client := fake.NewClientset(objs...)
+			r := &ConfigMapRecord{Client: client.CoreV1(), Namespace: "kgen", Resource: resource}
+			if tt.noMapper {
+				r.Resource = nil
+			}
+			for _, s := range tt.steps {
+				update := r.UpdateParents
+				if s.children {
+					update = r.Update
+				}
+				if _, err := update(ctx, s.rule, s.add, s.remove); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.load {
+				if _, err := r.Load(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cm, err := client.CoreV1().ConfigMaps("kgen").Get(ctx, DefaultRecordName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := cm.Annotations[ReleaseAnnotation]
+			if got != tt.want || ok != (tt.want != "") {
+				t.Errorf("annotation = %q (set: %v), want %q", got, ok, tt.want)
+			}
+			if got != "" && !json.Valid([]byte(got)) {
+				t.Errorf("annotation %q is not JSON", got)
+			}
+		})
 	}
 }

@@ -277,7 +277,7 @@ func New(opts Options) (*Manager, error) {
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
 		Schemas: schemas, Events: opts.Events, Sharding: sharding,
 		Impersonate: impersonator(config),
-		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace(), Name: opts.StateName},
+		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace(), Name: opts.StateName, Resource: controller.GroupResourceOf(resources)},
 		Prepare:     crds.Prepare, Admit: admit, Recheck: recheck,
 		RulesLoaded: func() bool { return m.rules == nil || m.rules.Settled() },
 	})

@@ -168,3 +168,59 @@ together, with the message kgenctl run would give at start.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+kgen.releaseRules is, as JSON, the rules by namespace ("" for the
+ClusterRole) that let kgen release the parents its record still holds
+where the values no longer grant it: list and patch on each parent
+resource of the record's annotation kgen.dev/release, read from the
+cluster (Helm's lookup; nothing under helm template) and less what the
+values' rules already grant there. A namespace where neither kgen's Role
+nor its release Role is found is left out: it is gone, or kgen's rights
+there come from elsewhere.
+*/}}
+{{- define "kgen.releaseRules" -}}
+{{- $fullname := include "kgen.fullname" . }}
+{{- $cluster := concat (.Values.rbac.rules.cluster | default list) (.Values.rbac.extraRules | default list) }}
+{{- $held := dict }}
+{{- $state := lookup "v1" "ConfigMap" .Release.Namespace (include "kgen.stateName" .) }}
+{{- with $state }}{{ with .metadata }}{{ with .annotations }}
+{{- with index . "kgen.dev/release" }}
+{{- $held = fromJson . }}
+{{- end }}
+{{- if hasKey $held "Error" }}{{/* not JSON: fromJson's answer; no namespace is named Error */}}
+{{- $held = dict }}
+{{- end }}
+{{- end }}{{ end }}{{ end }}
+{{- $out := dict }}
+{{- range $namespace, $resources := $held }}
+{{- $granted := $cluster }}
+{{- if $namespace }}
+{{- $granted = concat (index ($.Values.rbac.rules.namespaces | default dict) $namespace | default list) $cluster }}
+{{- end }}
+{{- $rules := list }}
+{{- range $resources }}
+{{- $parts := splitn "." 2 . }}
+{{- $resource := $parts._0 }}
+{{- $group := $parts._1 | default "" }}
+{{- $list := false }}
+{{- $patch := false }}
+{{- range $granted }}
+{{- $groups := .apiGroups | default list }}
+{{- $names := .resources | default list }}
+{{- if and (not .resourceNames) (or (has $group $groups) (has "*" $groups)) (or (has $resource $names) (has "*" $names)) }}
+{{- $verbs := .verbs | default list }}
+{{- if or (has "list" $verbs) (has "*" $verbs) }}{{ $list = true }}{{ end }}
+{{- if or (has "patch" $verbs) (has "*" $verbs) }}{{ $patch = true }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if not (and $list $patch) }}
+{{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (list $resource) "verbs" (list "list" "patch")) }}
+{{- end }}
+{{- end }}
+{{- if and $rules (or (not $namespace) (lookup "rbac.authorization.k8s.io/v1" "Role" $namespace $fullname) (lookup "rbac.authorization.k8s.io/v1" "Role" $namespace (printf "%s-release" $fullname))) }}
+{{- $_ := set $out $namespace $rules }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
