@@ -247,6 +247,35 @@ spec:
 	}
 }
 
+// TestHelmUninstallWithForbiddenRuleObject (audit finding): a Rule object
+// created without its RBAC never runs (it says Forbidden), and the
+// uninstall hook may not list its parents either. kgen's record says no
+// rule of kgen ever watched them, so none holds kgen's finalizer: the hook
+// notes it and helm uninstall succeeds, where it used to fail.
+func TestHelmUninstallWithForbiddenRuleObject(t *testing.T) {
+	const group = "forbiddenuninstall.example.com"
+	ns := newNamespace(t)
+	newCRD(t, group, "Gadget", "gadgets")
+	release, kubelet, _ := helmInstallWebApp(t, filepath.Join(env.root, "charts/kgen"), ns)
+	waitLeader(t, release, "kgen")
+	create(t, webappGVR, webapp(ns, "shop", 1))
+	waitFor(t, cmGVR, ns, "shop-config", nil)
+	applyRule(t, gadgetRuleDoc("forbidden-uninstall", group, "Gadget", ns, `  children:
+  - id: config
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}-gadget"}}
+`))
+	waitRuleStatus(t, "forbidden-uninstall", readyIs("False", "Forbidden", "gadgets"))
+
+	out, err := runHelm(t, "uninstall", "kgen", "--namespace", release, "--wait", "--timeout", "3m")
+	if err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm uninstall with a Rule object kgen may not run: %v\n%s\n%s", err, out, kubelet.outputs())
+	}
+	if logs := kubelet.outputs(); !strings.Contains(logs, "no rule of kgen ever watched there") {
+		t.Errorf("the cleanup hook did not note the parents it may not list:\n%s", logs)
+	}
+}
+
 // Two releases of the chart in one namespace, each with its own rule of
 // one kind in every namespace, told apart by a label selector (a
 // cluster-scoped child, so kgen's finalizer guards it). Each keeps its own

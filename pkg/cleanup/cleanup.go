@@ -84,8 +84,10 @@ type Sources struct {
 	// removed while kgen could not release them (it was stopped, or a
 	// helm upgrade took its grants away with the rule). A record that
 	// cannot be read, or such a place kgen may not list, is a note, not
-	// an error: kgen's own rules' parents are released all the same. The
-	// record also tells another kgen's parents (see Release).
+	// an error: kgen's own rules' parents are released all the same. So
+	// is a place of a rule's parents kgen may not list where the record
+	// says no rule of kgen ever watched (neverWatched). The record also
+	// tells another kgen's parents (see Release).
 	Record RecordLoader
 	// ReleaseOthers releases the parents that the record tells are
 	// another kgen's too: for a kgen whose rules made children before it
@@ -319,17 +321,21 @@ func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, s
 	}
 	look := scopes(all)
 	var ev *evidence
+	var read *controller.Recorded
 	if src.Record != nil {
 		rec, err := src.Record.Load(ctx)
 		if err != nil {
 			res.Skipped = append(res.Skipped, fmt.Sprintf("kgen's record cannot be read, so parents of rules removed while kgen could not release them are not looked for: %v", err))
-		} else if !src.ReleaseOthers {
-			ev = newEvidence(client, resolver, all, rec)
+		} else {
+			read = &rec
+			if !src.ReleaseOthers {
+				ev = newEvidence(client, resolver, all, rec)
+			}
 		}
 		look = append(look, recordedScopes(rec, look)...)
 	}
 	for _, s := range look {
-		if err := releaseIn(ctx, client, resolver, s, ev, res); err != nil {
+		if err := releaseIn(ctx, client, resolver, s, ev, read, res); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -337,7 +343,10 @@ func Release(ctx context.Context, client dynamic.Interface, resolver Resolver, s
 }
 
 // releaseIn releases the parents of one scope, adding what it did to res.
-func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver, s *scope, ev *evidence, res *Result) error {
+// A namespace of it kgen may not list is a note, not an error, when it is
+// only recorded, or when kgen's record, read, says no rule of kgen ever
+// watched that kind there (neverWatched).
+func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver, s *scope, ev *evidence, rec *controller.Recorded, res *Result) error {
 	logger := klog.FromContext(ctx)
 	whose := "rule " + strings.Join(s.rules, ", ")
 	if s.recorded {
@@ -396,8 +405,13 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 		} else if !mapping.Namespaced {
 			where = "the cluster"
 		}
-		if s.recorded && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
+		forbidden := apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)
+		if forbidden && s.recorded {
 			res.Skipped = append(res.Skipped, fmt.Sprintf("%s in %s (%s) may not be listed: %v; a user who may can run kgenctl cleanup again", gvr.GroupResource(), where, whose, err))
+			continue
+		}
+		if forbidden && neverWatched(rec, s.gvk.GroupKind(), ns) {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s in %s (%s) may not be listed, and kgen's record says no rule of kgen ever watched there, so no parent there holds its finalizer: %v", gvr.GroupResource(), where, whose, err))
 			continue
 		}
 		if s.recorded {
@@ -406,6 +420,27 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 		errs = append(errs, fmt.Errorf("list %s in %s: %w", gvr.GroupResource(), where, err))
 	}
 	return errors.Join(errs...)
+}
+
+// neverWatched reports whether kgen's record, read and not empty, says no
+// rule of kgen watched the parents of a kind in a namespace ("": any). kgen
+// records where a rule watches its parents before it reconciles any of
+// them, so it never put its finalizer on a parent there: a rule whose
+// parent kind kgen may not list (a Rule object created without its RBAC)
+// never ran. An empty record may be one kgen never wrote (before it kept
+// one), so it tells nothing.
+func neverWatched(rec *controller.Recorded, gk schema.GroupKind, ns string) bool {
+	if rec == nil || len(rec.Parents) == 0 && len(rec.Children) == 0 {
+		return false
+	}
+	for _, scopes := range rec.Parents {
+		for _, p := range scopes {
+			if p.GroupVersionKind.GroupKind() == gk && (ns == "" || p.Namespace == "" || p.Namespace == ns) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // evidence tells another kgen's parents (see Release) by their children.

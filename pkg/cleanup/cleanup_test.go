@@ -361,6 +361,52 @@ func TestRelease(t *testing.T) {
 		wantReleased: []string{"tenants.example.com acme"},
 		wantSkipped:  "webapps.example.com in namespace team-c (recorded for rule gone) may not be listed",
 	}, {
+		name:   "a kind kgen may not list and its record says it never watched is a note",
+		rules:  []string{webappRule, rule("tenant", "Tenant", "")},
+		record: &controller.Recorded{Parents: map[string][]controller.ChildScope{"tenant": {{GroupVersionKind: tenants.GroupVersionKind()}}}},
+		served: fakeResolver{webapps, tenants},
+		objects: []*unstructured.Unstructured{
+			parent("Tenant", "", "acme", Finalizer),
+		},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
+			})
+		},
+		want:         map[string][]string{"Tenant acme": nil},
+		wantReleased: []string{"tenants.example.com acme"},
+		wantSkipped:  "webapps.example.com in namespace team-a (rule webapp) may not be listed, and kgen's record says no rule of kgen ever watched there",
+	}, {
+		name:   "an empty record tells nothing: a kind kgen may not list is an error",
+		rules:  []string{webappRule},
+		record: &controller.Recorded{},
+		served: fakeResolver{webapps},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
+			})
+		},
+		wantErr: "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
+	}, {
+		name:   "a kind kgen may not list where its record says it watched is an error",
+		rules:  []string{webappRule},
+		record: &controller.Recorded{Parents: map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-b"}}}},
+		served: fakeResolver{webapps},
+		objects: []*unstructured.Unstructured{
+			parent("WebApp", "team-a", "shop", Finalizer),
+		},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if a.GetNamespace() == "team-a" {
+					return false, nil, nil
+				}
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
+			})
+		},
+		want:         map[string][]string{"WebApp team-a/shop": nil},
+		wantReleased: []string{"webapps.example.com team-a/shop"},
+		wantErr:      "list webapps.example.com in namespace team-b: webapps.example.com is forbidden",
+	}, {
 		name:         "a record that cannot be read is a note",
 		rules:        []string{rule("tenant", "Tenant", "")},
 		recordErr:    errors.New("configmaps \"kgen-state\" is forbidden"),
