@@ -117,6 +117,36 @@ spec:
 `
 }
 
+// newObjectSet returns a Set of Rule objects over a fake cluster that
+// serves the App kind, whose controller reports every rule running with
+// synced caches.
+func newObjectSet(t *testing.T) *Set {
+	t.Helper()
+	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs:     &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
+		Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// ruleObject returns the Rule object of doc, as the API server has it:
+// with a UID, a generation and, unless nil, a status.
+func ruleObject(t *testing.T, doc, uid string, gen int64, status map[string]any) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetUID(types.UID(uid))
+	obj.SetGeneration(gen)
+	if status != nil {
+		obj.Object["status"] = status
+	}
+	return obj
+}
+
 func TestCRDsCheck(t *testing.T) {
 	forbidden := func(a clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(CRDGVR.GroupResource(), "apps.example.com", errors.New("no"))

@@ -7,11 +7,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/pkg/controller"
-	"kgen.dev/kgen/rules"
 )
 
 // A Rule object's status records the version kgen runs (status.running),
@@ -22,26 +19,8 @@ import (
 // before.
 func TestRuleObjectRestoredAtStart(t *testing.T) {
 	ctx := context.Background()
-	newSet := func(t *testing.T) *Set {
-		s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
-			CRDs:     &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
-			Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
 	object := func(t *testing.T, gen int64, expr string, status map[string]any) *unstructured.Unstructured {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(ruleDoc("r", expr)), &obj.Object); err != nil {
-			t.Fatal(err)
-		}
-		obj.SetUID("uid-r")
-		obj.SetGeneration(gen)
-		if status != nil {
-			obj.Object["status"] = status
-		}
-		return obj
+		return ruleObject(t, ruleDoc("r", expr), "uid-r", gen, status)
 	}
 	status := func(s *Set) map[string]any {
 		s.mu.Lock()
@@ -67,7 +46,7 @@ func TestRuleObjectRestoredAtStart(t *testing.T) {
 	}
 
 	// The first kgen runs generation 1 and records it.
-	first := newSet(t)
+	first := newObjectSet(t)
 	if !first.observe(ctx, object(t, 1, "parent.spec.image", nil), false) {
 		t.Fatal("a valid Rule was not taken")
 	}
@@ -105,7 +84,7 @@ func TestRuleObjectRestoredAtStart(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newSet(t)
+			s := newObjectSet(t)
 			taken := s.observe(ctx, object(t, 2, "parent.spec.image +", tt.status), false)
 			if taken != (tt.want != "") {
 				t.Errorf("observe() = %t, want %t", taken, tt.want != "")
@@ -156,21 +135,10 @@ func TestRuleObjectRestoredAtStart(t *testing.T) {
 // not left it).
 func TestRestoredVersionWinsAConflictAtStart(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
-		CRDs:     &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
-		Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newObjectSet(t)
 	s.loaded.Store(true)
 	mk := func(doc string, uid string, gen int64) *unstructured.Unstructured {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
-			t.Fatal(err)
-		}
-		obj.SetUID(types.UID(uid))
-		obj.SetGeneration(gen)
-		return obj
+		return ruleObject(t, doc, uid, gen, nil)
 	}
 	good := mk(ruleDoc("r", "parent.spec.image"), "uid-r", 1)
 	recorded := map[string]any{"running": map[string]any{"generation": int64(1), "spec": good.Object["spec"]}}
@@ -219,22 +187,9 @@ func TestRestoredVersionWinsAConflictAtStart(t *testing.T) {
 // restart would run, not gen2, which cannot start.
 func TestRunningRecordsTheVersionThatRuns(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
-		Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newObjectSet(t)
 	mk := func(expr string, gen int64, status map[string]any) *unstructured.Unstructured {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(ruleDoc("r", expr)), &obj.Object); err != nil {
-			t.Fatal(err)
-		}
-		obj.SetUID("uid-r")
-		obj.SetGeneration(gen)
-		if status != nil {
-			obj.Object["status"] = status
-		}
-		return obj
+		return ruleObject(t, ruleDoc("r", expr), "uid-r", gen, status)
 	}
 	status := func() map[string]any {
 		s.mu.Lock()
