@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -412,4 +413,65 @@ func TestWatchErrorsCountForTheirRule(t *testing.T) {
 	allowGadgets(there)
 	waitReason(t, gvr, there, "g", reconcile.ReasonReady)
 	waitFor(t, cmGVR, there, "g", nil)
+}
+
+// Contract §6, "Failures are visible and bounded", for a Conflict: a child
+// whose name an object kgen did not make already has is a failed
+// reconcile. It is on the parent's Ready condition, logged at the default
+// verbosity with the parent and the object in the way (once per backoff
+// step, which starts at 30 s), and counted as an error in the metrics.
+// Once the user deletes their object, kgen makes the child at its next
+// look, and the parent is Ready.
+func TestConflictIsVisible(t *testing.T) {
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns := newNamespace(t)
+	if _, err := env.kube.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "taken-config"}, Data: map[string]string{"image": "mine"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := startKgen(t, "kgen-conflict", "--rules", webappRulesIn(t, ns))
+	create(t, webappGVR, webapp(ns, "taken", 1))
+	waitFor(t, webappGVR, ns, "taken", func(o *unstructured.Unstructured) error {
+		if c := readyCondition(o); c == nil || c["reason"] != "Conflict" || !strings.Contains(fmt.Sprint(c["message"]), "taken-config") {
+			return fmt.Errorf("Ready = %v, want Conflict naming taken-config", c)
+		}
+		return nil
+	})
+	seen := time.Now()
+
+	var families map[string]*dto.MetricFamily
+	eventually(t, 30*time.Second, func() (bool, error) {
+		var err error
+		if families, err = scrape(t, p.metric+"/metrics"); err != nil {
+			return false, err
+		}
+		errs := sumOf(families, "controller_runtime_reconcile_errors_total", map[string]string{"controller": "webapp"})
+		failed := sumOf(families, "controller_runtime_reconcile_total", map[string]string{"controller": "webapp", "result": "error"})
+		return errs >= 1 && failed >= 1, fmt.Errorf("reconcile_errors_total = %v, reconcile_total{result=error} = %v", errs, failed)
+	}, "the Conflict to count as a failed reconcile")
+
+	// Logged with the parent and what is in the way, and not on every
+	// reconcile: at most twice in the backoff's first step.
+	time.Sleep(time.Until(seen.Add(20 * time.Second)))
+	var logged []string
+	for _, line := range strings.Split(p.output.String(), "\n") {
+		if strings.Contains(line, "Reconcile failed") && strings.Contains(line, "taken-config") {
+			logged = append(logged, line)
+		}
+	}
+	if len(logged) == 0 || !strings.Contains(logged[0], ns+"/taken") {
+		t.Errorf("no log line names the parent and the object in the way:\n%s", tailOf(p.output.String(), 3000))
+	}
+	if len(logged) > 2 {
+		t.Errorf("%d log lines of the Conflict in 20 s: more than once per backoff step:\n%s", len(logged), strings.Join(logged, "\n"))
+	}
+
+	// The user's object goes: kgen makes its own at its next look.
+	if err := env.kube.CoreV1().ConfigMaps(ns).Delete(t.Context(), "taken-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, func() (bool, error) {
+		c := readyCondition(get(t, webappGVR, ns, "taken"))
+		return c != nil && c["reason"] != "Conflict" && get(t, cmGVR, ns, "taken-config") != nil, fmt.Errorf("Ready = %v", c)
+	}, "kgen to make the child once the object in the way is gone")
 }
