@@ -71,10 +71,34 @@ type why struct {
 type fieldPath struct {
 	root string
 	segs []any
+	// defaulted is set on the path of an optional read with a default
+	// (x.?f.orValue(d)) that found the field not set: its value is d.
+	defaulted bool
 }
 
 func (p fieldPath) with(seg any) fieldPath {
 	return fieldPath{root: p.root, segs: append(slices.Clone(p.segs), seg)}
+}
+
+// is says what a comparison saw at the path: "status.ready is 1", or for a
+// default, "status.ready is not set yet (0 by default)".
+func (p fieldPath) is(v any) string {
+	if !p.defaulted {
+		return p.String() + " is " + show(v)
+	}
+	if p.root == varSelf || p.root == varChildren {
+		return p.String() + " is not set yet (" + show(v) + " by default)"
+	}
+	return p.String() + " is not set (" + show(v) + " by default)"
+}
+
+// source names the path as the other side of a comparison: "(parent.spec.replicas)",
+// or for a default, "(the default of parent.spec.size, which is not set)".
+func (p fieldPath) source() string {
+	if p.defaulted {
+		return "(the default of " + p.String() + ", which is not set)"
+	}
+	return "(" + p.String() + ")"
 }
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -201,6 +225,64 @@ func (w *why) pathOf(e celast.Expr) (fieldPath, bool) {
 	return fieldPath{}, false
 }
 
+// optionalPathOf returns the path of an optional read, x.?f or x[?k] over
+// a path, in any number of steps: the path with its fields as if read
+// plainly.
+func (w *why) optionalPathOf(e celast.Expr) (fieldPath, bool) {
+	if e.Kind() != celast.CallKind {
+		return fieldPath{}, false
+	}
+	call := e.AsCall()
+	args := call.Args()
+	if fn := call.FunctionName(); (fn != operators.OptSelect && fn != operators.OptIndex) || len(args) != 2 || args[1].Kind() != celast.LiteralKind {
+		return fieldPath{}, false
+	}
+	p, ok := w.optionalPathOf(args[0])
+	if !ok {
+		if p, ok = w.pathOf(args[0]); !ok {
+			return fieldPath{}, false
+		}
+	}
+	switch k := args[1].AsLiteral().(type) {
+	case types.String:
+		return p.with(string(k)), true
+	case types.Int:
+		return p.with(int64(k)), true
+	case types.Uint:
+		return p.with(int64(k)), true
+	}
+	return fieldPath{}, false
+}
+
+// withDefault reads an optional path with a default,
+// self.status.?ready.orValue(false): the field's value when it is set,
+// else the default's, with the path marked defaulted. ok is false for
+// another shape, or a default that is not a literal or a set field.
+func (w *why) withDefault(e celast.Expr) (v any, p fieldPath, ok bool) {
+	if e.Kind() != celast.CallKind {
+		return nil, fieldPath{}, false
+	}
+	call := e.AsCall()
+	if call.FunctionName() != "orValue" || !call.IsMemberFunction() || len(call.Args()) != 1 {
+		return nil, fieldPath{}, false
+	}
+	if p, ok = w.optionalPathOf(call.Target()); !ok {
+		return nil, fieldPath{}, false
+	}
+	switch v, st := w.lookup(p); st {
+	case found:
+		return v, p, true
+	case missing:
+		d, dp, dok := w.operand(call.Args()[0])
+		if !dok || dp != nil && dp.defaulted {
+			return nil, fieldPath{}, false
+		}
+		p.defaulted = true
+		return d, p, true
+	}
+	return nil, fieldPath{}, false
+}
+
 // tested returns the path of a has() test.
 func (w *why) tested(e celast.Expr) (fieldPath, bool) {
 	if e.Kind() != celast.SelectKind || !e.AsSelect().IsTestOnly() {
@@ -294,6 +376,12 @@ func (w *why) whyFalse(e celast.Expr) (string, bool) {
 	if p, ok := w.pathOf(e); ok {
 		if v, st := w.lookup(p); st == found && v == false {
 			return p.String() + " is false, wants true", true
+		}
+		return "", false
+	}
+	if v, p, ok := w.withDefault(e); ok {
+		if v == false {
+			return p.is(v) + ", wants true", true
 		}
 		return "", false
 	}
@@ -456,6 +544,9 @@ func (w *why) operand(e celast.Expr) (v any, path *fieldPath, ok bool) {
 		v, st := w.lookup(p)
 		return v, &p, st == found
 	}
+	if v, p, isDefault := w.withDefault(e); isDefault {
+		return v, &p, true
+	}
 	if e.Kind() != celast.LiteralKind {
 		return nil, nil, false
 	}
@@ -487,9 +578,9 @@ func (w *why) comparison(fn string, l, r celast.Expr) (string, bool) {
 	if holds, known := compare(fn, lv, rv); !known || holds {
 		return "", false // not what CEL found: say nothing rather than something wrong
 	}
-	msg := fmt.Sprintf("%s is %s, wants %s %s", lp, show(lv), comparisons[fn], show(rv))
+	msg := fmt.Sprintf("%s, wants %s %s", lp.is(lv), comparisons[fn], show(rv))
 	if rp != nil {
-		msg += " (" + rp.String() + ")"
+		msg += " " + rp.source()
 	}
 	return msg, true
 }
@@ -510,6 +601,10 @@ func (w *why) holds(e celast.Expr) (holds, known bool) {
 		v, st := w.lookup(p)
 		b, isBool := v.(bool)
 		return b, st == found && isBool
+	}
+	if v, _, ok := w.withDefault(e); ok {
+		b, isBool := v.(bool)
+		return b, isBool
 	}
 	switch e.Kind() {
 	case celast.LiteralKind:

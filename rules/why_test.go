@@ -87,6 +87,24 @@ func TestWhy(t *testing.T) {
 		{name: "exists in a conjunction", expr: "self.status.replicas > 0 && self.status.conditions.exists(c, c.type == 'Ready')", self: "status: {replicas: 1, conditions: [{type: Other}]}",
 			want: `status.conditions has no entry where ${c.type == "Ready"}; its entries: {type: "Other"}`},
 
+		// An optional field with a default, set or not.
+		{name: "optional with a default, set", expr: "self.status.?availableReplicas.orValue(0) >= parent.spec.replicas", self: "status: {availableReplicas: 1}",
+			want: "status.availableReplicas is 1, wants >= 3 (parent.spec.replicas)"},
+		{name: "optional with a default, not set", expr: "self.status.?availableReplicas.orValue(0) >= parent.spec.replicas", self: "status: {}",
+			want: "status.availableReplicas is not set yet (0 by default), wants >= 3 (parent.spec.replicas)"},
+		{name: "optional chain with a default, not set", expr: "self.?status.?availableReplicas.orValue(0) >= 1", self: "{}",
+			want: "status.availableReplicas is not set yet (0 by default), wants >= 1"},
+		{name: "optional bool with a default", expr: "self.?status.?ready.orValue(false)", self: "{}",
+			want: "status.ready is not set yet (false by default), wants true"},
+		{name: "optional bool set false", expr: "self.?status.?ready.orValue(true)", self: "status: {ready: false}",
+			want: "status.ready is false, wants true"},
+		{name: "optional index with a default", expr: "self.metadata.labels[?'tier'].orValue('') == 'web'", self: "metadata: {labels: {}}",
+			want: `metadata.labels.tier is not set yet ("" by default), wants == "web"`},
+		{name: "optional parent field with a default", expr: "self.status.replicas == parent.spec.?size.orValue(2)", self: "status: {replicas: 1}",
+			want: "status.replicas is 1, wants == 2 (the default of parent.spec.size, which is not set)"},
+		{name: "forEach map element", expr: "self.data.region == region.name", self: "data: {region: eu}", each: "{name: us}",
+			want: `data.region is "eu", wants == "us" (region.name)`},
+
 		// Other expressions: the caller shows the expression.
 		{name: "a function", expr: "size(self.status.list) > 1", self: "status: {list: [x]}"},
 		{name: "a disjunction", expr: "self.status.a == 1 || self.status.b == 2", self: "status: {a: 0, b: 0}"},
@@ -110,7 +128,11 @@ func TestWhy(t *testing.T) {
 			children := map[string]any{"config": map[string]any{"data": map[string]any{}}}
 			vars := NewVars(parent, children, self)
 			if tt.each != "" {
-				vars = vars.With(map[string]any{"region": tt.each})
+				var each any
+				if err := yaml.Unmarshal([]byte(tt.each), &each); err != nil {
+					t.Fatal(err)
+				}
+				vars = vars.With(map[string]any{"region": each})
 			}
 			ok, err := e.EvalBool(vars)
 			if ok {
