@@ -268,8 +268,27 @@ spec:
 	if got := annotation(); !strings.Contains(got, dropped) {
 		t.Fatalf("the record's annotation %q does not name namespace %s", got, dropped)
 	}
+	// Whoever may write the annotation (kgen itself, an editor of its
+	// namespace) cannot widen kgen's rights with it: the chart keeps only
+	// what kgen holds.
+	var held map[string][]string
+	if err := json.Unmarshal([]byte(annotation()), &held); err != nil {
+		t.Fatal(err)
+	}
+	held[dropped] = append(held[dropped], "secrets", "*")
+	held[""] = []string{"secrets", "deployments.apps"}
+	tampered, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"kgen.dev/release": mustJSON(t, held)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.kube.CoreV1().ConfigMaps(release).Patch(ctx, "kgen-state", types.MergePatchType, tampered, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	upgrade(valuesFor(rulesFor(kept)))
+	if _, err := env.kube.RbacV1().ClusterRoles().Get(ctx, "kgen-release", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a release ClusterRole from annotation entries kgen was never granted: %v", err)
+	}
 	if _, err := env.kube.RbacV1().Roles(dropped).Get(ctx, "kgen", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("kgen's Role in the dropped namespace: %v, want it removed by the new values", err)
 	}
@@ -310,4 +329,13 @@ spec:
 	if _, err := env.kube.RbacV1().Roles(dropped).Get(ctx, "kgen-release", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the release Role after kgen released everything and a second upgrade: %v, want it gone", err)
 	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	out, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }

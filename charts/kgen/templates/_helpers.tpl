@@ -170,42 +170,15 @@ together, with the message kgenctl run would give at start.
 {{- end }}
 
 {{/*
-kgen.releaseRules is, as JSON, the rules by namespace ("" for the
-ClusterRole) that let kgen release the parents its record still holds
-where the values no longer grant it: list and patch on each parent
-resource of the record's annotation kgen.dev/release, read from the
-cluster (Helm's lookup; nothing under helm template) and less what the
-values' rules already grant there. A namespace where neither kgen's Role
-nor its release Role is found is left out: it is gone, or kgen's rights
-there come from elsewhere.
+kgen.grants is "true" when the PolicyRules given grant list and patch on a
+resource. Call it with (list $rules group resource).
 */}}
-{{- define "kgen.releaseRules" -}}
-{{- $fullname := include "kgen.fullname" . }}
-{{- $cluster := concat (.Values.rbac.rules.cluster | default list) (.Values.rbac.extraRules | default list) }}
-{{- $held := dict }}
-{{- $state := lookup "v1" "ConfigMap" .Release.Namespace (include "kgen.stateName" .) }}
-{{- with $state }}{{ with .metadata }}{{ with .annotations }}
-{{- with index . "kgen.dev/release" }}
-{{- $held = fromJson . }}
-{{- end }}
-{{- if hasKey $held "Error" }}{{/* not JSON: fromJson's answer; no namespace is named Error */}}
-{{- $held = dict }}
-{{- end }}
-{{- end }}{{ end }}{{ end }}
-{{- $out := dict }}
-{{- range $namespace, $resources := $held }}
-{{- $granted := $cluster }}
-{{- if $namespace }}
-{{- $granted = concat (index ($.Values.rbac.rules.namespaces | default dict) $namespace | default list) $cluster }}
-{{- end }}
-{{- $rules := list }}
-{{- range $resources }}
-{{- $parts := splitn "." 2 . }}
-{{- $resource := $parts._0 }}
-{{- $group := $parts._1 | default "" }}
+{{- define "kgen.grants" -}}
+{{- $group := index . 1 }}
+{{- $resource := index . 2 }}
 {{- $list := false }}
 {{- $patch := false }}
-{{- range $granted }}
+{{- range index . 0 }}
 {{- $groups := .apiGroups | default list }}
 {{- $names := .resources | default list }}
 {{- if and (not .resourceNames) (or (has $group $groups) (has "*" $groups)) (or (has $resource $names) (has "*" $names)) }}
@@ -214,12 +187,64 @@ there come from elsewhere.
 {{- if or (has "patch" $verbs) (has "*" $verbs) }}{{ $patch = true }}{{ end }}
 {{- end }}
 {{- end }}
-{{- if not (and $list $patch) }}
+{{- if and $list $patch }}true{{ end }}
+{{- end }}
+
+{{/*
+kgen.releaseRules is, as JSON, the rules by namespace ("" for the
+ClusterRole) that let kgen release the parents its record still holds
+where the values no longer grant it: list and patch on each parent
+resource of the record's annotation kgen.dev/release, read from the
+cluster (Helm's lookup; nothing under helm template), that kgen holds now
+and the new values do not grant. What kgen holds now is what this release
+granted it there: its Role and release Role in the namespace (for "",
+its ClusterRole and release ClusterRole). So the annotation, which kgen
+writes, can keep a grant an administrator made, never add one; and a
+namespace that is gone holds none.
+An entry that is not a resource name is ignored, and so is an annotation
+of another shape.
+*/}}
+{{- define "kgen.releaseRules" -}}
+{{- $fullname := include "kgen.fullname" . }}
+{{- $release := printf "%s-release" $fullname }}
+{{- $cluster := concat (.Values.rbac.rules.cluster | default list) (.Values.rbac.extraRules | default list) }}
+{{- $held := dict }}
+{{- $state := lookup "v1" "ConfigMap" .Release.Namespace (include "kgen.stateName" .) }}
+{{- with $state }}{{ with .metadata }}{{ with .annotations }}
+{{- with index . "kgen.dev/release" }}
+{{- $held = fromJson . }}
+{{- end }}
+{{- end }}{{ end }}{{ end }}
+{{- if or (not (kindIs "map" $held)) (hasKey $held "Error") }}{{/* not JSON (fromJson's answer; no namespace is named Error), or not an object */}}
+{{- $held = dict }}
+{{- end }}
+{{- $out := dict }}
+{{- range $namespace, $resources := $held }}
+{{- if kindIs "slice" $resources }}
+{{- $granted := $cluster }}
+{{- $kind := "ClusterRole" }}
+{{- if $namespace }}
+{{- $granted = concat (index ($.Values.rbac.rules.namespaces | default dict) $namespace | default list) $cluster }}
+{{- $kind = "Role" }}
+{{- end }}
+{{- $holds := list }}
+{{- range $name := list $fullname $release }}
+{{- with lookup "rbac.authorization.k8s.io/v1" $kind $namespace $name }}{{ $holds = concat $holds (.rules | default list) }}{{ end }}
+{{- end }}
+{{- $rules := list }}
+{{- range $resources }}
+{{- if and (kindIs "string" .) (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" .) }}
+{{- $parts := splitn "." 2 . }}
+{{- $resource := $parts._0 }}
+{{- $group := $parts._1 | default "" }}
+{{- if and (include "kgen.grants" (list $holds $group $resource)) (not (include "kgen.grants" (list $granted $group $resource))) }}
 {{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (list $resource) "verbs" (list "list" "patch")) }}
 {{- end }}
 {{- end }}
-{{- if and $rules (or (not $namespace) (lookup "rbac.authorization.k8s.io/v1" "Role" $namespace $fullname) (lookup "rbac.authorization.k8s.io/v1" "Role" $namespace (printf "%s-release" $fullname))) }}
+{{- end }}
+{{- if $rules }}
 {{- $_ := set $out $namespace $rules }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- toJson $out }}
