@@ -206,11 +206,12 @@ func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
 
 // annotate brings ReleaseAnnotation up to date on a record read, which an
 // older kgen wrote without it: the writes that keep it true come only with
-// a change of the scopes. A failure is logged; the next Load tries again.
+// a change of the scopes. A failure is logged; the next change of the
+// record, or the next start, writes it.
 // Under sharding replicas race to it: the one that loses (a conflict)
 // stays quiet.
 func (r *ConfigMapRecord) annotate(ctx context.Context, cm *corev1.ConfigMap) {
-	release, ok := r.release(ctx, cm.Data, "", nil)
+	release, ok := r.release(ctx, cm.Data, "", nil, cm.Annotations[ReleaseAnnotation])
 	if !ok || release == cm.Annotations[ReleaseAnnotation] {
 		return
 	}
@@ -286,7 +287,7 @@ func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []
 			value = encodeScopes(next)
 		}
 		meta := map[string]any{"resourceVersion": cm.ResourceVersion}
-		if release, ok := r.release(ctx, cm.Data, key, value); ok && release != cm.Annotations[ReleaseAnnotation] {
+		if release, ok := r.release(ctx, cm.Data, key, value, cm.Annotations[ReleaseAnnotation]); ok && release != cm.Annotations[ReleaseAnnotation] {
 			var v any // null removes the annotation
 			if release != "" {
 				v = release
@@ -307,9 +308,9 @@ func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []
 
 // release returns ReleaseAnnotation's value for the record's data with key
 // set to value (nil removes it): "" when it holds no parent scope; false
-// when there is no Resource, or a kind cannot be mapped for now (the
-// annotation is left as it is, and written again with the next change).
-func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, key string, value any) (string, bool) {
+// when there is no Resource. A kind that cannot be mapped for now keeps
+// what the previous value said of its group in its namespace.
+func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, key string, value any, previous string) (string, bool) {
 	if r.Resource == nil {
 		return "", false
 	}
@@ -322,6 +323,8 @@ func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, k
 	} else {
 		delete(data, key)
 	}
+	var before map[string][]string
+	_ = json.Unmarshal([]byte(previous), &before) // not ours, or not JSON: nothing to keep
 	byNamespace := map[string][]string{}
 	for k, v := range data {
 		if !strings.HasSuffix(k, ParentsKeySuffix) {
@@ -334,8 +337,16 @@ func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, k
 				continue
 			}
 			if err != nil {
-				klog.FromContext(ctx).V(2).Info("Cannot name the resource of a recorded parent kind for now", "kind", s.GroupVersionKind, "err", err)
-				return "", false
+				// Discovery of its group failed: what the annotation
+				// said of the group there stays (the chart grants no
+				// more than kgen held), and the rest is written.
+				klog.FromContext(ctx).V(2).Info("Cannot name the resource of a recorded parent kind for now; keeping what the record said of its group", "kind", s.GroupVersionKind, "err", err)
+				for _, name := range before[s.Namespace] {
+					if gr := schema.ParseGroupResource(name); gr.Group == s.GroupVersionKind.Group {
+						byNamespace[s.Namespace] = append(byNamespace[s.Namespace], name)
+					}
+				}
+				continue
 			}
 			byNamespace[s.Namespace] = append(byNamespace[s.Namespace], gr.String())
 		}
@@ -356,13 +367,13 @@ func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, k
 
 // GroupResourceOf returns a ConfigMapRecord's Resource from a Mapper: the
 // resource of a kind in any version the API server serves (a CRD may have
-// stopped serving the recorded version; its objects are still there).
+// stopped serving the recorded version; its objects are still there). It
+// reads what the Mapper knows: a kind it does not know never costs a read
+// of discovery (a rule waiting for its CRD keeps one in the record, and
+// every write of the record asks again).
 func GroupResourceOf(m *mapper.Mapper) func(schema.GroupVersionKind) (schema.GroupResource, error) {
 	return func(gvk schema.GroupVersionKind) (schema.GroupResource, error) {
-		found, err := m.ResourceFor(gvk)
-		if errors.Is(err, mapper.ErrNotFound) {
-			found, err = mapper.AnyVersion(m, gvk.GroupKind())
-		}
+		found, err := m.CachedAnyVersion(gvk)
 		if err != nil {
 			return schema.GroupResource{}, err
 		}

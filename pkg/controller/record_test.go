@@ -380,11 +380,11 @@ func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 		steps: []step{{rule: "web", add: []ChildScope{in(gadgetKind, "team-a"), in(goneKind, "team-a")}}},
 		want:  `{"team-a":["gadgets.example.com"]}`,
 	}, {
-		name:     "a kind not mapped for now leaves it as it was",
-		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n"},
-		before:   `{"team-a":["gadgets.example.com"]}`,
-		steps:    []step{{rule: "web", add: []ChildScope{in(flakyKind, "team-b")}}},
-		want:     `{"team-a":["gadgets.example.com"]}`,
+		name:     "a kind not mapped for now keeps what it said of its group there; the rest is written",
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\nflaky.example.com/v1 Flaky team-b\n"},
+		before:   `{"team-b":["flakies.flaky.example.com","other.example.com"]}`,
+		steps:    []step{{rule: "web", add: []ChildScope{in(gadgetKind, "team-c"), in(flakyKind, "team-d")}}},
+		want:     `{"team-a":["gadgets.example.com"],"team-b":["flakies.flaky.example.com"],"team-c":["gadgets.example.com"]}`,
 	}, {
 		name:     "without a mapper it is left alone",
 		noMapper: true,

@@ -363,6 +363,36 @@ func AnyVersion(r Resolver, gk schema.GroupKind) (Mapping, error) {
 	return Mapping{}, fmt.Errorf("%s: %w", gk, ErrNotFound)
 }
 
+// CachedAnyVersion returns the mapping of a kind in its version, or else in
+// any version the API server serves it in, from the discovery the Mapper
+// has read: unlike ResourceFor and AnyVersion, a miss never reads
+// discovery again. It is for lookups made often of kinds that may not be
+// served, where a stale answer does no harm. A miss is an error that
+// matches ErrNotFound, or ErrUnavailable when discovery could not read a
+// version of the kind's group.
+func (m *Mapper) CachedAnyVersion(gvk schema.GroupVersionKind) (Mapping, error) {
+	groups, err := m.groups()
+	if err != nil {
+		return Mapping{}, err
+	}
+	if e, ok := groups.byGVK[gvk]; ok {
+		return e.mapping(), nil
+	}
+	var found *entry
+	for _, e := range groups.entries {
+		if e.gvk.GroupKind() == gvk.GroupKind() && (found == nil || e.preferred && !found.preferred) {
+			found = e
+		}
+	}
+	if found != nil {
+		return found.mapping(), nil
+	}
+	if failed := groups.failedFor(query{group: &gvk.Group}); len(failed) > 0 {
+		return Mapping{}, &UnavailableError{Ref: gvkString(gvk), Failed: failed}
+	}
+	return Mapping{}, &NotFoundError{Ref: gvkString(gvk), Searched: "the kinds of group " + gvk.Group}
+}
+
 // versionPattern matches Kubernetes API version names such as v1, v2beta1.
 var versionPattern = regexp.MustCompile(`^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`)
 

@@ -402,3 +402,30 @@ func TestAnyVersion(t *testing.T) {
 		t.Errorf("only another group's kind: %v, want ErrNotFound", err)
 	}
 }
+
+// CachedAnyVersion answers from the discovery read: the kind in its
+// version, or in another the group serves, and a miss reads nothing again.
+func TestCachedAnyVersion(t *testing.T) {
+	fd := newFake(cluster())
+	m := New(fd)
+	got, err := m.CachedAnyVersion(schema.GroupVersionKind{Group: "example.com", Version: "v1alpha1", Kind: "Octopus"})
+	if err != nil || got.Version != "v1alpha1" || got.Resource != "octopodes" {
+		t.Errorf("the kind in its version: %+v, %v", got, err)
+	}
+	got, err = m.CachedAnyVersion(schema.GroupVersionKind{Group: "example.com", Version: "v0", Kind: "Octopus"})
+	if err != nil || got.Group != "example.com" || got.Resource != "octopodes" {
+		t.Errorf("the kind in a version no longer served: %+v, %v; want octopodes in another version", got, err)
+	}
+	read := len(fd.Actions())
+	if read == 0 {
+		t.Fatal("the fake discovery records no reads: the test cannot count them")
+	}
+	for range 3 {
+		if _, err := m.CachedAnyVersion(schema.GroupVersionKind{Group: "gone.example.com", Version: "v1", Kind: "Gone"}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a kind not served: %v, want ErrNotFound", err)
+		}
+	}
+	if n := len(fd.Actions()); n != read {
+		t.Errorf("misses read discovery %d times; want none", n-read)
+	}
+}
