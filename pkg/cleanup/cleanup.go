@@ -354,6 +354,11 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 	}
 	mapping, err := resolver.ResourceFor(s.gvk)
 	if errors.Is(err, mapper.ErrNotFound) {
+		// Not in this version: its objects are still there if the kind
+		// is served in another (a CRD that stopped serving v1alpha1).
+		mapping, err = anyVersion(resolver, s.gvk.GroupKind())
+	}
+	if errors.Is(err, mapper.ErrNotFound) {
 		res.Skipped = append(res.Skipped, fmt.Sprintf("%s (%s) is not served: no parent can hold the finalizer", kindString(s.gvk), whose))
 		return nil
 	}
@@ -410,7 +415,7 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 			res.Skipped = append(res.Skipped, fmt.Sprintf("%s in %s (%s) may not be listed: %v; a user who may can run kgenctl cleanup again", gvr.GroupResource(), where, whose, err))
 			continue
 		}
-		if forbidden && neverWatched(rec, s.gvk.GroupKind(), ns) {
+		if forbidden && neverWatched(rec, s.rules, s.gvk.GroupKind(), ns) {
 			res.Skipped = append(res.Skipped, fmt.Sprintf("%s in %s (%s) may not be listed, and kgen's record says no rule of kgen ever watched there, so no parent there holds its finalizer: %v", gvr.GroupResource(), where, whose, err))
 			continue
 		}
@@ -422,16 +427,29 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 	return errors.Join(errs...)
 }
 
-// neverWatched reports whether kgen's record, read and not empty, says no
-// rule of kgen watched the parents of a kind in a namespace ("": any). kgen
-// records where a rule watches its parents before it reconciles any of
-// them, so it never put its finalizer on a parent there: a rule whose
-// parent kind kgen may not list (a Rule object created without its RBAC)
-// never ran. An empty record may be one kgen never wrote (before it kept
-// one), so it tells nothing.
-func neverWatched(rec *controller.Recorded, gk schema.GroupKind, ns string) bool {
+// neverWatched reports whether kgen's record, read and not empty, says
+// that none of the rules ran and that no rule of kgen watched the parents
+// of a kind in a namespace ("": any). kgen records a rule's child kinds,
+// and where it watches its parents, when the rule starts, before it
+// reconciles any parent, so it never put its finalizer on a parent there:
+// a rule whose parent kind kgen may not list (a Rule object created
+// without its RBAC) never ran. A rule with an entry of its own ran: a
+// kgen from before parent scopes were recorded wrote only its child
+// kinds, and its parents may hold the finalizer. An empty record may be
+// one kgen never wrote (before it kept one), so it tells nothing. (A rule
+// kgen started while it could not write its record is not in it; kgen
+// logs that, and it needs its ConfigMap's RBAC taken away.)
+func neverWatched(rec *controller.Recorded, rules []string, gk schema.GroupKind, ns string) bool {
 	if rec == nil || len(rec.Parents) == 0 && len(rec.Children) == 0 {
 		return false
+	}
+	for _, rule := range rules {
+		if _, ok := rec.Children[rule]; ok {
+			return false
+		}
+		if _, ok := rec.Parents[rule]; ok {
+			return false
+		}
 	}
 	for _, scopes := range rec.Parents {
 		for _, p := range scopes {

@@ -44,6 +44,20 @@ func (f fakeResolver) ResourceFor(gvk schema.GroupVersionKind) (mapper.Mapping, 
 	return mapper.Mapping{}, &mapper.NotFoundError{Ref: gvk.String(), Searched: "the test's kinds"}
 }
 
+// Resolve answers "group/Kind", as mapper.AnyVersion asks.
+func (f fakeResolver) Resolve(ref string) ([]mapper.Mapping, error) {
+	var out []mapper.Mapping
+	for _, m := range f {
+		if m.Group+"/"+m.Kind == ref {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return nil, &mapper.NotFoundError{Ref: ref, Searched: "the test's kinds"}
+	}
+	return out, nil
+}
+
 func rule(name, kind, extra string) string {
 	return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
 kind: Rule
@@ -328,6 +342,16 @@ func TestRelease(t *testing.T) {
 		objects:     []*unstructured.Unstructured{parent("Tenant", "", "acme", Finalizer)},
 		want:        map[string][]string{"Tenant acme": {Finalizer}},
 	}, {
+		name: "a recorded kind whose version is no longer served is listed in the version served",
+		record: &controller.Recorded{Parents: map[string][]controller.ChildScope{
+			"gone": {{GroupVersionKind: schema.GroupVersionKind{Group: "example.com", Version: "v1alpha1", Kind: "WebApp"}, Namespace: "team-c"}},
+		}},
+		rules:        []string{rule("tenant", "Tenant", "")},
+		served:       fakeResolver{webapps, tenants},
+		objects:      []*unstructured.Unstructured{parent("WebApp", "team-c", "left", Finalizer)},
+		want:         map[string][]string{"WebApp team-c/left": nil},
+		wantReleased: []string{"webapps.example.com team-c/left"},
+	}, {
 		name:  "where the record says a removed rule watched, its parents are released too",
 		rules: []string{webappRule},
 		// gone watched WebApps in team-c and Tenants; webapp still
@@ -381,6 +405,17 @@ func TestRelease(t *testing.T) {
 		rules:  []string{webappRule},
 		record: &controller.Recorded{},
 		served: fakeResolver{webapps},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
+			})
+		},
+		wantErr: "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
+	}, {
+		name:   "a rule whose child kinds are recorded ran, with a kgen from before parent scopes: a kind it may not list is an error",
+		rules:  []string{webappRule, rule("tenant", "Tenant", "")},
+		record: &controller.Recorded{Children: map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: roles.GroupVersionKind()}}}, Parents: map[string][]controller.ChildScope{"tenant": {{GroupVersionKind: tenants.GroupVersionKind()}}}},
+		served: fakeResolver{webapps, tenants},
 		reactors: func(c *dynamicfake.FakeDynamicClient) {
 			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
 				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
