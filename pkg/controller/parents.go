@@ -263,6 +263,11 @@ func (c *Controller) sweepScope(ctx context.Context, s ChildScope, recordedBy []
 	logger := klog.FromContext(ctx)
 	m, err := c.cfg.Mapper.ResourceFor(s.GroupVersionKind)
 	if errors.Is(err, mapper.ErrNotFound) {
+		// Not in this version: its objects are still there if the kind
+		// is served in another (a CRD that stopped serving v1alpha1).
+		m, err = mapper.AnyVersion(c.cfg.Mapper, s.GroupVersionKind.GroupKind())
+	}
+	if errors.Is(err, mapper.ErrNotFound) {
 		logger.Info("A parent kind where no rule looks any more is not served; it leaves the record", "err", err.Error())
 		return nil
 	}

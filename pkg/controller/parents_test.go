@@ -208,6 +208,39 @@ spec:
 	}
 }
 
+// A recorded parent kind whose version the API server no longer serves
+// (its CRD serves v1 now, not v1alpha1) still has its objects: they are
+// listed in the version served and released, not dropped as not served.
+func TestSweepRecordedParentsInAnotherVersion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client, _ := fakeCluster(gadgetWith("left", true, false))
+		applyFinalizers(client)
+		old := schema.GroupVersionKind{Group: "example.com", Version: "v1alpha1", Kind: "Gadget"}
+		rec := &memRecord{parents: map[string][]ChildScope{"gone": {{GroupVersionKind: old, Namespace: "ns"}}}}
+		c := newSweeper(t, client, rec, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: other}
+spec:
+  parent: {apiVersion: apps/v1, kind: Deployment}
+  children:
+`+configChild)
+		if !c.beginSweep() {
+			t.Fatal("beginSweep() = false with a recorded parent kind no rule covers")
+		}
+		c.sweepParents(context.Background())
+		obj, err := client.Tracker().Get(gadgets, "ns", "left")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := obj.(*unstructured.Unstructured).GetFinalizers(); !slices.Equal(got, []string{"other.example.com/keep"}) {
+			t.Errorf("finalizers = %v, want kgen's removed", got)
+		}
+		if got := rec.getParents("gone"); len(got) != 0 {
+			t.Errorf("recorded parents of gone = %v, want none once swept", got)
+		}
+	})
+}
+
 // A sweep that cannot list its kind keeps the scope in the record and
 // backs off; once it can, it releases and drops it. Until every rule is
 // loaded, no sweep starts.
