@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"fmt"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -198,7 +199,11 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 	// ids swapped names, or the parent moved from a rule whose ids
 	// differ) is the object of its kind and name that is this parent's:
 	// it is taken as it is and relabelled by the apply, never created
-	// anew while its old id's prune deletes the same object.
+	// anew while its old id's prune deletes the same object. Not the
+	// object of a child that waits: that child did not render, so the
+	// check of two children rendering one object could not see it, and
+	// taking it would overwrite a child that is still wanted. It is an
+	// error, as two children rendering one object are.
 	for i := range p.Steps {
 		step := &p.Steps[i]
 		if step.Live != nil {
@@ -207,6 +212,14 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 		for _, obj := range observed {
 			if !handled[obj.GetUID()] && sameKind(obj, step.Object.GroupVersionKind()) &&
 				obj.GetNamespace() == step.Object.GetNamespace() && obj.GetName() == step.Object.GetName() {
+				id := obj.GetLabels()[LabelChild]
+				if to, ok := moved[obj.GetUID()]; ok {
+					id = to
+				}
+				if wait, waiting := rendered.Waiting[id]; waiting && id != step.ID && rule.Child(id) != nil {
+					return nil, renderError(rule, step.ID, fmt.Errorf("child %q renders %s, the object of child %q, which is %s: give each child a name of its own",
+						step.ID, describeChild(step.Object), id, wait.Message))
+				}
 				step.Live = obj
 				handled[obj.GetUID()] = true
 				break

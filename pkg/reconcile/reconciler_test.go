@@ -1822,3 +1822,69 @@ func TestReaderOfChildBeingDeletedIsNotWoken(t *testing.T) {
 		t.Error("Again = true: the reader of the child being deleted was woken")
 	}
 }
+
+// A child renamed onto the object of a child that waits (it reads another
+// child, missing for now) does not take that object: the waiting child
+// did not render, so no check of two children rendering one object saw
+// it, and taking it would overwrite a child that is still wanted and
+// delete the renamed child's old object (audit finding). It is an error
+// of the parent, as two children rendering one object are, and nothing is
+// written.
+func TestRenameOntoAWaitingChildsObject(t *testing.T) {
+	const collide = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App}
+  children:
+  - id: a
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name + '-' + parent.spec.?an.orValue('a')}"}
+      data: {owner: a}
+  - id: gate
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-gate"}
+      data: {v: "1"}
+  - id: b
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-b"}
+      data: {owner: b, v: "${children.gate.data.v}"}
+`
+	h := newHarness(t, collide)
+	h.converge(appParent(nil))
+	b := h.api.get(cmGVK, "team", "web-b")
+	a := h.api.get(cmGVK, "team", "web-a")
+	if b == nil || a == nil {
+		t.Fatalf("children web-a and web-b: %v, %v", a, b)
+	}
+	// gate goes (so b waits for it), and a is renamed onto b's object.
+	if err := h.api.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("team").Delete(context.Background(), "web-gate", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.setSpec(map[string]any{"an": "b"})
+	h.api.resetRequests()
+	_, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `child "a" renders ConfigMap team/web-b, the object of child "b"`) {
+		t.Errorf("reconcile = %v, want an invalid spec naming both children", err)
+	}
+	if got := h.api.get(cmGVK, "team", "web-b"); got == nil || got.GetUID() != b.GetUID() || got.GetLabels()[LabelChild] != "b" || fmt.Sprint(got.Object["data"]) != fmt.Sprint(b.Object["data"]) {
+		t.Errorf("b's object was changed: %v", got)
+	}
+	if h.api.get(cmGVK, "team", "web-a") == nil {
+		t.Error("a's old object was deleted")
+	}
+	for _, w := range h.api.writes() {
+		if strings.Contains(w, "configmaps") {
+			t.Errorf("a write to a child: %s", w)
+		}
+	}
+	if c := h.ready(); c["reason"] != ReasonInvalid {
+		t.Errorf("Ready = %v, want %s", c, ReasonInvalid)
+	}
+}
