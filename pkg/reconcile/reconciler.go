@@ -1182,6 +1182,13 @@ func (r *Reconciler) setFinalizerOn(ctx context.Context, mapping mapper.Mapping,
 	if apierrors.IsNotFound(err) && !want {
 		return parent, nil
 	}
+	if err != nil && !want && r.parentGone(ctx, mapping, parent) {
+		// The apply, pinned to the parent's UID, found none of it: the
+		// parent went meanwhile (another rule of its kind released it
+		// first, and it was being deleted), or another object took its
+		// name. Nothing of kgen's is left on it.
+		return parent, nil
+	}
 	if err != nil {
 		return parent, fmt.Errorf("set finalizer on %s: %w", describeObject(mapping, parent), err)
 	}
@@ -1193,6 +1200,14 @@ func (r *Reconciler) setFinalizerOn(ctx context.Context, mapping mapper.Mapping,
 		klog.FromContext(ctx).V(2).Info("Removed finalizer", "finalizer", Finalizer)
 	}
 	return updated, nil
+}
+
+// parentGone reports whether the parent no longer exists as the object
+// kgen saw: none of its name, or one with another UID. A failed read tells
+// nothing.
+func (r *Reconciler) parentGone(ctx context.Context, mapping mapper.Mapping, parent *unstructured.Unstructured) bool {
+	now, err := r.resource(mapping, parent.GetNamespace()).Get(ctx, parent.GetName(), metav1.GetOptions{})
+	return apierrors.IsNotFound(err) || err == nil && now.GetUID() != parent.GetUID()
 }
 
 // remaining returns the parent's objects as they are after a reconcile's

@@ -1054,6 +1054,42 @@ func TestRelease(t *testing.T) {
 	}
 }
 
+// A release that finds the parent gone, or another object of its name
+// (another rule of its kind released it first, and it was being deleted),
+// is done, not a failure counted against the rule: the apply pinned to the
+// parent's UID is refused, and a read shows why. A refusal while the
+// parent is still there is a failure.
+func TestReleaseOfAParentThatWent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replace bool // another object of its name, else none
+		wantErr bool
+	}{{name: "gone"}, {name: "another object of its name", replace: true}, {name: "still there", wantErr: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, clusterRule)
+			h.converge(appParent(nil))
+			p := h.api.get(appGVK, "team", "web")
+			switch {
+			case tc.replace:
+				other := p.DeepCopy()
+				other.SetUID("uid-another")
+				h.api.add(other)
+			case !tc.wantErr:
+				if err := h.api.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "apps"}).Namespace("team").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.api.PrependReactor("patch", "apps", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "example.com", Resource: "apps"}, "web", errors.New("uid mismatch"))
+			})
+			err := h.r.Release(context.Background(), h.rule, fakeMappings[appGVK], p, nil)
+			if (err != nil) != tc.wantErr {
+				t.Errorf("Release() = %v, want an error: %v", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 // kgen writes only its own part of the status: where conditions are keyed
 // by type it applies only its Ready condition; where they are not, a JSON
 // patch replaces only that condition, guarded by the resourceVersion read.
