@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -296,7 +297,10 @@ spec:
 	if err != nil {
 		t.Fatalf("the release Role in the dropped namespace: %v", err)
 	}
-	want := []rbacv1.PolicyRule{{APIGroups: []string{"example.com"}, Resources: []string{"webapps"}, Verbs: []string{"list", "patch"}}}
+	// patch on the parents comes from the ClusterRole (kgenctl rbac grants
+	// it cluster-wide to a rule whose parents may hold the finalizer),
+	// which the new values keep; list was only in the Role.
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"example.com"}, Resources: []string{"webapps"}, Verbs: []string{"list"}}}
 	if !equality.Semantic.DeepEqual(role.Rules, want) {
 		t.Errorf("the release Role grants %v, want %v", role.Rules, want)
 	}
@@ -338,4 +342,67 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(out)
+}
+
+// TestHelmNamespaceDeleted (contract §6, "No parent is ever stuck
+// Terminating because of kgen"): a team's namespace is deleted while a
+// parent there carries kgen's finalizer (its child is in another
+// namespace), and kgen's rights on the parent come from its Role in that
+// namespace, which the namespace controller deletes too, in no set order.
+// The parent still goes, its child with it, and so does the namespace.
+func TestHelmNamespaceDeleted(t *testing.T) {
+	ctx := t.Context()
+	installCRD(t, "examples/webapp/crd.yaml")
+	team, remote, release := newNamespace(t), newNamespace(t), newNamespace(t)
+	startPods(t, release)
+	rulesFile := writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: teamns
+spec:
+  parent:
+    apiVersion: example.com/v1alpha1
+    kind: WebApp
+    namespaces: [%s]
+  allowCrossNamespace: [%s]
+  children:
+  - id: remote
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.namespace}-${parent.metadata.name}", namespace: %s}
+      data: {image: "${parent.spec.image}"}
+`, team, remote, remote))
+	helmInstall(t, filepath.Join(env.root, "charts/kgen"), release, "-f", generateRBACValues(t, rulesFile), "--set-file", "rules.teamns="+rulesFile)
+	t.Cleanup(func() {
+		_, _ = env.dynamic.Resource(webappGVR).Namespace(team).Patch(context.Background(), "shop", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	create(t, webappGVR, webapp(team, "shop", 1))
+	waitFor(t, webappGVR, team, "shop", hasFinalizer(true))
+	waitFor(t, cmGVR, remote, team+"-shop", nil)
+
+	if err := env.kube.CoreV1().Namespaces().Delete(ctx, team, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 90*time.Second, func() (bool, error) {
+		p := get(t, webappGVR, team, "shop")
+		if p == nil {
+			return true, nil
+		}
+		return false, fmt.Errorf("the parent is still there, finalizers %v", p.GetFinalizers())
+	}, "the parent in the deleted namespace to go")
+	t.Logf("the parent went %s after its namespace was deleted", time.Since(start).Round(time.Millisecond))
+	waitGone(t, cmGVR, remote, team+"-shop")
+	eventually(t, 90*time.Second, func() (bool, error) {
+		_, err := env.kube.CoreV1().Namespaces().Get(ctx, team, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Errorf("namespace: %v", err)
+	}, "the namespace to go")
+
+	// The rule still names the namespace that is gone: helm uninstall's
+	// hook, which may not list there any more, does not fail on it.
+	if out, err := runHelm(t, "uninstall", "kgen", "--namespace", release, "--wait", "--timeout", "3m"); err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm uninstall after the rule's namespace was deleted: %v\n%s", err, out)
+	}
 }

@@ -411,6 +411,12 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 			where = "the cluster"
 		}
 		forbidden := apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)
+		if forbidden && ns != "" && namespaceGone(ctx, client, ns) {
+			// kgen's Role went with the namespace, and so did its
+			// parents.
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s in %s (%s) may not be listed, and the namespace is gone: no parent is left there", gvr.GroupResource(), where, whose))
+			continue
+		}
 		if forbidden && s.recorded {
 			res.Skipped = append(res.Skipped, fmt.Sprintf("%s in %s (%s) may not be listed: %v; a user who may can run kgenctl cleanup again", gvr.GroupResource(), where, whose, err))
 			continue
@@ -425,6 +431,14 @@ func releaseIn(ctx context.Context, client dynamic.Interface, resolver Resolver,
 		errs = append(errs, fmt.Errorf("list %s in %s: %w", gvr.GroupResource(), where, err))
 	}
 	return errors.Join(errs...)
+}
+
+// namespaceGone reports whether a namespace is known not to exist: kgenctl
+// rbac grants get on the namespaces of the rules' parents. Any other
+// answer tells nothing.
+func namespaceGone(ctx context.Context, client dynamic.Interface, ns string) bool {
+	_, err := client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, ns, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
 }
 
 // neverWatched reports whether kgen's record, read and not empty, says

@@ -151,9 +151,11 @@ func TestRelease(t *testing.T) {
 		objects     []*unstructured.Unstructured
 		reactors    func(*dynamicfake.FakeDynamicClient)
 		// record is kgen's record, or recordErr the error reading it.
-		record        *controller.Recorded
-		recordErr     error
-		releaseOthers bool
+		record    *controller.Recorded
+		recordErr error
+		// goneNamespaces do not exist; every other one does.
+		goneNamespaces []string
+		releaseOthers  bool
 		// want maps "kind ns/name" to the finalizers left.
 		want         map[string][]string
 		wantReleased []string
@@ -401,6 +403,26 @@ func TestRelease(t *testing.T) {
 		wantReleased: []string{"tenants.example.com acme"},
 		wantSkipped:  "webapps.example.com in namespace team-a (rule webapp) may not be listed, and kgen's record says no rule of kgen ever watched there",
 	}, {
+		name:   "a namespace that is gone, where kgen may not list any more, is a note",
+		rules:  []string{webappRule},
+		record: &controller.Recorded{Parents: map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-a"}, {GroupVersionKind: webapps.GroupVersionKind(), Namespace: "team-b"}}}},
+		served: fakeResolver{webapps},
+		objects: []*unstructured.Unstructured{
+			parent("WebApp", "team-b", "shop", Finalizer),
+		},
+		goneNamespaces: []string{"team-a"},
+		reactors: func(c *dynamicfake.FakeDynamicClient) {
+			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if a.GetNamespace() == "team-b" {
+					return false, nil, nil
+				}
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
+			})
+		},
+		want:         map[string][]string{"WebApp team-b/shop": nil},
+		wantReleased: []string{"webapps.example.com team-b/shop"},
+		wantSkipped:  "webapps.example.com in namespace team-a (rule webapp) may not be listed, and the namespace is gone",
+	}, {
 		name:   "an empty record tells nothing: a kind kgen may not list is an error",
 		rules:  []string{webappRule},
 		record: &controller.Recorded{},
@@ -558,6 +580,18 @@ func TestRelease(t *testing.T) {
 				objects = append(objects, u)
 			}
 			client := newClient(objects...)
+			// Every namespace exists, but those the test deleted.
+			client.PrependReactor("get", "namespaces", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				name := a.(clienttesting.GetAction).GetName()
+				if slices.Contains(tt.goneNamespaces, name) {
+					return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, name)
+				}
+				ns := &unstructured.Unstructured{}
+				ns.SetAPIVersion("v1")
+				ns.SetKind("Namespace")
+				ns.SetName(name)
+				return true, ns, nil
+			})
 			if tt.reactors != nil {
 				tt.reactors(client)
 			}

@@ -6,7 +6,11 @@
 //     whose rule has a child where an ownerReference cannot be (a
 //     namespaced parent with a cluster-scoped or cross-namespace child),
 //     and removed by every rule, also one that never puts it, from parents
-//     an earlier version of the rule (or another rule) left it on;
+//     an earlier version of the rule (or another rule) left it on; for a
+//     rule limited to namespaces whose parents may hold it, that patch is
+//     cluster-wide, as deleting a namespace deletes kgen's Role there in
+//     no set order with the parents; get, by name, on the namespaces a
+//     rule limits its parents to (kgenctl cleanup tells one that is gone);
 //     patch on the status subresource (server-side apply), when the kind has
 //     one; update on the finalizers subresource, which is never called but is
 //     what the OwnerReferencesPermissionEnforcement admission plugin checks

@@ -301,6 +301,22 @@ func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs
 	// parent before) removes it from parents that still carry it, and
 	// kgen releases parents of its kind that left every rule.
 	g.add(parentAt, parentKey, "patch")
+	for _, ns := range pl.ParentNamespaces {
+		// kgenctl cleanup (helm uninstall's hook) may not list the
+		// parents in a namespace that was deleted, as kgen's Role went
+		// with it: it reads the namespace to tell that it is gone, and
+		// no parent is left there.
+		g.add(clusterWide, grantKey{resource: "namespaces", name: ns}, "get")
+	}
+	if pl.ParentNamespaces != nil && pl.MayNeedFinalizer() {
+		// Deleting a namespace deletes kgen's Role there as well, in no
+		// set order with the parents that hold kgen's finalizer: with
+		// patch only there, kgen could not remove it, and the parents,
+		// and the namespace, would wait for good. The patch comes from
+		// the ClusterRole; kgen's only writes to a parent are its
+		// finalizer, its status and its shard label.
+		g.add(clusterWide, parentKey, "patch")
+	}
 	return notes
 }
 

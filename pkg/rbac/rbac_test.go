@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -203,13 +204,17 @@ func TestFor(t *testing.T) {
 			wantNotes: []string{"rule r writes its children as ServiceAccount team/writer: that account needs create, patch and delete on configmaps where they live, and update on apps.example.com/finalizers (to set blockOwnerDeletion) (the team's own RBAC; kgen is granted only to read them and to impersonate it)"},
 		},
 		{
+			// The finalizer's patch is cluster-wide: deleting namespace
+			// a deletes kgen's Role there too, in no set order with the
+			// parents that hold the finalizer.
 			name:  "a cluster-scoped child of a limited parent: cluster-wide child, finalizer by patch",
 			rules: rule("r", "App", "    namespaces: [a]\n", "", "Namespace", "ConfigMap"),
 			want: []string{
 				"* core namespaces " + all,
+				"* example.com apps patch",
 				"a core configmaps " + all,
 				"a core events create,patch",
-				"a example.com apps get,list,watch,patch",
+				"a example.com apps get,list,watch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 			},
@@ -229,9 +234,10 @@ func TestFor(t *testing.T) {
 			name:  "cross-namespace children of a limited parent: Roles in its namespaces and the allowed ones",
 			rules: rule("r", "App", "    namespaces: [a]\n", "  allowCrossNamespace: [b, c]\n", "ConfigMap@${parent.spec.target}", "Secret@c"),
 			want: []string{
+				"* example.com apps patch",
 				"a core configmaps " + all,
 				"a core events create,patch",
-				"a example.com apps get,list,watch,patch",
+				"a example.com apps get,list,watch",
 				"a example.com apps/finalizers update",
 				"a example.com apps/status patch",
 				"b core configmaps " + all,
@@ -376,6 +382,9 @@ func TestFor(t *testing.T) {
 			if !tt.crds {
 				got = slices.DeleteFunc(got, func(l string) bool { return strings.Contains(l, "customresourcedefinitions") })
 			}
+			// The get on the parents' namespaces, which every rule
+			// limited to namespaces has, is TestForParentNamespaces's.
+			got = slices.DeleteFunc(got, isNamespaceGet)
 			if p.ManageCRDs != tt.opts.ManageCRDs {
 				t.Errorf("ManageCRDs = %v, want %v", p.ManageCRDs, tt.opts.ManageCRDs)
 			}
@@ -403,6 +412,7 @@ func TestForParentPatch(t *testing.T) {
 		t.Fatalf("MayNeedFinalizer() = true or %v: the rule must not need the finalizer", err)
 	}
 	want := []string{
+		"* core namespaces[a] get",
 		"* apiextensions.k8s.io customresourcedefinitions[apps.example.com] get",
 		"a core configmaps " + all,
 		"a core events create,patch",
@@ -420,6 +430,32 @@ func TestForParentPatch(t *testing.T) {
 				t.Errorf("For() =\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 		})
+	}
+}
+
+var namespaceGet = regexp.MustCompile(`^\* core namespaces\[[^]]*\] get$`)
+
+func isNamespaceGet(line string) bool { return namespaceGet.MatchString(line) }
+
+// A rule limited to namespaces may get those namespaces, by name, and no
+// other: kgenctl cleanup tells a namespace that was deleted (kgen's Role
+// went with it) from one it may not list. A rule of every namespace, or of
+// a cluster-scoped parent, has none.
+func TestForParentNamespaces(t *testing.T) {
+	text := rule("r1", "App", "    namespaces: [a, b]\n", "", "ConfigMap") + "---\n" +
+		rule("r2", "App", "    namespaces: [c]\n    selector: {matchLabels: {x: y}}\n", "", "ConfigMap") + "---\n" +
+		rule("r3", "Tenant", "    scope: Cluster\n", "", "ConfigMap@${parent.metadata.name}")
+	loaded, err := rules.Parse("rules.yaml", []byte(text), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := For(loaded, cluster, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.DeleteFunc(lines(p), func(l string) bool { return !isNamespaceGet(l) })
+	if want := []string{"* core namespaces[a,b,c] get"}; !slices.Equal(got, want) {
+		t.Errorf("the namespaces' grants = %q, want %q", got, want)
 	}
 }
 
