@@ -170,24 +170,23 @@ together, with the message kgenctl run would give at start.
 {{- end }}
 
 {{/*
-kgen.grants is "true" when the PolicyRules given grant list and patch on a
-resource. Call it with (list $rules group resource).
+kgen.grants is "true" when the PolicyRules given grant a verb on a
+resource. Call it with (list $rules group resource verb).
 */}}
 {{- define "kgen.grants" -}}
 {{- $group := index . 1 }}
 {{- $resource := index . 2 }}
-{{- $list := false }}
-{{- $patch := false }}
+{{- $verb := index . 3 }}
+{{- $yes := false }}
 {{- range index . 0 }}
 {{- $groups := .apiGroups | default list }}
 {{- $names := .resources | default list }}
-{{- if and (not .resourceNames) (or (has $group $groups) (has "*" $groups)) (or (has $resource $names) (has "*" $names)) }}
 {{- $verbs := .verbs | default list }}
-{{- if or (has "list" $verbs) (has "*" $verbs) }}{{ $list = true }}{{ end }}
-{{- if or (has "patch" $verbs) (has "*" $verbs) }}{{ $patch = true }}{{ end }}
+{{- if and (not .resourceNames) (or (has $group $groups) (has "*" $groups)) (or (has $resource $names) (has "*" $names)) (or (has $verb $verbs) (has "*" $verbs)) }}
+{{- $yes = true }}
 {{- end }}
 {{- end }}
-{{- if and $list $patch }}true{{ end }}
+{{- if $yes }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -195,14 +194,14 @@ kgen.releaseRules is, as JSON, the rules by namespace ("" for the
 ClusterRole) that let kgen release the parents its record still holds
 where the values no longer grant it: list and patch on each parent
 resource of the record's annotation kgen.dev/release, read from the
-cluster (Helm's lookup; nothing under helm template), that kgen holds now
-and the new values do not grant. What kgen holds now is what this release
-granted it there: its Role and release Role in the namespace (for "",
-its ClusterRole and release ClusterRole). So the annotation, which kgen
-writes, can keep a grant an administrator made, never add one; and a
-namespace that is gone holds none.
-An entry that is not a resource name is ignored, and so is an annotation
-of another shape.
+cluster (Helm's lookup; nothing under helm template), each verb that kgen
+holds now and the new values do not grant. What kgen holds now is what
+this release granted it: its ClusterRole and release ClusterRole, and in
+a namespace its Role and release Role there too. So the annotation, which
+kgen writes, can keep a grant an administrator made, never add one. A
+namespace where neither Role of the release is found is left out: it is
+gone, or kgen's rights there come from elsewhere. An entry that is not a
+resource name is ignored, and so is an annotation of another shape.
 */}}
 {{- define "kgen.releaseRules" -}}
 {{- $fullname := include "kgen.fullname" . }}
@@ -218,27 +217,42 @@ of another shape.
 {{- if or (not (kindIs "map" $held)) (hasKey $held "Error") }}{{/* not JSON (fromJson's answer; no namespace is named Error), or not an object */}}
 {{- $held = dict }}
 {{- end }}
+{{- $clusterHolds := list }}
+{{- if $held }}
+{{- range $name := list $fullname $release }}
+{{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" $name }}{{ $clusterHolds = concat $clusterHolds (.rules | default list) }}{{ end }}
+{{- end }}
+{{- end }}
 {{- $out := dict }}
 {{- range $namespace, $resources := $held }}
 {{- if kindIs "slice" $resources }}
 {{- $granted := $cluster }}
-{{- $kind := "ClusterRole" }}
+{{- $holds := $clusterHolds }}
+{{- $exists := true }}
 {{- if $namespace }}
 {{- $granted = concat (index ($.Values.rbac.rules.namespaces | default dict) $namespace | default list) $cluster }}
-{{- $kind = "Role" }}
-{{- end }}
-{{- $holds := list }}
+{{- $exists = false }}
 {{- range $name := list $fullname $release }}
-{{- with lookup "rbac.authorization.k8s.io/v1" $kind $namespace $name }}{{ $holds = concat $holds (.rules | default list) }}{{ end }}
+{{- with lookup "rbac.authorization.k8s.io/v1" "Role" $namespace $name }}
+{{- $holds = concat $holds (.rules | default list) }}
+{{- $exists = true }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- $rules := list }}
 {{- range $resources }}
-{{- if and (kindIs "string" .) (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" .) }}
+{{- if and $exists (kindIs "string" .) (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" .) }}
 {{- $parts := splitn "." 2 . }}
 {{- $resource := $parts._0 }}
 {{- $group := $parts._1 | default "" }}
-{{- if and (include "kgen.grants" (list $holds $group $resource)) (not (include "kgen.grants" (list $granted $group $resource))) }}
-{{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (list $resource) "verbs" (list "list" "patch")) }}
+{{- $verbs := list }}
+{{- range $verb := list "list" "patch" }}
+{{- if and (include "kgen.grants" (list $holds $group $resource $verb)) (not (include "kgen.grants" (list $granted $group $resource $verb))) }}
+{{- $verbs = append $verbs $verb }}
+{{- end }}
+{{- end }}
+{{- if $verbs }}
+{{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (list $resource) "verbs" $verbs) }}
 {{- end }}
 {{- end }}
 {{- end }}
