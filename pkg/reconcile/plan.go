@@ -203,7 +203,10 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 	// object of a child that waits: that child did not render, so the
 	// check of two children rendering one object could not see it, and
 	// taking it would overwrite a child that is still wanted. It is an
-	// error, as two children rendering one object are.
+	// error, as two children rendering one object are; unless the waiting
+	// child reads this one (directly or through others), which has no
+	// object until it takes this one: an id renamed, and the old id used
+	// again for a child that reads the renamed one.
 	for i := range p.Steps {
 		step := &p.Steps[i]
 		if step.Live != nil {
@@ -216,9 +219,9 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 				if to, ok := moved[obj.GetUID()]; ok {
 					id = to
 				}
-				if wait, waiting := rendered.Waiting[id]; waiting && id != step.ID && rule.Child(id) != nil {
-					return nil, renderError(rule, step.ID, fmt.Errorf("child %q renders %s, the object of child %q, which is %s: give each child a name of its own",
-						step.ID, describeChild(step.Object), id, wait.Message))
+				if wait, waiting := rendered.Waiting[id]; waiting && id != step.ID && rule.Child(id) != nil && !readsChild(rule, id, step.ID) {
+					return nil, renderError(rule, step.ID, fmt.Errorf("child %q renders %s, the object of child %q, which is %s: two children never share an object, and kgen does not take it from %q while that one renders nothing",
+						step.ID, describeChild(step.Object), id, wait.Message, id))
 				}
 				step.Live = obj
 				handled[obj.GetUID()] = true
@@ -297,6 +300,30 @@ func hasOwner(obj *unstructured.Unstructured, uid types.UID) bool {
 	for _, o := range obj.GetOwnerReferences() {
 		if o.UID == uid {
 			return true
+		}
+	}
+	return false
+}
+
+// readsChild tells whether child id's template reads child target, directly
+// or through the children it reads.
+func readsChild(rule *rules.Rule, id, target string) bool {
+	seen := map[string]bool{id: true}
+	next := []string{id}
+	for len(next) > 0 {
+		c := rule.Child(next[0])
+		next = next[1:]
+		if c == nil {
+			continue
+		}
+		for _, ref := range c.Template.References() {
+			if ref == target {
+				return true
+			}
+			if !seen[ref] {
+				seen[ref] = true
+				next = append(next, ref)
+			}
 		}
 	}
 	return false
