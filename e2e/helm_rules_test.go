@@ -406,3 +406,71 @@ spec:
 		t.Fatalf("helm uninstall after the rule's namespace was deleted: %v\n%s", err, out)
 	}
 }
+
+// TestHelmUpgradeRemovesARule: a helm upgrade removes a rule limited to a
+// namespace whose parents hold kgen's finalizer. kgen held patch on them
+// cluster-wide (so a deleted namespace never waits on it) and list in the
+// namespace's Role; the release grants keep each where it was, the patch
+// in a release ClusterRole, and kgen releases the parent, whose child
+// stays.
+func TestHelmUpgradeRemovesARule(t *testing.T) {
+	ctx := t.Context()
+	chart := filepath.Join(env.root, "charts/kgen")
+	installCRD(t, "examples/webapp/crd.yaml")
+	team, remote, other, release := newNamespace(t), newNamespace(t), newNamespace(t), newNamespace(t)
+	startPods(t, release)
+	removed := writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: removed
+spec:
+  parent:
+    apiVersion: example.com/v1alpha1
+    kind: WebApp
+    namespaces: [%s]
+  allowCrossNamespace: [%s]
+  children:
+  - id: remote
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.namespace}-${parent.metadata.name}", namespace: %s}
+      data: {image: "${parent.spec.image}"}
+`, team, remote, remote))
+	helmInstall(t, chart, release, "-f", generateRBACValues(t, removed), "--set-file", "rules.removed="+removed)
+	t.Cleanup(func() {
+		_, _ = env.dynamic.Resource(webappGVR).Namespace(team).Patch(context.Background(), "shop", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	create(t, webappGVR, webapp(team, "shop", 1))
+	waitFor(t, webappGVR, team, "shop", hasFinalizer(true))
+	waitFor(t, cmGVR, remote, team+"-shop", nil)
+
+	// The rule is replaced by the example's, in another namespace.
+	kept := exampleWebAppRulesIn(t, other)
+	if _, err := runHelm(t, "upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "3m",
+		"-f", generateRBACValues(t, kept), "--set-file", "rules.webapp="+kept); err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm upgrade: %v", err)
+	}
+	cr, err := env.kube.RbacV1().ClusterRoles().Get(ctx, "kgen-release", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the release ClusterRole: %v", err)
+	}
+	if want := []rbacv1.PolicyRule{{APIGroups: []string{"example.com"}, Resources: []string{"webapps"}, Verbs: []string{"patch"}}}; !equality.Semantic.DeepEqual(cr.Rules, want) {
+		t.Errorf("the release ClusterRole grants %v, want %v", cr.Rules, want)
+	}
+	role, err := env.kube.RbacV1().Roles(team).Get(ctx, "kgen-release", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the release Role: %v", err)
+	}
+	if want := []rbacv1.PolicyRule{{APIGroups: []string{"example.com"}, Resources: []string{"webapps"}, Verbs: []string{"list"}}}; !equality.Semantic.DeepEqual(role.Rules, want) {
+		t.Errorf("the release Role grants %v, want %v", role.Rules, want)
+	}
+	eventually(t, 90*time.Second, func() (bool, error) {
+		err := hasFinalizer(false)(get(t, webappGVR, team, "shop"))
+		return err == nil, err
+	}, "kgen to release the removed rule's parent")
+	if get(t, cmGVR, remote, team+"-shop") == nil {
+		t.Error("the released parent's child was deleted; it stays")
+	}
+}

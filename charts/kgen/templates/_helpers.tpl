@@ -195,7 +195,8 @@ ClusterRole) that let kgen release the parents its record still holds
 where the values no longer grant it: list and patch on each parent
 resource of the record's annotation kgen.dev/release, read from the
 cluster (Helm's lookup; nothing under helm template), each verb that kgen
-holds now and the new values do not grant. What kgen holds now is what
+holds now and the new values do not grant; patch held cluster-wide stays
+cluster-wide, as a namespace's Roles go with it when it is deleted. What kgen holds now is what
 this release granted it: its ClusterRole and release ClusterRole, and in
 a namespace its Role and release Role there too. So the annotation, which
 kgen writes, can keep a grant an administrator made, never add one. A
@@ -224,6 +225,7 @@ resource name is ignored, and so is an annotation of another shape.
 {{- end }}
 {{- end }}
 {{- $out := dict }}
+{{- $clusterPatch := dict }}
 {{- range $namespace, $resources := $held }}
 {{- if kindIs "slice" $resources }}
 {{- $granted := $cluster }}
@@ -248,7 +250,12 @@ resource name is ignored, and so is an annotation of another shape.
 {{- $verbs := list }}
 {{- range $verb := list "list" "patch" }}
 {{- if and (include "kgen.grants" (list $holds $group $resource $verb)) (not (include "kgen.grants" (list $granted $group $resource $verb))) }}
+{{- if and $namespace (eq $verb "patch") (include "kgen.grants" (list $clusterHolds $group $resource $verb)) }}
+{{- /* held cluster-wide, kept so: deleting the namespace deletes its Roles, in no set order with the parents */}}
+{{- $_ := set $clusterPatch (printf "%s/%s" $group $resource) (list $group $resource) }}
+{{- else }}
 {{- $verbs = append $verbs $verb }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if $verbs }}
@@ -260,6 +267,9 @@ resource name is ignored, and so is an annotation of another shape.
 {{- $_ := set $out $namespace $rules }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- range $key, $gr := $clusterPatch }}
+{{- $_ := set $out "" (append (index $out "" | default list) (dict "apiGroups" (list (index $gr 0)) "resources" (list (index $gr 1)) "verbs" (list "patch"))) }}
 {{- end }}
 {{- toJson $out }}
 {{- end }}
