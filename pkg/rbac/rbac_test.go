@@ -174,7 +174,7 @@ func TestFor(t *testing.T) {
 			},
 		},
 		{
-			name:  "limited to namespaces: Roles only",
+			name:  "limited to namespaces: Roles (and get on the namespaces, TestForParentNamespaces)",
 			rules: rule("r", "App", "    namespaces: [a, b]\n", "", "ConfigMap"),
 			want: []string{
 				"a core configmaps " + all,
