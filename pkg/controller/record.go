@@ -156,10 +156,11 @@ type ConfigMapRecord struct {
 // These are where kgen must still be able to list its parents and patch
 // them, to remove its finalizer, after a rule stops watching there: the
 // rights go with the rule, at once, while the record drops a scope only
-// once it is swept. The chart reads it (Helm's lookup) and keeps list and
-// patch there that the new values no longer grant, so an upgrade that
-// narrows a rule's namespaces, or removes a rule, leaves no parent
-// holding kgen's finalizer. A kind the API server no longer serves is
+// once it is swept. The chart reads it (Helm's lookup) and keeps the list
+// and patch there that the release grants kgen and the new values no
+// longer do, so an upgrade that narrows a rule's namespaces, or removes a
+// rule, leaves no parent holding kgen's finalizer; it never grants more
+// from it. A kind the API server no longer serves is
 // left out: its objects went with it.
 const ReleaseAnnotation = "kgen.dev/release"
 
