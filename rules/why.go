@@ -80,6 +80,20 @@ func (p fieldPath) with(seg any) fieldPath {
 	return fieldPath{root: p.root, segs: append(slices.Clone(p.segs), seg)}
 }
 
+// withKey returns the path followed by an index or a key, given as a
+// literal: a string key, or an integer index.
+func (p fieldPath) withKey(lit celast.Expr) (fieldPath, bool) {
+	switch k := lit.AsLiteral().(type) {
+	case types.String:
+		return p.with(string(k)), true
+	case types.Int:
+		return p.with(int64(k)), true
+	case types.Uint:
+		return p.with(int64(k)), true
+	}
+	return fieldPath{}, false
+}
+
 // is says what a comparison saw at the path: "status.ready is 1", or for a
 // default, "status.ready is not set yet (0 by default)".
 func (p fieldPath) is(v any) string {
@@ -213,14 +227,7 @@ func (w *why) pathOf(e celast.Expr) (fieldPath, bool) {
 		if !ok {
 			return fieldPath{}, false
 		}
-		switch k := args[1].AsLiteral().(type) {
-		case types.String:
-			return p.with(string(k)), true
-		case types.Int:
-			return p.with(int64(k)), true
-		case types.Uint:
-			return p.with(int64(k)), true
-		}
+		return p.withKey(args[1])
 	}
 	return fieldPath{}, false
 }
@@ -243,15 +250,7 @@ func (w *why) optionalPathOf(e celast.Expr) (fieldPath, bool) {
 			return fieldPath{}, false
 		}
 	}
-	switch k := args[1].AsLiteral().(type) {
-	case types.String:
-		return p.with(string(k)), true
-	case types.Int:
-		return p.with(int64(k)), true
-	case types.Uint:
-		return p.with(int64(k)), true
-	}
-	return fieldPath{}, false
+	return p.withKey(args[1])
 }
 
 // withDefault reads an optional path with a default,
