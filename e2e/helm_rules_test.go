@@ -219,24 +219,7 @@ func TestHelmUpgradeNarrowsNamespaces(t *testing.T) {
 	release := newNamespace(t)
 	startPods(t, release)
 	rulesFor := func(namespaces string) string {
-		return writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata:
-  name: narrow
-spec:
-  parent:
-    apiVersion: example.com/v1alpha1
-    kind: WebApp
-    namespaces: [%s]
-  allowCrossNamespace: [%s]
-  children:
-  - id: remote
-    template:
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: "${parent.metadata.namespace}-${parent.metadata.name}", namespace: %s}
-      data: {image: "${parent.spec.image}"}
-`, namespaces, remote, remote))
+		return remoteChildRule(t, "narrow", namespaces, remote)
 	}
 	valuesFor := func(rulesFile string) []string {
 		return []string{"-f", generateRBACValues(t, rulesFile), "--set-file", "rules.narrow=" + rulesFile}
@@ -355,24 +338,7 @@ func TestHelmNamespaceDeleted(t *testing.T) {
 	installCRD(t, "examples/webapp/crd.yaml")
 	team, remote, release := newNamespace(t), newNamespace(t), newNamespace(t)
 	startPods(t, release)
-	rulesFile := writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata:
-  name: teamns
-spec:
-  parent:
-    apiVersion: example.com/v1alpha1
-    kind: WebApp
-    namespaces: [%s]
-  allowCrossNamespace: [%s]
-  children:
-  - id: remote
-    template:
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: "${parent.metadata.namespace}-${parent.metadata.name}", namespace: %s}
-      data: {image: "${parent.spec.image}"}
-`, team, remote, remote))
+	rulesFile := remoteChildRule(t, "teamns", team, remote)
 	helmInstall(t, filepath.Join(env.root, "charts/kgen"), release, "-f", generateRBACValues(t, rulesFile), "--set-file", "rules.teamns="+rulesFile)
 	t.Cleanup(func() {
 		_, _ = env.dynamic.Resource(webappGVR).Namespace(team).Patch(context.Background(), "shop", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
@@ -419,24 +385,7 @@ func TestHelmUpgradeRemovesARule(t *testing.T) {
 	installCRD(t, "examples/webapp/crd.yaml")
 	team, remote, other, release := newNamespace(t), newNamespace(t), newNamespace(t), newNamespace(t)
 	startPods(t, release)
-	removed := writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata:
-  name: removed
-spec:
-  parent:
-    apiVersion: example.com/v1alpha1
-    kind: WebApp
-    namespaces: [%s]
-  allowCrossNamespace: [%s]
-  children:
-  - id: remote
-    template:
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: "${parent.metadata.namespace}-${parent.metadata.name}", namespace: %s}
-      data: {image: "${parent.spec.image}"}
-`, team, remote, remote))
+	removed := remoteChildRule(t, "removed", team, remote)
 	helmInstall(t, chart, release, "-f", generateRBACValues(t, removed), "--set-file", "rules.removed="+removed)
 	t.Cleanup(func() {
 		_, _ = env.dynamic.Resource(webappGVR).Namespace(team).Patch(context.Background(), "shop", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
@@ -473,4 +422,29 @@ spec:
 	if get(t, cmGVR, remote, team+"-shop") == nil {
 		t.Error("the released parent's child was deleted; it stays")
 	}
+}
+
+// remoteChildRule writes a rule for WebApps in namespaces (a YAML list's
+// items) whose one child, a ConfigMap, lives in namespace remote: kgen's
+// finalizer guards it.
+func remoteChildRule(t *testing.T, name, namespaces, remote string) string {
+	t.Helper()
+	return writeRules(t, fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: %s
+spec:
+  parent:
+    apiVersion: example.com/v1alpha1
+    kind: WebApp
+    namespaces: [%s]
+  allowCrossNamespace: [%s]
+  children:
+  - id: remote
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.namespace}-${parent.metadata.name}", namespace: %s}
+      data: {image: "${parent.spec.image}"}
+`, name, namespaces, remote, remote))
 }

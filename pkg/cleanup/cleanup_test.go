@@ -58,6 +58,19 @@ func (f fakeResolver) Resolve(ref string) ([]mapper.Mapping, error) {
 	return out, nil
 }
 
+// forbidWebApps refuses every list of WebApps, but in the namespaces
+// given.
+func forbidWebApps(allowed ...string) func(*dynamicfake.FakeDynamicClient) {
+	return func(c *dynamicfake.FakeDynamicClient) {
+		c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if slices.Contains(allowed, a.GetNamespace()) {
+				return false, nil, nil
+			}
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
+		})
+	}
+}
+
 func rule(name, kind, extra string) string {
 	return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
 kind: Rule
@@ -250,11 +263,7 @@ func TestRelease(t *testing.T) {
 		objects: []*unstructured.Unstructured{
 			parent("Tenant", "", "acme", Finalizer),
 		},
-		reactors: func(c *dynamicfake.FakeDynamicClient) {
-			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
-			})
-		},
+		reactors:     forbidWebApps(),
 		want:         map[string][]string{"Tenant acme": nil},
 		wantReleased: []string{"tenants.example.com acme"},
 		wantErr:      "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
@@ -378,11 +387,7 @@ func TestRelease(t *testing.T) {
 		objects: []*unstructured.Unstructured{
 			parent("Tenant", "", "acme", Finalizer),
 		},
-		reactors: func(c *dynamicfake.FakeDynamicClient) {
-			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
-			})
-		},
+		reactors:     forbidWebApps(),
 		want:         map[string][]string{"Tenant acme": nil},
 		wantReleased: []string{"tenants.example.com acme"},
 		wantSkipped:  "webapps.example.com in namespace team-c (recorded for rule gone) may not be listed",
@@ -394,11 +399,7 @@ func TestRelease(t *testing.T) {
 		objects: []*unstructured.Unstructured{
 			parent("Tenant", "", "acme", Finalizer),
 		},
-		reactors: func(c *dynamicfake.FakeDynamicClient) {
-			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
-			})
-		},
+		reactors:     forbidWebApps(),
 		want:         map[string][]string{"Tenant acme": nil},
 		wantReleased: []string{"tenants.example.com acme"},
 		wantSkipped:  "webapps.example.com in namespace team-a (rule webapp) may not be listed, and kgen's record says no rule of kgen ever watched there",
@@ -411,39 +412,24 @@ func TestRelease(t *testing.T) {
 			parent("WebApp", "team-b", "shop", Finalizer),
 		},
 		goneNamespaces: []string{"team-a"},
-		reactors: func(c *dynamicfake.FakeDynamicClient) {
-			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				if a.GetNamespace() == "team-b" {
-					return false, nil, nil
-				}
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
-			})
-		},
-		want:         map[string][]string{"WebApp team-b/shop": nil},
-		wantReleased: []string{"webapps.example.com team-b/shop"},
-		wantSkipped:  "webapps.example.com in namespace team-a (rule webapp) may not be listed, and the namespace is gone",
+		reactors:       forbidWebApps("team-b"),
+		want:           map[string][]string{"WebApp team-b/shop": nil},
+		wantReleased:   []string{"webapps.example.com team-b/shop"},
+		wantSkipped:    "webapps.example.com in namespace team-a (rule webapp) may not be listed, and the namespace is gone",
 	}, {
-		name:   "an empty record tells nothing: a kind kgen may not list is an error",
-		rules:  []string{webappRule},
-		record: &controller.Recorded{},
-		served: fakeResolver{webapps},
-		reactors: func(c *dynamicfake.FakeDynamicClient) {
-			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
-			})
-		},
-		wantErr: "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
+		name:     "an empty record tells nothing: a kind kgen may not list is an error",
+		rules:    []string{webappRule},
+		record:   &controller.Recorded{},
+		served:   fakeResolver{webapps},
+		reactors: forbidWebApps(),
+		wantErr:  "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
 	}, {
-		name:   "a rule whose child kinds are recorded ran, with a kgen from before parent scopes: a kind it may not list is an error",
-		rules:  []string{webappRule, rule("tenant", "Tenant", "")},
-		record: &controller.Recorded{Children: map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: roles.GroupVersionKind()}}}, Parents: map[string][]controller.ChildScope{"tenant": {{GroupVersionKind: tenants.GroupVersionKind()}}}},
-		served: fakeResolver{webapps, tenants},
-		reactors: func(c *dynamicfake.FakeDynamicClient) {
-			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
-			})
-		},
-		wantErr: "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
+		name:     "a rule whose child kinds are recorded ran, with a kgen from before parent scopes: a kind it may not list is an error",
+		rules:    []string{webappRule, rule("tenant", "Tenant", "")},
+		record:   &controller.Recorded{Children: map[string][]controller.ChildScope{"webapp": {{GroupVersionKind: roles.GroupVersionKind()}}}, Parents: map[string][]controller.ChildScope{"tenant": {{GroupVersionKind: tenants.GroupVersionKind()}}}},
+		served:   fakeResolver{webapps, tenants},
+		reactors: forbidWebApps(),
+		wantErr:  "list webapps.example.com in namespace team-a: webapps.example.com is forbidden",
 	}, {
 		name:   "a kind kgen may not list where its record says it watched is an error",
 		rules:  []string{webappRule},
@@ -452,14 +438,7 @@ func TestRelease(t *testing.T) {
 		objects: []*unstructured.Unstructured{
 			parent("WebApp", "team-a", "shop", Finalizer),
 		},
-		reactors: func(c *dynamicfake.FakeDynamicClient) {
-			c.PrependReactor("list", "webapps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				if a.GetNamespace() == "team-a" {
-					return false, nil, nil
-				}
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "webapps"}, "", fmt.Errorf("no list in %s", a.GetNamespace()))
-			})
-		},
+		reactors:     forbidWebApps("team-a"),
 		want:         map[string][]string{"WebApp team-a/shop": nil},
 		wantReleased: []string{"webapps.example.com team-a/shop"},
 		wantErr:      "list webapps.example.com in namespace team-b: webapps.example.com is forbidden",
