@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -202,6 +203,9 @@ type Controller struct {
 type watchError struct {
 	err    error
 	logged time.Time
+	// gone says, for a refused list in a namespace, that the namespace
+	// does not exist or is being deleted (namespaceGone); "" otherwise.
+	gone string
 }
 
 // ruleState is one rule and what the controller runs for it. The fields
@@ -651,7 +655,15 @@ func (c *Controller) sweepLeft(ctx context.Context, rs *ruleState) {
 	}
 	c.mu.Lock()
 	mapping := rs.parent
-	namespaces := slices.Sorted(maps.Keys(rs.parentRegs))
+	var namespaces []string
+	for ns, reg := range rs.parentRegs {
+		// Not where the namespace is gone or going (awaitSync): kgen
+		// may not list there any more.
+		if c.watchErrors[reg.Informer().Key()].gone == "" {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	slices.Sort(namespaces)
 	c.mu.Unlock()
 	res := c.cfg.Client.Resource(mapping.GroupVersionResource())
 	var queue []Key
@@ -1017,11 +1029,22 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 // retries with the reflector's backoff, and the rule's parents are not
 // reconciled until it can, rather than each being retried in a loop.
 func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch.Registration) {
-	synced := make([]cache.InformerSynced, 0, len(regs))
-	for _, r := range regs {
-		synced = append(synced, r.HasSynced)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	// An informer that may not list in a namespace that is gone does not
+	// hold the rule back: kgen's Role there went with the namespace, and
+	// the rule's other namespaces would wait for good (a restart of kgen
+	// after a namespace the rule names was deleted). The informer keeps
+	// retrying and syncs if the namespace, and kgen's Role, come back.
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, r := range regs {
+			if !r.HasSynced() && c.watchErrors[r.Informer().Key()].gone == "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
 		return // stopped
 	}
 	if p, ok := c.cfg.Schemas.(prefetcher); ok {
@@ -1059,7 +1082,9 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 	rs.synced = true
 	parentRegs := mapsValues(rs.parentRegs)
 	for _, r := range regs {
-		delete(c.watchErrors, r.Informer().Key())
+		if r.HasSynced() {
+			delete(c.watchErrors, r.Informer().Key())
+		}
 	}
 	c.mu.Unlock()
 	n := 0
@@ -1288,6 +1313,25 @@ func (c *Controller) childHandler(rule string, from watch.Key) watch.Handler {
 	}
 }
 
+var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// namespaceGone says whether a namespace does not exist ("does not
+// exist") or is being deleted ("is being deleted"); "" if it exists, or
+// kgen cannot tell. kgenctl rbac grants get on each namespace a rule is
+// limited to.
+func (c *Controller) namespaceGone(ns string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o, err := c.cfg.Client.Resource(namespacesGVR).Get(ctx, ns, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "does not exist"
+	case err == nil && o.GetDeletionTimestamp() != nil:
+		return "is being deleted"
+	}
+	return ""
+}
+
 // onWatchError stops the rules that use a resource that is no longer
 // served, so they wait for it instead of failing forever, and reports (at
 // most once a minute per informer and cause, so at most once per backoff
@@ -1316,12 +1360,16 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 		}
 		return
 	}
+	var gone string
+	if key.Namespace != "" && apierrors.IsForbidden(err) {
+		gone = c.namespaceGone(key.Namespace)
+	}
 	c.mu.Lock()
 	prev := c.watchErrors[key]
 	// A new cause is logged at once: the first answer of a failing server
 	// may not say why ("storage is (re)initializing"), a later one does.
-	log := time.Since(prev.logged) >= watchErrorLogEvery || prev.err == nil || causeOf(prev.err) != causeOf(err)
-	e := watchError{err: err, logged: prev.logged}
+	log := time.Since(prev.logged) >= watchErrorLogEvery || prev.err == nil || causeOf(prev.err) != causeOf(err) || prev.gone != gone
+	e := watchError{err: err, logged: prev.logged, gone: gone}
 	if log {
 		e.logged = time.Now()
 	}
@@ -1341,7 +1389,11 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	for _, name := range names {
 		c.metrics.watchFailed(name, reasonOf(err))
 	}
-	if log {
+	switch {
+	case log && gone != "":
+		klog.Background().Info("Cannot list in a namespace that "+gone+"; the rules run in their other namespaces, and this list retries with backoff until the namespace and kgen's grants there are back",
+			"resource", key.String(), "rules", names, "err", err.Error())
+	case log:
 		klog.Background().Error(err, "Cannot list or watch; retrying with backoff", "resource", key.String(), "rules", names)
 	}
 }
@@ -1509,14 +1561,22 @@ type UnsyncedCache struct {
 	Resource watch.Key
 	// Err is the last error of its list or watch; nil if none failed (yet).
 	Err error
+	// NamespaceGone says, when kgen may not list in the informer's
+	// namespace, that the namespace "does not exist" or "is being
+	// deleted": the informer does not hold its rule back.
+	NamespaceGone string
 }
 
-// Failing reports whether the informer's list or watch failed.
-func (u UnsyncedCache) Failing() bool { return u.Err != nil }
+// Failing reports whether the informer's list or watch failed, in a
+// namespace that is there.
+func (u UnsyncedCache) Failing() bool { return u.Err != nil && u.NamespaceGone == "" }
 
 func (u UnsyncedCache) String() string {
-	if u.Err == nil {
+	switch {
+	case u.Err == nil:
 		return u.Resource.String() + ": not listed yet"
+	case u.NamespaceGone != "":
+		return u.Resource.String() + ": namespace " + u.Resource.Namespace + " " + u.NamespaceGone + " (" + u.Err.Error() + ")"
 	}
 	return u.Resource.String() + ": " + u.Err.Error()
 }
@@ -1557,8 +1617,8 @@ func (c *Controller) stateLocked(rs *ruleState) RuleState {
 			continue
 		}
 		seen[key] = true
-		u := UnsyncedCache{Resource: key, Err: c.watchErrors[key].err}
-		s.Forbidden = s.Forbidden || u.Err != nil && reasonOf(u.Err) == "Forbidden"
+		u := UnsyncedCache{Resource: key, Err: c.watchErrors[key].err, NamespaceGone: c.watchErrors[key].gone}
+		s.Forbidden = s.Forbidden || u.Failing() && reasonOf(u.Err) == "Forbidden"
 		s.Unsynced = append(s.Unsynced, u)
 	}
 	// Failing informers first, then by what they watch.

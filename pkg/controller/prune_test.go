@@ -111,6 +111,18 @@ func fakeCluster(objs ...runtime.Object) (*dynamicfake.FakeDynamicClient, *mappe
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		gadgets: "GadgetList", cmResource: "ConfigMapList", depResource: "DeploymentList",
 	}, objs...)
+	// Every namespace exists, unless a test says otherwise: kgen asks
+	// whether the namespace of a refused list is gone (namespaceGone).
+	client.PrependReactor("get", "namespaces", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if o, err := client.Tracker().Get(a.GetResource(), "", a.(clienttesting.GetAction).GetName()); err == nil {
+			return true, o, nil
+		}
+		ns := &unstructured.Unstructured{}
+		ns.SetAPIVersion("v1")
+		ns.SetKind("Namespace")
+		ns.SetName(a.(clienttesting.GetAction).GetName())
+		return true, ns, nil
+	})
 	return client, mapper.New(fakeDiscovery())
 }
 

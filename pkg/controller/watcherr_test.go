@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -60,5 +63,126 @@ spec:
 	}
 	if n := testutil.ToFloat64(metrics.listErrors.WithLabelValues("allowed", "Forbidden")); n != 0 {
 		t.Errorf("kgen_watch_errors_total{rule=allowed} = %v for another namespace's informer, want 0", n)
+	}
+}
+
+// A rule limited to two namespaces, one of which kgen may no longer list
+// in (its Role there is gone): when that namespace is gone too, or being
+// deleted, the rule runs in the other one (a restart of kgen after a
+// namespace the rule names was deleted); while it is there, or kgen may
+// not tell, the rule waits and is Forbidden, as kgen's grants are wrong.
+func TestNamespaceGoneDoesNotHoldTheRuleBack(t *testing.T) {
+	quietListErrors(t)
+	namespace := func(deleting bool) *unstructured.Unstructured {
+		ns := &unstructured.Unstructured{}
+		ns.SetAPIVersion("v1")
+		ns.SetKind("Namespace")
+		ns.SetName("gone")
+		if deleting {
+			ns.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+			ns.SetFinalizers([]string{"kubernetes"})
+		}
+		return ns
+	}
+	for _, tc := range []struct {
+		name      string
+		namespace *unstructured.Unstructured
+		deleted   bool
+		getDenied bool
+		runs      bool
+		gone      string
+	}{
+		{name: "deleted", deleted: true, runs: true, gone: "does not exist"},
+		{name: "being deleted", namespace: namespace(true), runs: true, gone: "is being deleted"},
+		{name: "there", namespace: namespace(false)},
+		{name: "get refused", getDenied: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := newAgainCluster(false)
+				client, m := a.client, a.mapper
+				if tc.namespace != nil {
+					if err := client.Tracker().Add(tc.namespace); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var back atomic.Bool // the namespace, and kgen's Role there, are back
+				client.PrependReactor("list", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+					if a.GetNamespace() == "gone" && !back.Load() {
+						return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", nil)
+					}
+					return false, nil, nil
+				})
+				client.PrependReactor("get", "namespaces", func(a clienttesting.Action) (bool, runtime.Object, error) {
+					switch {
+					case tc.getDenied:
+						return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "gone", nil)
+					case tc.deleted && !back.Load():
+						return true, nil, apierrors.NewNotFound(a.GetResource().GroupResource(), "gone")
+					}
+					return false, nil, nil
+				})
+				rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns, gone]}
+  children:
+`+configChild), rules.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Workers: 1})
+				runController(t, c)
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				s, _ := c.State("r")
+				_, childErr := client.Resource(cmResource).Namespace("ns").Get(t.Context(), "g", metav1.GetOptions{})
+				if s.Synced != tc.runs || (childErr == nil) != tc.runs {
+					t.Fatalf("Synced = %v, child made: %v (%v); want both %v", s.Synced, childErr == nil, childErr, tc.runs)
+				}
+				if s.Forbidden == tc.runs {
+					t.Errorf("Forbidden = %v, want %v", s.Forbidden, !tc.runs)
+				}
+				if c.Ready() != nil {
+					t.Errorf("Ready: %v; a rule that cannot list is not the controller's readiness", c.Ready())
+				}
+				var gone []string
+				for _, u := range s.Unsynced {
+					if u.NamespaceGone != "" {
+						gone = append(gone, u.String())
+						if u.Resource.Namespace != "gone" || u.NamespaceGone != tc.gone || u.Failing() {
+							t.Errorf("unsynced %s: gone %q, failing %v; want namespace gone %q, not failing", u, u.NamespaceGone, u.Failing(), tc.gone)
+						}
+					}
+				}
+				// The parent's and the child's informers of namespace gone.
+				if tc.runs && len(gone) != 2 {
+					t.Errorf("informers of a gone namespace: %q, want the parent's and the child's", gone)
+				}
+				if !tc.runs && len(gone) != 0 {
+					t.Errorf("informers of a gone namespace: %q, want none", gone)
+				}
+				if !tc.deleted {
+					return
+				}
+				// The namespace comes back, a parent in it, and kgen's
+				// grants: the informers there list, with no restart.
+				back.Store(true)
+				p := object("example.com/v1", "Gadget", "g2", "uid-g2", "")
+				p.SetNamespace("gone")
+				if _, err := client.Resource(gadgets).Namespace("gone").Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2 * time.Minute)
+				synctest.Wait()
+				if _, err := client.Resource(cmResource).Namespace("gone").Get(t.Context(), "g2", metav1.GetOptions{}); err != nil {
+					t.Errorf("the child of a parent in the namespace that came back: %v", err)
+				}
+				if s, _ := c.State("r"); len(s.Unsynced) != 0 || s.Forbidden {
+					t.Errorf("once the namespace is back: unsynced %v, Forbidden %v; want none, false", s.Unsynced, s.Forbidden)
+				}
+			})
+		})
 	}
 }

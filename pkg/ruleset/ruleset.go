@@ -979,6 +979,13 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 				msg += " (its previous valid version: the latest is not accepted)"
 			}
 		}
+		var gone []string
+		for _, u := range st.Unsynced {
+			if ns := u.Resource.Namespace; u.NamespaceGone != "" && !slices.Contains(gone, ns) {
+				gone = append(gone, ns)
+				msg += fmt.Sprintf(", but not in namespace %s, which %s (%s: %v)", ns, u.NamespaceGone, u.Resource, u.Err)
+			}
+		}
 		if st.RecordError != "" {
 			msg += "; kgen cannot use its record of child kinds, so children of a kind that leaves the rule while kgen is stopped may not be pruned: " + st.RecordError
 		}
