@@ -385,31 +385,7 @@ spec:
 	}
 
 	// The first restarts, and again leaves the second's parent alone.
-	pods, err := env.kube.CoreV1().Pods(release).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=kgen-a"})
-	if err != nil || len(pods.Items) == 0 {
-		t.Fatalf("the pods of release kgen-a: %v, %v", pods, err)
-	}
-	old := map[string]bool{}
-	for _, p := range pods.Items {
-		old[p.Name] = true
-		if err := env.kube.CoreV1().Pods(release).Delete(t.Context(), p.Name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, 2*time.Minute, func() (bool, error) {
-		pods, err := env.kube.CoreV1().Pods(release).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=kgen-a"})
-		if err != nil {
-			return false, err
-		}
-		for _, p := range pods.Items {
-			for _, c := range p.Status.Conditions {
-				if !old[p.Name] && c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					return true, nil
-				}
-			}
-		}
-		return false, fmt.Errorf("no new pod of kgen-a is ready")
-	}, "release kgen-a to run again")
+	restartPods(t, release, "app.kubernetes.io/instance=kgen-a")
 	time.Sleep(3 * time.Second)
 	records()
 	for _, in := range installs {

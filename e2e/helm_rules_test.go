@@ -333,19 +333,26 @@ func mustJSON(t *testing.T, v any) string {
 // namespace), and kgen's rights on the parent come from its Role in that
 // namespace, which the namespace controller deletes too, in no set order.
 // The parent still goes, its child with it, and so does the namespace.
+// The rule still names it: after a restart, kgen may not list there any
+// more, and the rule runs for its other namespace all the same.
 func TestHelmNamespaceDeleted(t *testing.T) {
 	ctx := t.Context()
 	installCRD(t, "examples/webapp/crd.yaml")
-	team, remote, release := newNamespace(t), newNamespace(t), newNamespace(t)
+	team, kept, remote, release := newNamespace(t), newNamespace(t), newNamespace(t), newNamespace(t)
 	startPods(t, release)
-	rulesFile := remoteChildRule(t, "teamns", team, remote)
+	rulesFile := remoteChildRule(t, "teamns", team+", "+kept, remote)
 	helmInstall(t, filepath.Join(env.root, "charts/kgen"), release, "-f", generateRBACValues(t, rulesFile), "--set-file", "rules.teamns="+rulesFile)
 	t.Cleanup(func() {
 		_, _ = env.dynamic.Resource(webappGVR).Namespace(team).Patch(context.Background(), "shop", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
+	t.Cleanup(func() {
+		_, _ = env.dynamic.Resource(webappGVR).Namespace(kept).Patch(context.Background(), "shop", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
 	create(t, webappGVR, webapp(team, "shop", 1))
+	create(t, webappGVR, webapp(kept, "shop", 1))
 	waitFor(t, webappGVR, team, "shop", hasFinalizer(true))
 	waitFor(t, cmGVR, remote, team+"-shop", nil)
+	waitFor(t, cmGVR, remote, kept+"-shop", nil)
 
 	if err := env.kube.CoreV1().Namespaces().Delete(ctx, team, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -364,6 +371,27 @@ func TestHelmNamespaceDeleted(t *testing.T) {
 		_, err := env.kube.CoreV1().Namespaces().Get(ctx, team, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Errorf("namespace: %v", err)
 	}, "the namespace to go")
+
+	// kgen restarts: its informer of the namespace that is gone cannot
+	// list, and must not hold back the rule's other namespace.
+	restartPods(t, release, "app.kubernetes.io/name=kgen")
+	patchSpec(t, webappGVR, kept, "shop", map[string]any{"image": "nginx:1.28"})
+	start = time.Now()
+	waitFor(t, cmGVR, remote, kept+"-shop", func(o *unstructured.Unstructured) error { return expect(o, "nginx:1.28", "data", "image") })
+	t.Logf("the change of the parent in the other namespace landed %s after it was made", time.Since(start).Round(time.Millisecond))
+
+	// helm upgrade leaves out the Role of the namespace that is gone,
+	// rather than failing on it, and says so.
+	out, err := runHelm(t, "upgrade", "kgen", filepath.Join(env.root, "charts/kgen"), "--namespace", release, "--wait", "--timeout", "3m", "--reuse-values")
+	if err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm upgrade after a namespace of the rule was deleted: %v\n%s", err, out)
+	}
+	if want := "Namespaces that rbac.rules.namespaces names do not exist: " + team + "."; !strings.Contains(out, want) {
+		t.Errorf("helm upgrade's notes do not say %q:\n%s", want, out)
+	}
+	patchSpec(t, webappGVR, kept, "shop", map[string]any{"image": "nginx:1.29"})
+	waitFor(t, cmGVR, remote, kept+"-shop", func(o *unstructured.Unstructured) error { return expect(o, "nginx:1.29", "data", "image") })
 
 	// The rule still names the namespace that is gone: helm uninstall's
 	// hook, which may not list there any more, does not fail on it.

@@ -1120,6 +1120,32 @@ func podsOf(t *testing.T, namespace, selector string) []corev1.Pod {
 	return list.Items
 }
 
+// restartPods deletes the pods of a namespace that match a label
+// selector, and waits until one of their replacements is ready.
+func restartPods(t *testing.T, namespace, selector string) {
+	t.Helper()
+	old := map[string]bool{}
+	for _, p := range podsOf(t, namespace, selector) {
+		old[p.Name] = true
+		if err := env.kube.CoreV1().Pods(namespace).Delete(t.Context(), p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(old) == 0 {
+		t.Fatalf("no pod of %s in %s to restart", selector, namespace)
+	}
+	eventually(t, 2*time.Minute, func() (bool, error) {
+		for _, p := range podsOf(t, namespace, selector) {
+			for _, c := range p.Status.Conditions {
+				if !old[p.Name] && c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+			}
+		}
+		return false, fmt.Errorf("no new pod of %s is ready", selector)
+	}, "the pods of %s to run again", selector)
+}
+
 // dumpPods logs the pods of a namespace as YAML status, for a failed wait.
 func dumpPods(t *testing.T, namespace string) {
 	t.Helper()

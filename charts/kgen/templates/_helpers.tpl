@@ -190,6 +190,27 @@ resource. Call it with (list $rules group resource verb).
 {{- end }}
 
 {{/*
+kgen.goneNamespaces is, as a JSON list, the namespaces of
+rbac.rules.namespaces that do not exist at a helm upgrade: the rules'
+Roles there are left out, so that a namespace deleted while a rule still
+names it does not fail every upgrade (kgen runs the rule in its other
+namespaces, and says so). Only at an upgrade, told by the release's
+Deployment being there (Helm's lookup; nothing under helm template): a
+namespace missing at install is an error, as helm reports it.
+*/}}
+{{- define "kgen.goneNamespaces" -}}
+{{- $gone := list }}
+{{- if lookup "apps/v1" "Deployment" .Release.Namespace (include "kgen.fullname" .) }}
+{{- range $namespace, $_ := .Values.rbac.rules.namespaces }}
+{{- if not (lookup "v1" "Namespace" "" $namespace) }}
+{{- $gone = append $gone $namespace }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $gone }}
+{{- end }}
+
+{{/*
 kgen.releaseRules is, as JSON, the rules by namespace ("" for the
 ClusterRole) that let kgen release the parents its record still holds
 where the values no longer grant it: list and patch on each parent
