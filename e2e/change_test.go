@@ -1892,3 +1892,77 @@ spec:
 		t.Errorf("an edit after a CRD change was followed after %s, want at most 3 s", slowest.Round(time.Millisecond))
 	}
 }
+
+// Scenario: a restored child. A backup restore creates the parent (a new
+// UID) and its child again, the child with POST by the restoring tool,
+// which then owns every field of it. The parent adopts the child; a later
+// template that drops a data key removes it from the child (contract §6,
+// "Template changes land whole"), while a key only the restorer set (one
+// another writer had added before the backup) stays.
+func TestChangeRestoredChild(t *testing.T) {
+	const group = "restorechild.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	template := func(keys string) string {
+		return `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-config"}
+      data: {` + keys + `}
+`
+	}
+	applyRule(t, gadgetRuleDoc("restorechild", group, "Gadget", ns, template(`a: "1", b: "2"`)))
+	create(t, gvr, gadget(group, ns, "r", map[string]any{}))
+	waitFor(t, cmGVR, ns, "r-config", func(o *unstructured.Unstructured) error { return expect(o, "2", "data", "b") })
+	if _, err := env.dynamic.Resource(cmGVR).Namespace(ns).Patch(t.Context(), "r-config", types.MergePatchType,
+		[]byte(`{"data":{"theirs":"kept"}}`), metav1.PatchOptions{FieldManager: "someone"}); err != nil {
+		t.Fatal(err)
+	}
+	backup := waitFor(t, cmGVR, ns, "r-config", func(o *unstructured.Unstructured) error { return expect(o, "kept", "data", "theirs") })
+
+	// The disaster: parent and child are gone.
+	orphan := metav1.DeletePropagationOrphan
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "r", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, "r")
+	if err := env.dynamic.Resource(cmGVR).Namespace(ns).Delete(t.Context(), "r-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, cmGVR, ns, "r-config")
+
+	// The restore, as Velero does it: the child as it was, less what the
+	// server sets and its ownerReference (its owner's UID is gone).
+	restored := backup.DeepCopy()
+	for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "managedFields", "ownerReferences"} {
+		unstructured.RemoveNestedField(restored.Object, "metadata", f)
+	}
+	if _, err := env.dynamic.Resource(cmGVR).Namespace(ns).Create(t.Context(), restored, metav1.CreateOptions{FieldManager: "velero-server"}); err != nil {
+		t.Fatal(err)
+	}
+	parent := create(t, gvr, gadget(group, ns, "r", map[string]any{}))
+	waitFor(t, cmGVR, ns, "r-config", func(o *unstructured.Unstructured) error {
+		if o.GetLabels()[reconcile.LabelParentUID] != string(parent.GetUID()) {
+			return fmt.Errorf("parent-uid = %s, want the restored parent's", o.GetLabels()[reconcile.LabelParentUID])
+		}
+		return nil
+	})
+	waitEvent(t, ns, "r", "Adopted", 10*time.Second)
+
+	// The template drops b.
+	applyRule(t, gadgetRuleDoc("restorechild", group, "Gadget", ns, template(`a: "1"`)))
+	waitFor(t, cmGVR, ns, "r-config", func(o *unstructured.Unstructured) error {
+		if _, has := o.GetLabels()[reconcile.LabelParentUID]; !has {
+			return fmt.Errorf("labels %v", o.GetLabels())
+		}
+		data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+		if want := map[string]string{"a": "1", "theirs": "kept"}; !maps.Equal(data, want) {
+			return fmt.Errorf("data = %v, want %v", data, want)
+		}
+		return nil
+	})
+}

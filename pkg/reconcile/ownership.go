@@ -284,6 +284,91 @@ func (r *Reconciler) upgradeOwnership(ctx context.Context, reader, client dynami
 	return err
 }
 
+// takeCoOwned runs after kgen adopted an object: it takes from the Update
+// entries of other managers the fields kgen's apply entry owns too, so that
+// a field a later template drops is removed (contract section 6: template
+// changes land whole). A child restored from a backup was created with
+// POST by the restoring tool, whose entry owns every field; the apply
+// leaves that ownership, and the API server never removes a field another
+// manager owns. Fields only they own stay theirs. Only at an adoption: an
+// Update entry otherwise owns a field kgen applies only where its writer
+// set that value itself, which kgen keeps. The write is conditional on the
+// resourceVersion, read again on a conflict. It returns the object as
+// written (obj when nothing was).
+func (r *Reconciler) takeCoOwned(ctx context.Context, reader, client dynamic.ResourceInterface, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	for try := 0; ; try++ {
+		patch, err := coOwnedPatch(obj)
+		if err != nil || patch == nil {
+			return obj, err
+		}
+		out, err := client.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			return out, nil
+		}
+		// A JSON patch whose test fails is answered 422 Invalid.
+		if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) || try == 2 {
+			return obj, err
+		}
+		if obj, err = reader.Get(ctx, obj.GetName(), metav1.GetOptions{}); err != nil {
+			return obj, err
+		}
+	}
+}
+
+// coOwnedPatch is the JSON patch of takeCoOwned: the object's managed
+// fields with kgen's apply entry's fields taken out of other managers'
+// Update entries (an entry left with none is dropped), under a test of
+// its resourceVersion; nil if no such entry owns one of kgen's fields.
+func coOwnedPatch(obj *unstructured.Unstructured) ([]byte, error) {
+	entries := obj.GetManagedFields()
+	var ours *fieldpath.Set
+	for _, e := range entries {
+		if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "" && e.FieldsV1 != nil {
+			ours = &fieldpath.Set{}
+			if err := ours.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+				return nil, fmt.Errorf("kgen's managed fields of %s: %w", obj.GetName(), err)
+			}
+		}
+	}
+	if ours == nil {
+		return nil, nil
+	}
+	out := make([]metav1.ManagedFieldsEntry, 0, len(entries))
+	changed := false
+	for _, e := range entries {
+		if ownManager(e.Manager) || e.Operation != metav1.ManagedFieldsOperationUpdate || e.Subresource != "" || e.FieldsV1 == nil {
+			out = append(out, e)
+			continue
+		}
+		theirs := &fieldpath.Set{}
+		if err := theirs.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+			return nil, fmt.Errorf("the managed fields of %s of %s: %w", e.Manager, obj.GetName(), err)
+		}
+		if theirs.Intersection(ours).Empty() {
+			out = append(out, e)
+			continue
+		}
+		changed = true
+		rest := theirs.Difference(ours)
+		if rest.Empty() {
+			continue
+		}
+		raw, err := rest.ToJSON()
+		if err != nil {
+			return nil, err
+		}
+		e.FieldsV1 = &metav1.FieldsV1{Raw: raw}
+		out = append(out, e)
+	}
+	if !changed {
+		return nil, nil
+	}
+	return json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": obj.GetResourceVersion()},
+		{"op": "replace", "path": "/metadata/managedFields", "value": out},
+	})
+}
+
 // Removed returns the fields of a child that kgen's last apply set and
 // that desired no longer sets (as Differences writes paths): what kgen's
 // next apply removes. It reads kgen's apply entry of live's managed

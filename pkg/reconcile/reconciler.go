@@ -673,6 +673,13 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
 		return out, wrapFailure(fmt.Errorf("apply %s: %w", ref, err))
 	}
+	if adopted != "" {
+		if applied, err = r.takeCoOwned(ctx, reader, client, applied); err != nil {
+			out.reason, out.msg = failure(rule, step.ID, ref, "take the field ownership of", err)
+			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
+			return out, wrapFailure(fmt.Errorf("take the fields kgen applies of adopted %s from other managers: %w", ref, err))
+		}
+	}
 	r.wrote(gvr, applied, desired, kind)
 	out.live, out.ok = applied, true
 	if applied.GetResourceVersion() == live.GetResourceVersion() {
