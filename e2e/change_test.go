@@ -1966,3 +1966,59 @@ func TestChangeRestoredChild(t *testing.T) {
 		return nil
 	})
 }
+
+// Scenario: a child reads a field of another child that is not set yet
+// (observed state another writer fills in, as a controller fills a
+// Deployment's status.availableReplicas). It waits for it, saying so, and
+// a change of the parent meanwhile still reaches the other child; once the
+// field is set, the waiting child is made.
+func TestChangeWhileAChildFieldIsNotSet(t *testing.T) {
+	const group = "notset.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, gadgetRule(t, "notset", group, `  children:
+  - id: source
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-source"}
+      data: {image: "${parent.spec.image}"}
+  - id: reader
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-reader"}
+      data: {token: "${children.source.data.token}"}
+`)).waitReady(t)
+	create(t, gvr, gadget(group, ns, "n", map[string]any{"image": "web:1"}))
+	waiting := func(p *unstructured.Unstructured) error {
+		c := readyCondition(p)
+		if c == nil || c["status"] != "False" || c["reason"] != "WaitingForDependency" ||
+			!strings.Contains(fmt.Sprint(c["message"]), "child reader is waiting for children.source.data.token (not set yet)") {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	}
+	waitFor(t, gvr, ns, "n", waiting)
+	waitFor(t, cmGVR, ns, "n-source", func(o *unstructured.Unstructured) error { return expect(o, "web:1", "data", "image") })
+
+	patchSpec(t, gvr, ns, "n", map[string]any{"image": "web:2"})
+	waitFor(t, cmGVR, ns, "n-source", func(o *unstructured.Unstructured) error { return expect(o, "web:2", "data", "image") })
+	waitFor(t, gvr, ns, "n", waiting)
+	if get(t, cmGVR, ns, "n-reader") != nil {
+		t.Fatal("the reader was made before the field it reads was set")
+	}
+
+	// Another writer sets the field.
+	if _, err := env.dynamic.Resource(cmGVR).Namespace(ns).Patch(t.Context(), "n-source", types.MergePatchType,
+		[]byte(`{"data":{"token":"t0k3n"}}`), metav1.PatchOptions{FieldManager: "issuer"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "n-reader", func(o *unstructured.Unstructured) error { return expect(o, "t0k3n", "data", "token") })
+	waitFor(t, gvr, ns, "n", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	})
+}

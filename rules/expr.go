@@ -565,18 +565,46 @@ func activation(bindings map[string]any) interpreter.Activation {
 	return act
 }
 
-// eval runs the expression. The error, when there is one, is an *Error.
+// eval runs the expression. The error, when there is one, is an *Error;
+// its Err is a *NotSetError when a field of a child that the expression
+// reads is not set.
 func (e *Expression) eval(v *Vars) (ref.Val, error) {
 	out, _, err := e.program.Eval(v.act)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
 			err = &limitError{what: "evaluation cost", limit: int(e.costLimit)}
+		} else if e.ast != nil {
+			w := &why{act: v.act, info: e.ast.SourceInfo(), shadow: map[string]int{}}
+			if p, ok := w.firstMissing(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 0 {
+				if id, ok := p.segs[0].(string); ok {
+					err = &NotSetError{Child: id, Path: p.String(), Err: err}
+				}
+			}
 		}
 		return nil, e.error(err)
 	}
 	return out, nil
 }
+
+// NotSetError is the cause of an evaluation that failed reading a field
+// of a child that is not set: observed state another controller may fill
+// in later (a Deployment's status.availableReplicas, a Service's
+// status.loadBalancer). The child that reads it waits for it, as it waits
+// for a child that does not exist yet.
+type NotSetError struct {
+	// Child is the id of the child whose field is not set.
+	Child string
+	// Path is the first field the expression reads that is not set, as it
+	// spells it: "children.deployment.status.availableReplicas".
+	Path string
+	// Err is the evaluation's error.
+	Err error
+}
+
+func (e *NotSetError) Error() string { return e.Err.Error() }
+
+func (e *NotSetError) Unwrap() error { return e.Err }
 
 // EvalBool evaluates a condition (includeWhen, readyWhen). The error, when
 // there is one, is an *Error; a result that is not a bool is an error too.

@@ -425,6 +425,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	status := plan.Rendered.Status
 	waits := waitsForChildren(plan.Rendered)
 	var again bool
+	waiting := plan.Rendered
 	if len(plan.Rendered.StatusOmitted) > 0 && created(outcomes) || waits {
 		if now, err := Render(rule, parent, observedNow, r.scope); err == nil {
 			if len(plan.Rendered.StatusOmitted) > 0 && created(outcomes) {
@@ -434,9 +435,16 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 				status = now.Status
 			}
 			again = waits && rendersMore(plan.Rendered, now)
+			if !again {
+				// No reconcile follows (kgen skips the events of its
+				// own writes): what a child waits for now, such as a
+				// field of a child this reconcile created, not the
+				// child it waited for before.
+				waiting = now
+			}
 		}
 	}
-	cond := r.readiness(rule, parent, plan.Rendered, outcomes, observedNow)
+	cond := r.readiness(rule, parent, waiting, outcomes, observedNow)
 	if len(pruneFailed) > 0 && (cond.Status == metav1.ConditionTrue || cond.Reason == ReasonNotReady || cond.Reason == ReasonWaiting || cond.Reason == ReasonInputMissing) {
 		// An object kgen must delete and cannot (the rule's
 		// ServiceAccount may not, say) is a failure of the parent's,

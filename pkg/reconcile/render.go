@@ -89,6 +89,10 @@ type Wait struct {
 	Reason string
 	// Message says what it waits for: "waiting for child config".
 	Message string
+	// Field is set when it waits for a field of a child that exists, and
+	// Child is that child's id: "children.deployment.status.availableReplicas"
+	// and "deployment".
+	Field, Child string
 }
 
 // String returns the message.
@@ -269,18 +273,31 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 		if len(c.ForEach) > 0 {
 			var err error
 			if elements, err = c.Elements(r.vars); err != nil {
+				if w, ok := notSet(err); ok {
+					out.Waiting[c.ID] = w
+					continue
+				}
 				return nil, renderError(rule, c.ID, err)
 			}
 		}
 		var included []map[string]any
+		var waiting *Wait
 		for _, each := range elements {
 			include, err := r.included(c, each)
+			if w, ok := notSet(err); ok {
+				waiting = &w
+				break
+			}
 			if err != nil {
 				return nil, err
 			}
 			if include {
 				included = append(included, each)
 			}
+		}
+		if waiting != nil {
+			out.Waiting[c.ID] = *waiting
+			continue
 		}
 		if len(elements) > 0 && len(included) == 0 {
 			excluded[c.ID] = true
@@ -292,6 +309,10 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 			continue
 		}
 		rendered, err := r.children(c, included)
+		if w, ok := notSet(err); ok {
+			out.Waiting[c.ID] = w
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -453,6 +474,19 @@ func waitingFor(ids []string) string {
 		return "waiting for child " + ids[0]
 	}
 	return "waiting for children " + strings.Join(ids, ", ")
+}
+
+// notSet tells whether an error of a child's expression is a read of a
+// field of another child that is not set yet (rules.NotSetError): the
+// child waits for it, as for a child that does not exist yet. Anything
+// else the expression reads that is not set is the rule's or the
+// parent's error.
+func notSet(err error) (Wait, bool) {
+	var ns *rules.NotSetError
+	if !errors.As(err, &ns) {
+		return Wait{}, false
+	}
+	return Wait{Reason: ReasonWaiting, Message: "waiting for " + ns.Path + " (not set yet)", Field: ns.Path, Child: ns.Child}, true
 }
 
 func waitingForInputs(ids []string) string {

@@ -1,0 +1,153 @@
+package reconcile
+
+import (
+	"errors"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// A child that reads a field of another child that is not set yet (a
+// Deployment's status.availableReplicas, which the API server leaves out
+// while it is 0) waits for it, in its template, its includeWhen or its
+// forEach, as for a child that does not exist: the other children render,
+// so a change of the parent still lands on them. A field of the parent
+// that is not set stays the rule's error.
+func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
+	deployment := `  - id: deployment
+    template:
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: "${parent.metadata.name}"}
+      spec: {replicas: "${parent.spec.replicas}"}
+`
+	for _, tc := range []struct {
+		name, child string
+		invalid     bool
+	}{
+		{name: "template", child: `  - id: ep
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-ep"}
+      data: {available: "${string(children.deployment.status.availableReplicas)}"}
+`},
+		{name: "includeWhen", child: `  - id: ep
+    includeWhen: ["${children.deployment.status.availableReplicas > 0}"]
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}-ep"}}
+`},
+		{name: "forEach", child: `  - id: ep
+    forEach: [{c: "${children.deployment.status.conditions}"}]
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}-${c.type}"}}
+`},
+		{name: "parent field", invalid: true, child: `  - id: ep
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-ep"}
+      data: {available: "${string(children.deployment.status.availableReplicas)}", owner: "${parent.spec.owner}"}
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rule := parseRule(t, ruleFor("App", "", deployment+tc.child))
+			parent := object(t, app)
+			live := object(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: team-a}\nspec: {replicas: 2}\nstatus: {replicas: 2}\n")
+			observed := Observed{Children: map[string][]*unstructured.Unstructured{"deployment": {live}}}
+			if tc.invalid {
+				// Status set, so the parent's field is what fails.
+				live.Object["status"] = map[string]any{"availableReplicas": int64(2)}
+				_, err := Render(rule, parent, observed, scoper(t))
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("Render = %v, want the rule's error", err)
+				}
+				return
+			}
+			got, err := Render(rule, parent, observed, scoper(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := names(got.Children); len(n) != 1 || n[0] != "deployment/web" {
+				t.Errorf("children = %q, want the deployment alone", n)
+			}
+			want := "waiting for children.deployment.status.availableReplicas (not set yet)"
+			if tc.name == "forEach" {
+				want = "waiting for children.deployment.status.conditions (not set yet)"
+			}
+			if w := got.Waiting["ep"]; w.Reason != ReasonWaiting || w.Message != want || w.Child != "deployment" {
+				t.Errorf("Waiting[ep] = %+v, want %q", w, want)
+			}
+
+			// Once it is set, the child renders.
+			live.Object["status"] = map[string]any{"availableReplicas": int64(2), "conditions": []any{map[string]any{"type": "available"}}}
+			got, err = Render(rule, parent, observed, scoper(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Children) != 2 || len(got.Waiting) != 0 {
+				t.Errorf("with the field set: children %q, waiting %v", names(got.Children), got.Waiting)
+			}
+		})
+	}
+}
+
+// Through reconciles: the parent says what the child waits for, a field
+// of a child this reconcile created, not the child it waited for before
+// (no reconcile follows kgen's own write); a change of the parent still
+// reaches the other child; once the field is set, the waiting child is
+// made.
+func TestReconcileWaitsForAChildFieldNotSet(t *testing.T) {
+	h := newHarness(t, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-config"}
+      data: {image: "${parent.spec.image}"}
+  - id: reader
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-reader"}
+      data: {token: "${children.config.data.token}"}
+`)
+	const want = "child reader is waiting for children.config.data.token (not set yet)"
+	if _, err := h.reconcile(appParent(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.ready(); c["reason"] != ReasonWaiting || c["message"] != want {
+		t.Errorf("Ready = %v, want %s: %s", c, ReasonWaiting, want)
+	}
+	h.setSpec(map[string]any{"image": "nginx:2"})
+	if _, err := h.reconcile(appParent(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if img, _, _ := unstructured.NestedString(h.api.get(cmGVK, "team", "web-config").Object, "data", "image"); img != "nginx:2" {
+		t.Errorf("config's image = %q after the parent's change, want nginx:2", img)
+	}
+	if h.api.get(cmGVK, "team", "web-reader") != nil {
+		t.Fatal("the reader was made before the field it reads was set")
+	}
+	if c := h.ready(); c["reason"] != ReasonWaiting || c["message"] != want {
+		t.Errorf("Ready = %v, want %s: %s", c, ReasonWaiting, want)
+	}
+
+	// Another writer sets the field.
+	config := h.api.get(cmGVK, "team", "web-config")
+	_ = unstructured.SetNestedField(config.Object, "t0k3n", "data", "token")
+	h.api.add(config)
+	if _, err := h.reconcile(appParent(nil)); err != nil {
+		t.Fatal(err)
+	}
+	reader := h.api.get(cmGVK, "team", "web-reader")
+	if token, _, _ := unstructured.NestedString(reader.Object, "data", "token"); token != "t0k3n" {
+		t.Errorf("reader = %v", reader)
+	}
+	if c := h.ready(); c["status"] != "True" {
+		t.Errorf("Ready = %v, want True", c)
+	}
+}
