@@ -143,7 +143,8 @@ type Child struct {
 	NotReady  string `json:"notReady,omitempty"`
 	ReadyWhen string `json:"readyWhen,omitempty"`
 	// WaitingOn are the ids of the children it reads that do not exist
-	// yet; DependsOn all the children it reads.
+	// yet, or whose field it reads is not set yet; DependsOn all the
+	// children it reads.
 	WaitingOn []string `json:"waitingOn"`
 	DependsOn []string `json:"dependsOn,omitempty"`
 	// Conflict says which object stands where it should be, and why kgen
@@ -364,10 +365,28 @@ func (e *explainer) children(ctx context.Context) error {
 			}
 			return strings.Compare(a.GetName(), b.GetName())
 		})
+		const next = "nothing, until the parent or the rule changes: the rule cannot render the parent (see the error)"
 		for _, obj := range observed {
-			ch := entry(obj.GetLabels()[reconcile.LabelChild], obj, ActionUnknown, "nothing, until the parent or the rule changes: the rule cannot render the parent (see the error)")
+			ch := entry(obj.GetLabels()[reconcile.LabelChild], obj, ActionUnknown, next)
 			ch.Exists = true
 			e.report.Children = append(e.report.Children, ch)
+		}
+		// The rule's children of which no object exists: still the tree,
+		// with what can be told without rendering.
+		for i, c := range e.rule.Order() {
+			if slices.ContainsFunc(observed, func(o *unstructured.Unstructured) bool { return o.GetLabels()[reconcile.LabelChild] == c.ID }) {
+				continue
+			}
+			ch := Child{ID: c.ID, APIVersion: c.GroupVersionKind.GroupVersion().String(), Kind: c.GroupVersionKind.Kind,
+				Differences: []string{}, WaitingOn: []string{}, DependsOn: c.DependsOn, Action: ActionUnknown, Next: next}
+			at := slices.IndexFunc(e.report.Children, func(x Child) bool {
+				return slices.IndexFunc(e.rule.Order(), func(r *rules.Child) bool { return r.ID == x.ID }) > i ||
+					!slices.ContainsFunc(e.rule.Children, func(r *rules.Child) bool { return r.ID == x.ID })
+			})
+			if at < 0 {
+				at = len(e.report.Children)
+			}
+			e.report.Children = slices.Insert(e.report.Children, at, ch)
 		}
 		e.summarize()
 		return nil
@@ -582,6 +601,10 @@ func (e *explainer) waiting(c *rules.Child, wait reconcile.Wait, plan *reconcile
 		if len(now.Children[dep]) == 0 || depWaits || slices.ContainsFunc(plan.Steps, func(s reconcile.Step) bool { return s.ID == dep && s.Live == nil }) {
 			waitingOn = append(waitingOn, dep)
 		}
+	}
+	if wait.Child != "" && !slices.Contains(waitingOn, wait.Child) {
+		// It exists, and a field of it this child reads is not set yet.
+		waitingOn = append(waitingOn, wait.Child)
 	}
 	add := func(ch Child) {
 		ch.WaitingOn, ch.DependsOn = append([]string{}, waitingOn...), c.DependsOn

@@ -312,6 +312,42 @@ func TestExplainNotSetYet(t *testing.T) {
 	}
 }
 
+// A child that reads a field of another child that is not set yet (the
+// Service's clusterIP) waits for it, and names it: the rest of the tree is
+// explained as the controller would act on it.
+func TestExplainWaitsForAChildFieldNotSet(t *testing.T) {
+	rs := loadRules(t)
+	parent := load(t, shop)
+	kids := children(t, rs[0], parent)
+	var objs []runtime.Object
+	for _, o := range shopCluster(t) {
+		if u := o.(*unstructured.Unstructured); u.GetKind() != "Service" {
+			objs = append(objs, o)
+		}
+	}
+	service := kids["service"]
+	unstructured.RemoveNestedField(service.Object, "spec", "clusterIP")
+	cfg, _ := newConfig(t, append(objs, service)...)
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "webapp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.RenderError != "" {
+		t.Fatalf("renderError = %q, want none", report.RenderError)
+	}
+	byID := map[string]Child{}
+	for _, c := range report.Children {
+		byID[c.ID] = c
+	}
+	if e := byID["endpoint"]; e.Action != ActionWait || !slices.Equal(e.WaitingOn, []string{"service"}) ||
+		e.Next != "waiting for children.service.spec.clusterIP (not set yet)" {
+		t.Errorf("endpoint: %+v", e)
+	}
+	if d := byID["deployment"]; d.Action != ActionRepair {
+		t.Errorf("deployment: %+v; want it repaired all the same", d)
+	}
+}
+
 // Errors say what is wrong: the kind, the object, the rules, the rights.
 func TestExplainErrors(t *testing.T) {
 	other := load(t, "apiVersion: example.com/v1alpha1\nkind: WebApp\nmetadata: {name: blog, namespace: team-a, uid: uid-blog, labels: {tier: db}}\nspec: {image: x, port: 80, replicas: 1}\n")
@@ -536,15 +572,18 @@ func TestExplainRenderError(t *testing.T) {
 	if !strings.Contains(report.RenderError, `rule "webapp": child "config": template.data.port: ${string(parent.spec.port)}: no such key: port`) {
 		t.Errorf("renderError = %q", report.RenderError)
 	}
+	// Every child of the rule, in its order, those with no object too
+	// (their names are not known without rendering); ids the rule no
+	// longer has last.
 	var names []string
 	for _, c := range report.Children {
-		if !c.Exists || c.Action != ActionUnknown {
+		if c.Exists != (c.Name != "") || c.Action != ActionUnknown {
 			t.Errorf("child %s %s: %+v", c.ID, c.Name, c)
 		}
-		names = append(names, c.Name)
+		names = append(names, c.ID+"="+c.Name)
 	}
-	if strings.Join(names, " ") != "shop-config shop shop-legacy" {
-		t.Errorf("children %q, want them in the rule's order", names)
+	if got, want := strings.Join(names, " "), "config=shop-config deployment=shop service= endpoint= budget= legacy=shop-legacy"; got != want {
+		t.Errorf("children %q, want %q", got, want)
 	}
 	var text bytes.Buffer
 	if err := report.WriteText(&text); err != nil {
