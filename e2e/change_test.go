@@ -292,12 +292,7 @@ func TestChangeRenameOntoTakenName(t *testing.T) {
 	patchSpec(t, gvr, ns, "r", map[string]any{"cmName": "second"})
 	waitFor(t, cmGVR, ns, "second", nil)
 	waitGone(t, cmGVR, ns, "first")
-	waitFor(t, gvr, ns, "r", func(p *unstructured.Unstructured) error {
-		if c := readyCondition(p); c == nil || c["status"] != "True" {
-			return fmt.Errorf("Ready = %v", c)
-		}
-		return nil
-	})
+	waitFor(t, gvr, ns, "r", isReady)
 }
 
 // newKeyedCRD creates a namespaced CRD Gadget whose status.conditions is a
@@ -399,12 +394,7 @@ func TestChangeCRDSchemaFollowed(t *testing.T) {
         name: ${parent.metadata.name}
 `)).waitReady(t)
 	create(t, gvr, gadget(group, ns, "s", map[string]any{}))
-	p := waitFor(t, gvr, ns, "s", func(p *unstructured.Unstructured) error {
-		if c := readyCondition(p); c == nil || c["status"] != "True" {
-			return fmt.Errorf("Ready = %v", c)
-		}
-		return nil
-	})
+	p := waitFor(t, gvr, ns, "s", isReady)
 	if op := kgenStatusWrite(p); op != "Update" {
 		t.Fatalf("kgen wrote the status of an atomic conditions list by %q, want a patch (Update)", op)
 	}
@@ -782,12 +772,7 @@ func TestChangeRuleRenamed(t *testing.T) {
 		}
 		return nil
 	})
-	waitFor(t, gvr, ns, "x", func(p *unstructured.Unstructured) error {
-		if c := readyCondition(p); c == nil || c["status"] != "True" {
-			return fmt.Errorf("Ready = %v", c)
-		}
-		return nil
-	})
+	waitFor(t, gvr, ns, "x", isReady)
 }
 
 // Scenario: a restored parent. Restored from a backup, a parent has a new
@@ -826,12 +811,7 @@ func TestChangeRestoredParent(t *testing.T) {
 		}
 		return nil
 	})
-	waitFor(t, gvr, ns, "b", func(p *unstructured.Unstructured) error {
-		if c := readyCondition(p); c == nil || c["status"] != "True" {
-			return fmt.Errorf("Ready = %v", c)
-		}
-		return nil
-	})
+	waitFor(t, gvr, ns, "b", isReady)
 	waitEvent(t, ns, "b", "Adopted", 10*time.Second)
 }
 
@@ -871,12 +851,7 @@ func TestChangeSelfTriggeringStatus(t *testing.T) {
 		return n
 	}
 	create(t, gvr, gadget(group, ns, "l", map[string]any{}))
-	waitFor(t, gvr, ns, "l", func(p *unstructured.Unstructured) error {
-		if c := readyCondition(p); c == nil || c["status"] != "True" {
-			return fmt.Errorf("Ready = %v", c)
-		}
-		return nil
-	})
+	waitFor(t, gvr, ns, "l", isReady)
 	// kgen does not react to the event of its own write, also when the
 	// event comes before the write's answer (it holds the events of a
 	// parent being reconciled): with no other writer the status is written
@@ -2015,10 +1990,5 @@ func TestChangeWhileAChildFieldIsNotSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, cmGVR, ns, "n-reader", func(o *unstructured.Unstructured) error { return expect(o, "t0k3n", "data", "token") })
-	waitFor(t, gvr, ns, "n", func(p *unstructured.Unstructured) error {
-		if c := readyCondition(p); c == nil || c["status"] != "True" {
-			return fmt.Errorf("Ready = %v", c)
-		}
-		return nil
-	})
+	waitFor(t, gvr, ns, "n", isReady)
 }

@@ -338,12 +338,7 @@ spec:
 		name := fmt.Sprintf("g%d", i)
 		waitFor(t, cmGVR, ns, name, nil)
 		waitFor(t, widgetsV2, ns, name, func(o *unstructured.Unstructured) error { return expect(o, name, "spec", "owner") })
-		waitFor(t, gvr, ns, name, func(o *unstructured.Unstructured) error {
-			if c := readyCondition(o); c == nil || c["status"] != "True" {
-				return fmt.Errorf("Ready = %v", c)
-			}
-			return nil
-		})
+		waitFor(t, gvr, ns, name, isReady)
 	}
 	if got := get(t, widgetsV1, ns, "foreign"); got == nil || got.GetResourceVersion() != foreign.GetResourceVersion() {
 		t.Errorf("the foreign widget was touched: %v", got)

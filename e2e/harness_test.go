@@ -224,6 +224,14 @@ func readyCondition(obj *unstructured.Unstructured) map[string]any {
 	return conditionOf(obj, "Ready")
 }
 
+// isReady accepts a parent whose Ready condition is True, for waitFor.
+func isReady(p *unstructured.Unstructured) error {
+	if c := readyCondition(p); c == nil || c["status"] != "True" {
+		return fmt.Errorf("Ready = %v", c)
+	}
+	return nil
+}
+
 // conditionOf returns the object's condition of this type, or nil.
 func conditionOf(obj *unstructured.Unstructured, condType string) map[string]any {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
