@@ -999,7 +999,8 @@ func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *u
 		Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &propagation,
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, ReasonDeleteFailed, "Deleting %s (child %s): %v", ref, id, err)
+		// The same reason as the Ready condition's (Forbidden when refused).
+		r.cfg.Recorder.Eventf(parent, corev1.EventTypeWarning, deleteReason(err), "Deleting %s (child %s): %v", ref, id, err)
 		return fmt.Errorf("delete %s: %w", ref, err)
 	}
 	r.cfg.Writes.Deleted(uid)
