@@ -576,7 +576,11 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 			err = &limitError{what: "evaluation cost", limit: int(e.costLimit)}
 		} else if e.ast != nil {
 			w := &why{act: v.act, info: e.ast.SourceInfo(), shadow: map[string]int{}}
-			if p, ok := w.firstMissing(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 0 {
+			// Only when that path is what failed: CEL says "no such key:
+			// F" for a map key that is not set, F the path's last
+			// field (another error of an expression that also reads a
+			// field not set, in a branch not taken, is the rule's).
+			if p, ok := w.firstMissing(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 1 && missingKey(err, p) {
 				if id, ok := p.segs[0].(string); ok {
 					err = &NotSetError{Child: id, Path: p.String(), Err: err}
 				}
@@ -585,6 +589,13 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 		return nil, e.error(err)
 	}
 	return out, nil
+}
+
+// missingKey reports whether an evaluation error is CEL's for the last
+// field of p not being set.
+func missingKey(err error, p fieldPath) bool {
+	last, ok := p.segs[len(p.segs)-1].(string)
+	return ok && strings.HasSuffix(err.Error(), "no such key: "+last)
 }
 
 // NotSetError is the cause of an evaluation that failed reading a field

@@ -24,6 +24,7 @@ func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
 	for _, tc := range []struct {
 		name, child string
 		invalid     bool
+		set         bool // the deployment's status is set
 	}{
 		{name: "template", child: `  - id: ep
     template:
@@ -40,7 +41,16 @@ func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
     forEach: [{c: "${children.deployment.status.conditions}"}]
     template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}-${c.type}"}}
 `},
-		{name: "parent field", invalid: true, child: `  - id: ep
+		// An error of another cause, in an expression that also reads the
+		// field not set, in a branch not taken.
+		{name: "another error", invalid: true, child: `  - id: ep
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-ep"}
+      data: {available: "${has(children.deployment.status.availableReplicas) ? string(children.deployment.status.availableReplicas) : string(int(parent.metadata.name))}"}
+`},
+		{name: "parent field", invalid: true, set: true, child: `  - id: ep
     template:
       apiVersion: v1
       kind: ConfigMap
@@ -54,8 +64,9 @@ func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
 			live := object(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: team-a}\nspec: {replicas: 2}\nstatus: {replicas: 2}\n")
 			observed := Observed{Children: map[string][]*unstructured.Unstructured{"deployment": {live}}}
 			if tc.invalid {
-				// Status set, so the parent's field is what fails.
-				live.Object["status"] = map[string]any{"availableReplicas": int64(2)}
+				if tc.set {
+					live.Object["status"] = map[string]any{"availableReplicas": int64(2)}
+				}
 				_, err := Render(rule, parent, observed, scoper(t))
 				if !errors.Is(err, ErrInvalid) {
 					t.Fatalf("Render = %v, want the rule's error", err)
