@@ -1317,19 +1317,22 @@ var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namesp
 
 // namespaceGone says whether a namespace does not exist ("does not
 // exist") or is being deleted ("is being deleted"); "" if it exists, or
-// kgen cannot tell. kgenctl rbac grants get on each namespace a rule is
+// kgen may not read it; known false when the answer tells nothing (a
+// timeout, a 5xx). kgenctl rbac grants get on each namespace a rule is
 // limited to.
-func (c *Controller) namespaceGone(ns string) string {
+func (c *Controller) namespaceGone(ns string) (gone string, known bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	o, err := c.cfg.Client.Resource(namespacesGVR).Get(ctx, ns, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return "does not exist"
+		return "does not exist", true
 	case err == nil && o.GetDeletionTimestamp() != nil:
-		return "is being deleted"
+		return "is being deleted", true
+	case err == nil, apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return "", true
 	}
-	return ""
+	return "", false
 }
 
 // onWatchError stops the rules that use a resource that is no longer
@@ -1361,11 +1364,15 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 		return
 	}
 	var gone string
+	known := true
 	if key.Namespace != "" && apierrors.IsForbidden(err) {
-		gone = c.namespaceGone(key.Namespace)
+		gone, known = c.namespaceGone(key.Namespace)
 	}
 	c.mu.Lock()
 	prev := c.watchErrors[key]
+	if !known {
+		gone = prev.gone // the answer told nothing: as last known
+	}
 	// A new cause is logged at once: the first answer of a failing server
 	// may not say why ("storage is (re)initializing"), a later one does.
 	log := time.Since(prev.logged) >= watchErrorLogEvery || prev.err == nil || causeOf(prev.err) != causeOf(err) || prev.gone != gone

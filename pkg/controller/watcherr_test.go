@@ -106,7 +106,8 @@ func TestNamespaceGoneDoesNotHoldTheRuleBack(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				var back atomic.Bool // the namespace, and kgen's Role there, are back
+				var back atomic.Bool  // the namespace, and kgen's Role there, are back
+				var flaky atomic.Bool // the namespace's GET fails with a 503
 				client.PrependReactor("list", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
 					if a.GetNamespace() == "gone" && !back.Load() {
 						return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", nil)
@@ -117,6 +118,8 @@ func TestNamespaceGoneDoesNotHoldTheRuleBack(t *testing.T) {
 					switch {
 					case tc.getDenied:
 						return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "gone", nil)
+					case tc.deleted && flaky.Load():
+						return true, nil, apierrors.NewServiceUnavailable("etcd is slow")
 					case tc.deleted && !back.Load():
 						return true, nil, apierrors.NewNotFound(a.GetResource().GroupResource(), "gone")
 					}
@@ -166,6 +169,15 @@ spec:
 				if !tc.deleted {
 					return
 				}
+				// A read of the namespace that tells nothing keeps what
+				// kgen knew: the rule is not Forbidden for it.
+				flaky.Store(true)
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				if s, _ := c.State("r"); s.Forbidden || len(s.Unsynced) != 2 || s.Unsynced[0].NamespaceGone == "" {
+					t.Errorf("while the namespace's read fails: Forbidden %v, unsynced %v; want the namespace still gone", s.Forbidden, s.Unsynced)
+				}
+				flaky.Store(false)
 				// The namespace comes back, a parent in it, and kgen's
 				// grants: the informers there list, with no restart.
 				back.Store(true)
