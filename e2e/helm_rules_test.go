@@ -387,7 +387,7 @@ func TestHelmNamespaceDeleted(t *testing.T) {
 		dumpPods(t, release)
 		t.Fatalf("helm upgrade after a namespace of the rule was deleted: %v\n%s", err, out)
 	}
-	if want := "Namespaces that rbac.rules.namespaces names do not exist: " + team + "."; !strings.Contains(out, want) {
+	if want := "Namespaces that rbac.rules.namespaces names are gone, or being deleted: " + team + "."; !strings.Contains(out, want) {
 		t.Errorf("helm upgrade's notes do not say %q:\n%s", want, out)
 	}
 	patchSpec(t, webappGVR, kept, "shop", map[string]any{"image": "nginx:1.29"})

@@ -191,18 +191,23 @@ resource. Call it with (list $rules group resource verb).
 
 {{/*
 kgen.goneNamespaces is, as a JSON list, the namespaces of
-rbac.rules.namespaces that do not exist at a helm upgrade: the rules'
-Roles there are left out, so that a namespace deleted while a rule still
-names it does not fail every upgrade (kgen runs the rule in its other
-namespaces, and says so). Only at an upgrade, told by the release's
-Deployment being there (Helm's lookup; nothing under helm template): a
-namespace missing at install is an error, as helm reports it.
+rbac.rules.namespaces that do not exist at a helm upgrade, or are being
+deleted and have lost the release's Role already (the API server refuses
+to create one there): the rules' Roles there are left out, so that a
+namespace deleted while a rule still names it does not fail every upgrade
+(kgen runs the rule in its other namespaces, and says so). A namespace
+being deleted that still has the Role keeps it: kgen may still release
+the parents there. Only at an upgrade, told by the release's Deployment
+being there (Helm's lookup; nothing under helm template): a namespace
+missing at install is an error, as helm reports it.
 */}}
 {{- define "kgen.goneNamespaces" -}}
 {{- $gone := list }}
-{{- if lookup "apps/v1" "Deployment" .Release.Namespace (include "kgen.fullname" .) }}
+{{- $fullname := include "kgen.fullname" . }}
+{{- if lookup "apps/v1" "Deployment" .Release.Namespace $fullname }}
 {{- range $namespace, $_ := .Values.rbac.rules.namespaces }}
-{{- if not (lookup "v1" "Namespace" "" $namespace) }}
+{{- $ns := lookup "v1" "Namespace" "" $namespace }}
+{{- if or (not $ns) (and $ns.metadata.deletionTimestamp (not (lookup "rbac.authorization.k8s.io/v1" "Role" $namespace $fullname))) }}
 {{- $gone = append $gone $namespace }}
 {{- end }}
 {{- end }}
