@@ -47,9 +47,10 @@ custom parent kind (kgen checks the rules against its schema), the ConfigMap
 kgen-state in kgen's namespace (its record of the rules' kinds), list/watch
 on CRDs and APIServices (to follow the cluster's kinds), and the
 leader-election Lease (with --shards, the shards' Leases). A rule limited to
-namespaces gets Roles in those namespaces; cluster-wide only get on those
-namespaces, and patch on its parent kind when its parents may hold kgen's
-finalizer (deleting a namespace deletes kgen's Role there too).
+namespaces gets Roles in those namespaces; cluster-wide only get on the
+namespaces it names (to tell one that was deleted), and patch on its parent
+kind when its parents may hold kgen's finalizer (deleting a namespace
+deletes kgen's Role there too).
 Notes on what cannot be derived from the rules go to stderr.
 
 With --manage-crds, also create and patch on the CRD of every rule with

@@ -10,7 +10,8 @@
 //     rule limited to namespaces whose parents may hold it, that patch is
 //     cluster-wide, as deleting a namespace deletes kgen's Role there in
 //     no set order with the parents; get, by name, on the namespaces a
-//     rule limits its parents to (kgenctl cleanup tells one that is gone);
+//     rule names (of its parents, of children it lets live elsewhere, of
+//     inputs: kgen and kgenctl cleanup tell one that is gone);
 //     patch on the status subresource (server-side apply), when the kind has
 //     one; update on the finalizers subresource, which is never called but is
 //     what the OwnerReferencesPermissionEnforcement admission plugin checks

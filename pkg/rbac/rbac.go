@@ -301,12 +301,23 @@ func (g grants) addRule(rule *rules.Rule, parent kinds.Mapping, children, inputs
 	// parent before) removes it from parents that still carry it, and
 	// kgen releases parents of its kind that left every rule.
 	g.add(parentAt, parentKey, "patch")
-	for _, ns := range pl.ParentNamespaces {
-		// kgenctl cleanup (helm uninstall's hook) may not list the
-		// parents in a namespace that was deleted, as kgen's Role went
-		// with it: it reads the namespace to tell that it is gone, and
-		// no parent is left there.
-		g.add(clusterWide, grantKey{resource: "namespaces", name: ns}, "get")
+	// Where kgen watches by a Role (a namespace the rule names: of its
+	// parents, of children it lets live elsewhere, of inputs), it may not
+	// list once the namespace is deleted, as its Role went with it:
+	// kgen, and kgenctl cleanup (helm uninstall's hook), read the
+	// namespace to tell that it is gone, rather than refused. kgen then
+	// runs the rule in its other namespaces.
+	watched := slices.Clone(pl.ParentNamespaces)
+	for _, c := range pl.Children {
+		watched = append(watched, c.Namespaces...)
+	}
+	for _, in := range pl.Inputs {
+		watched = append(watched, in.Namespaces...)
+	}
+	for _, ns := range dedupe(watched) {
+		if ns != "" {
+			g.add(clusterWide, grantKey{resource: "namespaces", name: ns}, "get")
+		}
 	}
 	if pl.ParentNamespaces != nil && pl.MayNeedFinalizer() {
 		// Deleting a namespace deletes kgen's Role there as well, in no

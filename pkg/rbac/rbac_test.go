@@ -438,13 +438,15 @@ var namespaceGet = regexp.MustCompile(`^\* core namespaces\[[^]]*\] get$`)
 func isNamespaceGet(line string) bool { return namespaceGet.MatchString(line) }
 
 // A rule limited to namespaces may get those namespaces, by name, and no
-// other: kgenctl cleanup tells a namespace that was deleted (kgen's Role
-// went with it) from one it may not list. A rule of every namespace, or of
-// a cluster-scoped parent, has none.
+// other; so may one whose children it lets live in other namespaces get
+// those: kgen and kgenctl cleanup tell a namespace that was deleted (kgen's
+// Role went with it) from one they may not list. A rule of every
+// namespace, or of a cluster-scoped parent, has none.
 func TestForParentNamespaces(t *testing.T) {
 	text := rule("r1", "App", "    namespaces: [a, b]\n", "", "ConfigMap") + "---\n" +
 		rule("r2", "App", "    namespaces: [c]\n    selector: {matchLabels: {x: y}}\n", "", "ConfigMap") + "---\n" +
-		rule("r3", "Tenant", "    scope: Cluster\n", "", "ConfigMap@${parent.metadata.name}")
+		rule("r3", "Tenant", "    scope: Cluster\n", "", "ConfigMap@${parent.metadata.name}") + "---\n" +
+		rule("r4", "App", "    namespaces: [e]\n", "  allowCrossNamespace: [d]\n", "ConfigMap@d")
 	loaded, err := rules.Parse("rules.yaml", []byte(text), rules.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -454,7 +456,7 @@ func TestForParentNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := slices.DeleteFunc(lines(p), func(l string) bool { return !isNamespaceGet(l) })
-	if want := []string{"* core namespaces[a,b,c] get"}; !slices.Equal(got, want) {
+	if want := []string{"* core namespaces[a,b,c,d,e] get"}; !slices.Equal(got, want) {
 		t.Errorf("the namespaces' grants = %q, want %q", got, want)
 	}
 }
