@@ -294,7 +294,10 @@ func (r *Reconciler) upgradeOwnership(ctx context.Context, reader, client dynami
 // Update entry otherwise owns a field kgen applies only where its writer
 // set that value itself, which kgen keeps. The write is conditional on the
 // resourceVersion, read again on a conflict. It returns the object as
-// written (obj when nothing was).
+// written (obj when nothing was). When it fails, the child is owed it
+// (Reconciler.owed): the next reconcile tries again. (A child restored
+// while its parent still exists, with this parent's marks, is not adopted,
+// and keeps the restorer's co-ownership.)
 func (r *Reconciler) takeCoOwned(ctx context.Context, reader, client dynamic.ResourceInterface, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	for try := 0; ; try++ {
 		patch, err := coOwnedPatch(obj)

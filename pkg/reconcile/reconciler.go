@@ -191,6 +191,10 @@ type Reconciler struct {
 	normal *normalized
 	status *statusGuard
 	seen   *seenChildren
+	// owed are the UIDs of adopted children whose fields kgen has yet to
+	// take from other managers (takeCoOwned failed): the next reconcile
+	// of their parent tries again, even when nothing else is to write.
+	owed sync.Map
 }
 
 // New returns a Reconciler.
@@ -328,7 +332,7 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			results[i].reason, results[i].msg = failure(rule, step.ID, "the parent", "set the finalizer on", finalizerErr)
 			continue
 		}
-		if step.Op == OpKeep && step.Live != nil {
+		if _, owed := r.owed.Load(liveUID(step)); step.Op == OpKeep && step.Live != nil && !owed {
 			results[i] = outcome{step: step, live: step.Live, ok: true} // nothing to send
 			continue
 		}
@@ -467,6 +471,14 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	return res, err
 }
 
+// liveUID is the UID of a step's live object; "" when there is none.
+func liveUID(step Step) types.UID {
+	if step.Live == nil {
+		return ""
+	}
+	return step.Live.GetUID()
+}
+
 // waitsForChildren reports whether a child was not rendered because it
 // reads a child (or an object of one) that was not observed.
 func waitsForChildren(r *Rendered) bool {
@@ -566,6 +578,19 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			if createOnly {
 				op = OpKeep // created once, never written again
 			}
+		}
+	}
+	if live != nil {
+		if _, owed := r.owed.Load(live.GetUID()); owed {
+			fresh, err := reader.Get(ctx, live.GetName(), metav1.GetOptions{})
+			if err == nil {
+				_, err = r.takeCoOwned(ctx, reader, client, fresh)
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: take the fields kgen applies of adopted %s from other managers: %v", step.ID, ref, err)
+				return out, fmt.Errorf("take the fields kgen applies of adopted %s from other managers: %w", ref, err)
+			}
+			r.owed.Delete(live.GetUID())
 		}
 	}
 	if op == OpKeep {
@@ -682,11 +707,17 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		return out, wrapFailure(fmt.Errorf("apply %s: %w", ref, err))
 	}
 	if adopted != "" {
-		if applied, err = r.takeCoOwned(ctx, reader, client, applied); err != nil {
-			out.reason, out.msg = failure(rule, step.ID, ref, "take the field ownership of", err)
+		taken, err := r.takeCoOwned(ctx, reader, client, applied)
+		if err != nil {
+			// The child is this parent's now, so the next reconcile
+			// would not adopt it again: it is owed, until done.
+			r.owed.Store(applied.GetUID(), struct{}{})
+			r.wrote(gvr, applied, desired, kind)
+			out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: take the fields kgen applies of adopted %s from other managers: %v", step.ID, ref, err)
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
-			return out, wrapFailure(fmt.Errorf("take the fields kgen applies of adopted %s from other managers: %w", ref, err))
+			return out, fmt.Errorf("take the fields kgen applies of adopted %s from other managers: %w", ref, err)
 		}
+		applied = taken
 	}
 	r.wrote(gvr, applied, desired, kind)
 	out.live, out.ok = applied, true
