@@ -1318,8 +1318,8 @@ var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namesp
 // namespaceGone says whether a namespace does not exist ("does not
 // exist") or is being deleted ("is being deleted"); "" if it exists, or
 // kgen may not read it; known false when the answer tells nothing (a
-// timeout, a 5xx). kgenctl rbac grants get on each namespace a rule is
-// limited to.
+// timeout, a 5xx). kgenctl rbac grants get on each namespace a rule
+// names.
 func (c *Controller) namespaceGone(ns string) (gone string, known bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -486,7 +486,10 @@ func TestStatusUnsyncedCaches(t *testing.T) {
 		// the rule runs in its other namespaces, and says so.
 		{name: "a list is refused in a namespace that is gone", state: progress{Running: true, Synced: true,
 			Unsynced: []controller.UnsyncedCache{{Resource: secrets, Err: refused, NamespaceGone: "does not exist"}}},
-			ready: "True", reason: "Running", want: []string{"the rule runs, but not in namespace ns, which does not exist (/v1, Resource=secrets in ns: ", "no RBAC"}},
+			ready: "True", reason: "Running", want: []string{"the rule runs, but not in namespace ns, which does not exist (/v1, Resource=secrets in ns: ", "no RBAC"}, not: []string{"finalizer"}},
+		{name: "a list is refused in a namespace being deleted", state: progress{Running: true, Synced: true,
+			Unsynced: []controller.UnsyncedCache{{Resource: secrets, Err: refused, NamespaceGone: "is being deleted"}}},
+			ready: "True", reason: "Running", want: []string{"but not in namespace ns, which is being deleted", "parents there that hold kgen's finalizer kgen.dev/cleanup keep it"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

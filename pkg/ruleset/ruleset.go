@@ -28,6 +28,7 @@ import (
 
 	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/pkg/mapper"
+	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
 
@@ -984,6 +985,10 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 			if ns := u.Resource.Namespace; u.NamespaceGone != "" && !slices.Contains(gone, ns) {
 				gone = append(gone, ns)
 				msg += fmt.Sprintf(", but not in namespace %s, which %s (%s: %v)", ns, u.NamespaceGone, u.Resource, u.Err)
+				if u.NamespaceGone == "is being deleted" {
+					// kgen cannot find them there to release them.
+					msg += "; parents there that hold kgen's finalizer " + reconcile.Finalizer + " keep it until kgen may list them again, or someone removes it"
+				}
 			}
 		}
 		if st.RecordError != "" {
