@@ -401,6 +401,53 @@ func TestHelmNamespaceDeleted(t *testing.T) {
 	}
 }
 
+// TestHelmUpgradeWhileANamespaceTerminates: a namespace a rule names is
+// being deleted, held Terminating by another controller's finalizer, and
+// the namespace controller has deleted kgen's Role there already. helm
+// upgrade leaves that Role out, rather than failing on it (the API server
+// refuses to create anything in a namespace being deleted), and says so.
+func TestHelmUpgradeWhileANamespaceTerminates(t *testing.T) {
+	ctx := t.Context()
+	chart := filepath.Join(env.root, "charts/kgen")
+	installCRD(t, "examples/webapp/crd.yaml")
+	team, kept, remote, release := newNamespace(t), newNamespace(t), newNamespace(t), newNamespace(t)
+	startPods(t, release)
+	rulesFile := remoteChildRule(t, "teamns", team+", "+kept, remote)
+	helmInstall(t, chart, release, "-f", generateRBACValues(t, rulesFile), "--set-file", "rules.teamns="+rulesFile)
+	held := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: team, Finalizers: []string{"example.com/hold"}}}
+	if _, err := env.kube.CoreV1().ConfigMaps(team).Create(ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = env.kube.CoreV1().ConfigMaps(team).Patch(context.Background(), "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	if err := env.kube.CoreV1().Namespaces().Delete(ctx, team, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, func() (bool, error) {
+		_, err := env.kube.RbacV1().Roles(team).Get(ctx, "kgen", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Errorf("kgen's Role in the namespace being deleted: %v", err)
+	}, "the namespace controller to delete kgen's Role")
+	if ns, err := env.kube.CoreV1().Namespaces().Get(ctx, team, metav1.GetOptions{}); err != nil || ns.DeletionTimestamp == nil {
+		t.Fatalf("namespace %s: %v, %v; want it held Terminating", team, ns, err)
+	}
+
+	out, err := runHelm(t, "upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "3m", "--reuse-values")
+	if err != nil {
+		dumpPods(t, release)
+		t.Fatalf("helm upgrade while a namespace of the rule is being deleted: %v\n%s", err, out)
+	}
+	if want := "Namespaces that rbac.rules.namespaces names are gone, or being deleted: " + team + "."; !strings.Contains(out, want) {
+		t.Errorf("helm upgrade's notes do not say %q:\n%s", want, out)
+	}
+	// The rule runs in its other namespace.
+	create(t, webappGVR, webapp(kept, "shop", 1))
+	t.Cleanup(func() {
+		_, _ = env.dynamic.Resource(webappGVR).Namespace(kept).Patch(context.Background(), "shop", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	waitFor(t, cmGVR, remote, kept+"-shop", nil)
+}
+
 // TestHelmUpgradeRemovesARule: a helm upgrade removes a rule limited to a
 // namespace whose parents hold kgen's finalizer. kgen held patch on them
 // cluster-wide (so a deleted namespace never waits on it) and list in the
