@@ -471,6 +471,15 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	return res, err
 }
 
+// owedFailure is the outcome of a child whose fields kgen could not take
+// from other managers after adopting it (takeCoOwned): not the
+// template's fault, so ApplyFailed.
+func owedFailure(out outcome, ref string, err error) (outcome, error) {
+	err = fmt.Errorf("take the fields kgen applies of adopted %s from other managers: %w", ref, err)
+	out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: %v", out.step.ID, err)
+	return out, err
+}
+
 // liveUID is the UID of a step's live object; "" when there is none.
 func liveUID(step Step) types.UID {
 	if step.Live == nil {
@@ -587,8 +596,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 				_, err = r.takeCoOwned(ctx, reader, client, fresh)
 			}
 			if err != nil && !apierrors.IsNotFound(err) {
-				out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: take the fields kgen applies of adopted %s from other managers: %v", step.ID, ref, err)
-				return out, fmt.Errorf("take the fields kgen applies of adopted %s from other managers: %w", ref, err)
+				return owedFailure(out, ref, err)
 			}
 			r.owed.Delete(live.GetUID())
 		}
@@ -713,9 +721,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			// would not adopt it again: it is owed, until done.
 			r.owed.Store(applied.GetUID(), struct{}{})
 			r.wrote(gvr, applied, desired, kind)
-			out.reason, out.msg = ReasonApplyFailed, fmt.Sprintf("child %s: take the fields kgen applies of adopted %s from other managers: %v", step.ID, ref, err)
+			out, err = owedFailure(out, ref, err)
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, out.reason, out.msg)
-			return out, fmt.Errorf("take the fields kgen applies of adopted %s from other managers: %w", ref, err)
+			return out, err
 		}
 		applied = taken
 	}
