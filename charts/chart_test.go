@@ -324,7 +324,7 @@ func TestTemplateVariants(t *testing.T) {
 			}
 			var pod corev1.Pod
 			convert(t, objs["Pod/kgen-test"], &pod)
-			if want := []string{"check", "--deployment=kgen-system/kgen"}; !slices.Equal(pod.Spec.Containers[0].Args, want) {
+			if want := []string{"check", "--deployment=kgen-system/kgen", "--wait=60s"}; !slices.Equal(pod.Spec.Containers[0].Args, want) {
 				t.Errorf("the test pod runs %q, want %q", pod.Spec.Containers[0].Args, want)
 			}
 		},
@@ -366,7 +366,7 @@ func TestTemplateVariants(t *testing.T) {
 			}
 			var pod corev1.Pod
 			convert(t, objs["Pod/kgen-test"], &pod)
-			if want := []string{"check", "--deployment=kgen-system/kgen"}; !slices.Equal(pod.Spec.Containers[0].Args, want) {
+			if want := []string{"check", "--deployment=kgen-system/kgen", "--wait=60s"}; !slices.Equal(pod.Spec.Containers[0].Args, want) {
 				t.Errorf("the test pod runs %q, want %q", pod.Spec.Containers[0].Args, want)
 			}
 		},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +17,7 @@ import (
 type checkOptions struct {
 	deployment string
 	lease      string
+	wait       time.Duration
 }
 
 func newCheckCmd(out io.Writer) *cobra.Command {
@@ -27,7 +29,10 @@ func newCheckCmd(out io.Writer) *cobra.Command {
 		Long: `Check an installed kgen from the API: its Deployment has an available
 replica and, with --lease, a replica holds the leader-election Lease and has
 renewed it within the Lease's duration. Prints what is fine; exits non-zero
-listing what is not. The Helm chart's 'helm test' runs it.`,
+listing what is not. With --wait it checks again every second, for up to
+that long, while something is not fine (right after a rolling update the
+Lease can be free for a moment, until a standby takes it). The Helm chart's
+'helm test' runs it with --wait=60s.`,
 		Example: `  kgenctl check --deployment kgen-system/kgen --lease kgen-system/kgen`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -38,12 +43,13 @@ listing what is not. The Helm chart's 'helm test' runs it.`,
 	f := cmd.Flags()
 	f.StringVar(&o.deployment, "deployment", "", "NAMESPACE/NAME of kgen's Deployment")
 	f.StringVar(&o.lease, "lease", "", "NAMESPACE/NAME of kgen's leader-election Lease; none without leader election")
+	f.DurationVar(&o.wait, "wait", 0, "how long to check again while something is not fine; 0 checks once")
 	_ = cmd.MarkFlagRequired("deployment")
 	return cmd
 }
 
 func (o *checkOptions) run(ctx context.Context, out io.Writer, kube *kubeFlags) error {
-	cfg := check.Config{}
+	cfg := check.Config{Wait: o.wait}
 	var err error
 	if cfg.Deployment, err = namespacedName("--deployment", o.deployment); err != nil {
 		return err

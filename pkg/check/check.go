@@ -23,14 +23,51 @@ type Config struct {
 	// Now is the clock the Lease's renewal is compared with; time.Now when
 	// nil.
 	Now func() time.Time
+	// Wait, when positive, is how long Run checks again, every Interval,
+	// while something is not fine. Right after a rolling update a check
+	// can fall in a gap that closes by itself: the old leader released
+	// the Lease as it stopped, and a standby takes it at its next retry
+	// (2 s by default).
+	Wait time.Duration
+	// Interval is the time between two checks while waiting; a second
+	// when zero.
+	Interval time.Duration
 }
 
 // Run checks the Deployment and the Lease, and returns a line for each
-// that is fine. The error lists everything that is not.
+// that is fine. The error lists everything that is not, as the last check
+// found it: after cfg.Wait, or when ctx is done.
 func Run(ctx context.Context, kube kubernetes.Interface, cfg Config) ([]string, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	ok, err := runOnce(ctx, kube, cfg)
+	if err == nil || cfg.Wait <= 0 {
+		return ok, err
+	}
+	deadline := time.NewTimer(cfg.Wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ok, err
+		case <-deadline.C:
+			return ok, err
+		case <-tick.C:
+		}
+		if ok, err = runOnce(ctx, kube, cfg); err == nil {
+			return ok, nil
+		}
+	}
+}
+
+// runOnce checks the Deployment and the Lease once.
+func runOnce(ctx context.Context, kube kubernetes.Interface, cfg Config) ([]string, error) {
 	var ok []string
 	var errs []error
 	if line, err := deployment(ctx, kube, cfg.Deployment); err != nil {

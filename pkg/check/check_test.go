@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -93,6 +94,65 @@ func TestRun(t *testing.T) {
 					t.Errorf("error %d = %q, want one containing %q", i, got[i], want)
 				}
 			}
+		})
+	}
+}
+
+// Right after a rolling update the old leader has released the Lease and no
+// standby has taken it yet: with Wait the check looks again and passes once
+// one has; without, or when nobody takes it, it fails with what it saw last.
+func TestRunWaits(t *testing.T) {
+	ref := types.NamespacedName{Namespace: "kgen-system", Name: "kgen"}
+	tests := []struct {
+		name      string
+		wait      time.Duration
+		takenFrom time.Duration // when a standby takes the Lease; 0: never
+		wantErr   string
+		wantTime  time.Duration // how long Run took
+	}{
+		{name: "taken within the wait", wait: time.Minute, takenFrom: 2800 * time.Millisecond, wantTime: 3 * time.Second},
+		{name: "no wait checks once", takenFrom: 3 * time.Second, wantErr: "held by no replica"},
+		{name: "never taken", wait: 10 * time.Second, wantErr: "held by no replica", wantTime: 10 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				kube := fake.NewClientset(newDeployment(2, 2))
+				free := newLease("", 0)
+				free.Spec.RenewTime = &metav1.MicroTime{Time: start}
+				if _, err := kube.CoordinationV1().Leases(ref.Namespace).Create(context.Background(), free, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if tt.takenFrom > 0 {
+					go func() {
+						time.Sleep(tt.takenFrom)
+						taken := newLease("kgen-new_1", 0)
+						taken.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+						if _, err := kube.CoordinationV1().Leases(ref.Namespace).Update(context.Background(), taken, metav1.UpdateOptions{}); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				ok, err := Run(context.Background(), kube, Config{Deployment: ref, Lease: ref, Wait: tt.wait})
+				if took := time.Since(start); took != tt.wantTime {
+					t.Errorf("Run took %s, want %s", took, tt.wantTime)
+				}
+				if tt.wantErr == "" {
+					if err != nil {
+						t.Fatalf("Run: %v", err)
+					}
+					if want := "lease kgen-system/kgen is held by kgen-new_1, renewed 0s ago"; !slices.Contains(ok, want) {
+						t.Errorf("ok = %q, want it to hold %q", ok, want)
+					}
+					return
+				}
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("Run: %v, want an error containing %q", err, tt.wantErr)
+				}
+				synctest.Wait() // the standby's goroutine, if any, ends in the bubble
+				time.Sleep(tt.takenFrom)
+			})
 		})
 	}
 }
