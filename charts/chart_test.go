@@ -478,8 +478,38 @@ func TestTemplateVariants(t *testing.T) {
 			for _, o := range decode(t, out) {
 				objs[o.GetKind()+"/"+o.GetName()] = o
 			}
+			for _, o := range objs {
+				if o.GetKind() == "Deployment" {
+					checkWriters(t, o)
+				}
+			}
 			tt.check(t, objs)
 		})
+	}
+}
+
+// checkWriters checks the Deployment's kgen.dev/writers annotation
+// against its container: it names exactly the container's arguments that
+// tell how replicas agree on who writes. An upgrade compares those of the
+// running Deployment with the annotation's (kgen.staleWriters), so a flag
+// the annotation missed would let old and new pods write together.
+func checkWriters(t *testing.T, o *unstructured.Unstructured) {
+	t.Helper()
+	var d appsv1.Deployment
+	convert(t, o, &d)
+	annotated := strings.Fields(d.Annotations["kgen.dev/writers"])
+	var have []string
+	for _, arg := range d.Spec.Template.Spec.Containers[0].Args {
+		for _, prefix := range []string{"--leader-elect=", "--leader-elect-namespace=", "--leader-elect-id=", "--shards"} {
+			if strings.HasPrefix(arg, prefix) {
+				have = append(have, arg)
+			}
+		}
+	}
+	slices.Sort(annotated)
+	slices.Sort(have)
+	if len(annotated) == 0 || !slices.Equal(annotated, have) {
+		t.Errorf("kgen.dev/writers names %q, but the container's writer arguments are %q", annotated, have)
 	}
 }
 

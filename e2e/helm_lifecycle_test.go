@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -637,4 +638,142 @@ func auditOfPods(t *testing.T, user string, since time.Time) []podAuditEvent {
 	return readAudit(t, func(e podAuditEvent) bool {
 		return e.Stage == "ResponseComplete" && e.User.Username == user && !e.StageTimestamp.Before(since)
 	})
+}
+
+// An upgrade that changes how kgen's replicas agree on who writes (leader
+// election turned on, another Lease, sharding on, and back) has one writer
+// per object throughout: old and new pods do not see each other's Leases,
+// so the chart's pre-upgrade hook stops the old ones first. From one
+// replica without leader election to two with it, the Deployment
+// controller would even scale the old pods (no leader election) up to two
+// before it rolls. No child is deleted or recreated.
+func TestHelmUpgradeChangesWriters(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t)
+	chart := filepath.Join(env.root, "charts/kgen")
+	release, kubelet, values := helmInstallWebApp(t, chart, ns, "--set", "replicaCount=1", "--set", "leaderElection.enabled=false")
+	create(t, webappGVR, webapp(ns, "busy", 1))
+	waitFor(t, cmGVR, ns, "busy-config", nil)
+	before := childUIDs(t, ns)
+
+	var changes atomic.Int64 // image i is nginx:1.(100+i)
+	steps := []struct {
+		name string
+		set  []string
+	}{
+		{"leader election on, two replicas", nil},
+		{"another Lease", []string{"--set", "leaderElection.leaseName=kgen-other"}},
+		{"sharding instead of leader election", []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false"}},
+		{"back to leader election", nil},
+	}
+	for _, step := range steps {
+		start := time.Now()
+		stop := make(chan struct{})
+		halt := sync.OnceFunc(func() { close(stop) })
+		var wg sync.WaitGroup
+		var lastImage atomic.Value
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				image := fmt.Sprintf("nginx:1.%d", 100+changes.Load())
+				patch := fmt.Appendf(nil, `{"spec":{"image":%q}}`, image)
+				if _, err := env.dynamic.Resource(webappGVR).Namespace(ns).Patch(context.Background(), "busy", types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+					changes.Add(1)
+					lastImage.Store(image)
+				}
+			}
+		})
+		out, err := runHelm(t, append(append([]string{"upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "5m"}, values...), step.set...)...)
+		if err != nil {
+			halt()
+			wg.Wait()
+			dumpPods(t, release)
+			t.Fatalf("%s: helm upgrade: %v\n%s\n%s", step.name, err, out, kubelet.outputs())
+		}
+		stopped := 0
+		for _, e := range auditOfPods(t, "system:serviceaccount:"+release+":kgen-stop", start) {
+			if e.Verb == "update" && e.ObjectRef.Subresource == "scale" && e.ResponseStatus.Code == 200 {
+				stopped++
+			}
+		}
+		if stopped == 0 {
+			t.Errorf("%s: the pre-upgrade hook did not scale kgen to 0", step.name)
+		}
+		// The new pods follow a change made after they started.
+		after := 100 + changes.Load()
+		waitFor(t, cmGVR, ns, "busy-config", func(o *unstructured.Unstructured) error {
+			image, _, _ := unstructured.NestedString(o.Object, "data", "image")
+			var i int64
+			if _, err := fmt.Sscanf(image, "nginx:1.%d", &i); err != nil || i < after {
+				return fmt.Errorf("image %q, want nginx:1.%d or later", image, after)
+			}
+			return nil
+		})
+		halt()
+		wg.Wait()
+		waitFor(t, cmGVR, ns, "busy-config", func(o *unstructured.Unstructured) error { return expect(o, lastImage.Load().(string), "data", "image") })
+		checkOneWriterPerObject(t, step.name, release, start)
+	}
+	if _, err := env.kube.BatchV1().Jobs(release).Get(ctx, "kgen-stop", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the stop hook's Job is left after it succeeded: %v", err)
+	}
+	for name, uid := range childUIDs(t, ns) {
+		if before[name] != uid {
+			t.Errorf("child %s is %s, was %s: recreated", name, uid, before[name])
+		}
+	}
+}
+
+// checkOneWriterPerObject fails the test when two of kgen's pods wrote one
+// object at the same time since start: for each object, the span of each
+// pod's writes (from its first request received to its last answered)
+// must not overlap another pod's.
+func checkOneWriterPerObject(t *testing.T, step, release string, start time.Time) {
+	t.Helper()
+	type span struct {
+		pod         string
+		first, last time.Time
+		writes      int
+	}
+	objects := map[string]map[string]*span{}
+	for _, e := range auditOfPods(t, "system:serviceaccount:"+release+":kgen", start) {
+		if !isWrite(e.Verb) || e.ObjectRef.Resource == "leases" || e.ObjectRef.Resource == "events" || e.ResponseStatus.Code >= 300 {
+			continue
+		}
+		key := strings.Join([]string{e.ObjectRef.Resource, e.ObjectRef.Subresource, e.ObjectRef.Namespace, e.ObjectRef.Name}, "/")
+		if objects[key] == nil {
+			objects[key] = map[string]*span{}
+		}
+		s := objects[key][e.pod()]
+		if s == nil {
+			s = &span{pod: e.pod(), first: e.RequestReceivedTimestamp, last: e.StageTimestamp}
+			objects[key][e.pod()] = s
+		}
+		s.writes++
+		s.first = minTime(s.first, e.RequestReceivedTimestamp)
+		s.last = maxTime(s.last, e.StageTimestamp)
+	}
+	pods := map[string]int{}
+	for key, spans := range objects {
+		var ordered []*span
+		for _, s := range spans {
+			ordered = append(ordered, s)
+			pods[s.pod] += s.writes
+		}
+		sort.Slice(ordered, func(i, j int) bool { return ordered[i].first.Before(ordered[j].first) })
+		for i := 1; i < len(ordered); i++ {
+			if prev, s := ordered[i-1], ordered[i]; !s.first.After(prev.last) {
+				t.Errorf("%s: pods %s (%d writes until %s) and %s (%d from %s) wrote %s at the same time", step,
+					prev.pod, prev.writes, prev.last.Format("15:04:05.000"), s.pod, s.writes, s.first.Format("15:04:05.000"), key)
+			}
+		}
+	}
+	t.Logf("%s: writes by pod %v, to %d objects", step, pods, len(objects))
+	if len(pods) < 2 {
+		t.Errorf("%s: %d pods wrote; the handover was not exercised", step, len(pods))
+	}
 }

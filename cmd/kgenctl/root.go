@@ -29,6 +29,7 @@ informers and keeps the children equal to the templates with server-side apply.`
 		newRBACCmd(out),
 		newRenderCmd(out),
 		newRunCmd(errOut),
+		newStopCmd(out),
 		newValidateCmd(out),
 		newVersionCmd(out),
 	)

@@ -61,6 +61,69 @@ named kgen, the name every kgen used before it could be chosen.
 {{- end }}
 
 {{/*
+kgen.writerArgs is, as a JSON list, the arguments of kgen's container that
+tell how its replicas agree on who writes: leader election and its Lease,
+or sharding. Replicas whose writer arguments differ do not see each
+other's Leases, so they must never run together: kgen.staleWriters finds
+the Deployments of the release that run others. The Deployment carries
+them in its annotation kgen.dev/writers; the chart's tests check that its
+container has each of them.
+*/}}
+{{- define "kgen.writerArgs" -}}
+{{- $args := list (printf "--leader-elect=%t" .Values.leaderElection.enabled) }}
+{{- if .Values.leaderElection.enabled }}
+{{- $args = concat $args (list (printf "--leader-elect-namespace=%s" .Release.Namespace) (printf "--leader-elect-id=%s" (include "kgen.leaseName" .))) }}
+{{- end }}
+{{- if .Values.sharding.enabled }}
+{{- $args = concat $args (list "--shards" (printf "--leader-elect-namespace=%s" .Release.Namespace)) }}
+{{- end }}
+{{- toJson $args }}
+{{- end }}
+
+{{/*
+kgen.staleWriters is, as a JSON list, the names of the release's
+Deployments (Helm's lookup, at an upgrade; none under helm template) that
+must stop before the new pods start: one of another name (it is removed
+only after the new one is made), or one whose kgen container runs with
+other writer arguments (kgen.writerArgs), such as leader election turned
+on or off, another Lease, or sharding turned on or off. Across such a
+change old and new pods would not see each other's Lease, and a rolling
+update would have both writing; the Deployment controller even scales a
+Deployment without leader election up to the new replica count before it
+rolls. A pre-upgrade hook stops them (kgenctl stop).
+*/}}
+{{- define "kgen.staleWriters" -}}
+{{- $stale := list }}
+{{- $fullname := include "kgen.fullname" . }}
+{{- $want := include "kgen.writerArgs" . | fromJsonArray | sortAlpha }}
+{{- $prefixes := list "--leader-elect=" "--leader-elect-namespace=" "--leader-elect-id=" "--shards" }}
+{{- with lookup "apps/v1" "Deployment" .Release.Namespace "" }}
+{{- range .items }}
+{{- $labels := .metadata.labels | default dict }}
+{{- if and (eq (index $labels "app.kubernetes.io/instance" | default "") $.Release.Name) (eq (index $labels "app.kubernetes.io/name" | default "") (include "kgen.name" $)) }}
+{{- $have := list }}
+{{- range .spec.template.spec.containers }}
+{{- if eq .name "kgen" }}
+{{- range .args | default list }}
+{{- $arg := . }}
+{{- range $prefixes }}
+{{- if hasPrefix . $arg }}
+{{- $have = append $have $arg }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if or (ne .metadata.name $fullname) (ne (toJson (sortAlpha $have)) (toJson $want)) }}
+{{- $stale = append $stale .metadata.name }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $stale }}
+{{- end }}
+
+{{/*
 The labels of the pods of hooks and tests: the release's, without
 app.kubernetes.io/name, so that the Deployment's selector, its Service and
 its PodDisruptionBudget never count them as kgen's replicas (the cleanup
