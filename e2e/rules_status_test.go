@@ -13,6 +13,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -652,5 +653,46 @@ func TestRuleConflictResolved(t *testing.T) {
 	})
 	if c := conditionOf(get(t, ruleGVR, "", "conflict-new"), "Ready"); strings.Contains(fmt.Sprint(c["message"]), "previous") {
 		t.Errorf("Ready = %v, which speaks of a previous version that never ran", c)
+	}
+}
+
+// A Rule that overlaps a running one, rejected for it, stays rejected
+// across a restart of kgen, although its name sorts first: the running
+// rule keeps its parents and its children, and a new version of it still
+// runs while the rejected Rule exists.
+func TestRuleConflictSurvivesARestart(t *testing.T) {
+	const group = "conflictrestart.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	first := startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, gadgetRuleDoc("web", group, "Gadget", ns, configChild("one")))
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	child := waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "one", "data", "value") })
+	waitRuleStatus(t, "web", readyIs("True", "Running", "the rule runs"))
+	// Renders another object, so that it would prune web's if it ran.
+	applyRule(t, gadgetRuleDoc("aaa", group, "Gadget", ns, strings.Replace(configChild("aaa"), "${parent.metadata.name}", "${parent.metadata.name}-aaa", 1)))
+	rejected := func(o *unstructured.Unstructured) error {
+		if c := conditionOf(o, "Accepted"); c == nil || c["status"] != "False" || !strings.Contains(fmt.Sprint(c["message"]), "web") {
+			return fmt.Errorf("Accepted = %v, want False naming web", c)
+		}
+		return nil
+	}
+	waitRuleStatus(t, "aaa", rejected)
+
+	first.stop()
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	// A new version of web lands while aaa exists.
+	applyRule(t, gadgetRuleDoc("web", group, "Gadget", ns, configChild("two")))
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
+		if o.GetUID() != child.GetUID() {
+			return fmt.Errorf("the child was recreated: uid %s, was %s", o.GetUID(), child.GetUID())
+		}
+		return expect(o, "two", "data", "value")
+	})
+	waitRuleStatus(t, "web", readyIs("True", "Running", "the rule runs"))
+	waitRuleStatus(t, "aaa", rejected)
+	if _, err := env.dynamic.Resource(cmGVR).Namespace(ns).Get(t.Context(), "g-aaa", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the rejected rule aaa made its child g-aaa: %v", err)
 	}
 }

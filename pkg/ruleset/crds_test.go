@@ -128,6 +128,7 @@ func newObjectSet(t *testing.T) *Set {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.loaded.Store(true) // as once the first list of Rule objects is observed
 	return s
 }
 
@@ -340,6 +341,7 @@ func TestSetTypeChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.loaded.Store(true) // as once the first list of Rule objects is observed
 	first := s.Rules()[0]
 	if err := s.Admit(ctx, first); err != nil {
 		t.Fatalf("Admit() = %v for a rule that fits", err)
@@ -440,6 +442,7 @@ func TestStatusRecordError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.loaded.Store(true) // as once the first list of Rule objects is observed
 	obj := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.image")), &obj.Object); err != nil {
 		t.Fatal(err)
@@ -497,6 +500,7 @@ func TestStatusUnsyncedCaches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			s.loaded.Store(true) // as once the first list of Rule objects is observed
 			obj := &unstructured.Unstructured{}
 			if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.image")), &obj.Object); err != nil {
 				t.Fatal(err)
@@ -544,6 +548,7 @@ func TestSetRecheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.loaded.Store(true) // as once the first list of Rule objects is observed
 	obj := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.image")), &obj.Object); err != nil {
 		t.Fatal(err)
@@ -716,6 +721,7 @@ func TestStatusConflictResolved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.loaded.Store(true) // as once the first list of Rule objects is observed
 	ruleObject := func(name, uid string) *unstructured.Unstructured {
 		obj := &unstructured.Unstructured{}
 		// Both watch the namespace "team".

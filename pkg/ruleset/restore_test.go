@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"kgen.dev/kgen/pkg/controller"
+	"kgen.dev/kgen/rules"
 )
 
 // A Rule object's status records the version kgen runs (status.running),
@@ -215,5 +216,62 @@ func TestRunningRecordsTheVersionThatRuns(t *testing.T) {
 	s.cfg.Progress = progress{Running: true, Synced: true}
 	if gen, _, _ := unstructured.NestedInt64(status(), "running", "generation"); gen != 2 {
 		t.Errorf("status.running.generation = %d once generation 2 runs", gen)
+	}
+}
+
+// Rule web ran (its status records its latest version) and aaa, which may
+// select the same parents and sorts first by name, was rejected for it. At
+// a restart web keeps running and aaa is rejected again: aaa never ran, so
+// it must not take web's parents and prune web's children. And a new
+// version of web runs although it conflicts with aaa, which runs nowhere.
+func TestRunningRuleWinsAConflictAtStart(t *testing.T) {
+	ctx := context.Background()
+	var handed [][]string // the names of each set handed to Apply
+	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs:     &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
+		Progress: progress{Running: true, Synced: true}, Apply: func(set []*rules.Rule) {
+			var names []string
+			for _, r := range set {
+				names = append(names, r.Name)
+			}
+			handed = append(handed, names)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := ruleObject(t, ruleDoc("web", "parent.spec.image"), "uid-web", 3, nil)
+	web.Object["status"] = map[string]any{"running": map[string]any{"generation": int64(3), "spec": web.Object["spec"]}}
+	b := ruleObject(t, strings.Replace(ruleDoc("aaa", "parent.spec.image"), "namespaces: [aaa]", "namespaces: [web]", 1), "uid-b", 1, nil)
+	// As the informer's first list hands them over, one by one: nothing
+	// is applied before the last is observed.
+	for _, o := range []*unstructured.Unstructured{b, web} {
+		if s.observe(ctx, o, false) {
+			s.recompute(ctx)
+		}
+	}
+	s.loaded.Store(true)
+	s.recompute(ctx)
+	if want := [][]string{{"web"}}; fmt.Sprint(handed) != fmt.Sprint(want) {
+		t.Errorf("the sets handed to Apply at start: %q, want %q", handed, want)
+	}
+	runs := func(name string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.applied[name] != nil
+	}
+	if !runs("web") || runs("aaa") {
+		t.Fatalf("after a restart web runs: %t, aaa runs: %t; want web, which ran before, and not aaa", runs("web"), runs("aaa"))
+	}
+	// A new version of web (generation 4, not recorded yet) conflicts
+	// with aaa too: web's runs, aaa does not.
+	web4 := ruleObject(t, ruleDoc("web", "parent.metadata.name"), "uid-web", 4, nil)
+	web4.Object["status"] = web.Object["status"]
+	s.observe(ctx, web4, false)
+	s.recompute(ctx)
+	s.mu.Lock()
+	running, want := s.applied["web"], s.objects["web"].rule
+	s.mu.Unlock()
+	if running != want || runs("aaa") {
+		t.Errorf("the new version of web runs: %t, aaa runs: %t; want only web's new version", running == want, runs("aaa"))
 	}
 }

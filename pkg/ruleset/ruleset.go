@@ -417,7 +417,9 @@ func (s *Set) watchObjects(ctx context.Context) {
 				logger.Info("Waiting for Rule objects to be served", "reason", err.Error())
 				waiting = true
 			}
-			s.loaded.Store(true) // there are none to read
+			if !s.loaded.Swap(true) { // there are none to read
+				s.recompute(ctx) // a file change read meanwhile
+			}
 			// The next try asks discovery again (the mapper does on a
 			// miss), or KindsChanged says the Rule CRD may be served.
 			select {
@@ -478,6 +480,13 @@ func ranBefore(o *object) bool {
 	return found
 }
 
+// runsRecorded tells whether a Rule object's status records its latest
+// version as the one kgen runs (status.running at its generation).
+func runsRecorded(o *object) bool {
+	gen, found, _ := unstructured.NestedInt64(o.obj.Object, "status", "running", "generation")
+	return found && gen == o.obj.GetGeneration()
+}
+
 // KindsChanged is told that the kinds of an API group may have changed
 // (see mapper.Watcher): Set looks for the Rule kind again at once if it
 // waits for it.
@@ -526,6 +535,7 @@ func (s *Set) runInformer(ctx context.Context) {
 			// The handler has seen every object of the first list.
 			if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 				s.loaded.Store(true)
+				s.recompute(ctx) // the first set with every Rule object
 			}
 		}()
 	}
@@ -752,26 +762,42 @@ func describe(err error, u *unstructured.Unstructured) error {
 
 // recompute builds the set from the files and the objects, checks it as a
 // whole, and hands it to Apply if it changed. A rule whose new version
-// conflicts with the others keeps its previous version.
+// conflicts with the others keeps its previous version. It does nothing
+// until every Rule object of the first list is observed (Loaded): with
+// only some of them, a Rule that conflicts with one not seen yet would
+// run, and prune what the other made (an audit saw that at a restart).
 func (s *Set) recompute(ctx context.Context) {
+	if !s.Loaded() {
+		return
+	}
 	s.mu.Lock()
 	candidates, fromFile := s.candidatesLocked()
 	for _, o := range s.objects {
 		o.conflict = nil // found again below while it lasts
 	}
-	// Rules that did not change come first, so a conflict is blamed on
-	// the new version, which then does not run.
-	ran := func(r *rules.Rule) bool {
+	// A conflict is blamed on the later rule of a pair, so the rules come
+	// in three tiers: the versions that run (at start: that a Rule
+	// object's status records as running), then new versions of rules
+	// that run or ran before, then rules that never ran. A new version
+	// that conflicts with a running one then does not run, and a rule
+	// that never ran, rejected for a conflict, is rejected again after a
+	// restart and never blocks a new version of the rule that runs.
+	tier := func(r *rules.Rule) int {
 		o := s.objects[r.Name]
-		return s.applied[r.Name] == r || o != nil && o.restored == r && !fromFile[r.Name]
+		if o != nil && fromFile[r.Name] {
+			o = nil // a file's rule: only what Apply was handed counts
+		}
+		switch {
+		case s.applied[r.Name] == r || o != nil && (o.restored == r || o.rule == r && runsRecorded(o)):
+			return 0
+		case s.applied[r.Name] != nil || o != nil && ranBefore(o):
+			return 1
+		}
+		return 2
 	}
 	slices.SortStableFunc(candidates, func(a, b *rules.Rule) int {
-		ca, cb := ran(a), ran(b)
-		switch {
-		case ca && !cb:
-			return -1
-		case cb && !ca:
-			return 1
+		if ta, tb := tier(a), tier(b); ta != tb {
+			return ta - tb
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
