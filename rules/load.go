@@ -121,7 +121,9 @@ func expand(path string) ([]string, error) {
 			// rules, holds symlinks to its files.
 			info, err := os.Stat(file)
 			if err != nil {
-				return nil, err
+				// Named here: the caller reports the path it was given.
+				target, _ := os.Readlink(file)
+				return nil, fmt.Errorf("%s is a symlink to %q, which cannot be read: %v", e.Name(), target, withoutPath(err))
 			}
 			mode = info.Mode()
 		}

@@ -520,6 +520,25 @@ func TestLoadConfigMapVolume(t *testing.T) {
 	}
 }
 
+// A symlink to a file that is gone (the kubelet leaves one for a moment
+// when a key leaves the ConfigMap) is named in the error, not the
+// directory, which exists.
+func TestFilesDanglingSymlink(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/gone.yaml", filepath.Join(dir, "gone.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	for name, files := range map[string]func([]string) ([]string, error){"Files": Files, "FilesOrNone": FilesOrNone} {
+		_, err := files([]string{dir})
+		if want := dir + `: gone.yaml is a symlink to "..data/gone.yaml", which cannot be read: no such file or directory`; err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %s", name, err, want)
+		}
+	}
+}
+
 func TestParsedRule(t *testing.T) {
 	doc := `apiVersion: kgen.dev/v1alpha1
 kind: Rule
