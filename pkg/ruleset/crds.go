@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,6 +64,10 @@ type CRDs struct {
 	mu sync.Mutex
 	// applied are the rule versions whose CRD was applied.
 	applied map[*rules.Rule]bool
+	// failed are the rule versions whose last apply of their CRD failed:
+	// Prepare answers with that error, without asking the API server,
+	// until the backoff ends.
+	failed map[*rules.Rule]applyFailure
 	// logged are the problems reading schemas that were logged: each
 	// once.
 	logged map[string]bool
@@ -96,10 +101,28 @@ func (e *TypeError) Error() string {
 // Unwrap returns the rule's errors.
 func (e *TypeError) Unwrap() error { return e.Err }
 
+// applyFailure is a failed apply of a rule version's CRD.
+type applyFailure struct {
+	err   error
+	tries int
+	next  time.Time // when to apply again
+}
+
+// The backoff of a CRD apply that failed: from FirstApplyBackoff, doubled
+// at every failure, up to MaxApplyBackoff. A CRD the API server refuses
+// (its scope cannot change) stays refused until the rule or the CRD
+// changes; a new version of the rule is tried at once.
+const (
+	FirstApplyBackoff = 5 * time.Second
+	MaxApplyBackoff   = 5 * time.Minute
+)
+
 // Prepare applies the CRD of a rule with spec.parent.schema, with
 // server-side apply (field manager kgen), when Manage is set: once per
 // version of the rule, and again while its kind is not served (an apply
-// that changes nothing costs the server no write). It fits
+// that changes nothing costs the server no write). An apply that failed
+// is tried again with backoff (FirstApplyBackoff, doubled up to
+// MaxApplyBackoff); meanwhile Prepare returns its error. It fits
 // controller.Config.Prepare.
 func (c *CRDs) Prepare(ctx context.Context, rule *rules.Rule) error {
 	if !c.Manage || rule.Parent.Schema == nil {
@@ -107,7 +130,11 @@ func (c *CRDs) Prepare(ctx context.Context, rule *rules.Rule) error {
 	}
 	c.mu.Lock()
 	applied := c.applied[rule]
+	failed, hasFailed := c.failed[rule]
 	c.mu.Unlock()
+	if hasFailed && time.Now().Before(failed.next) {
+		return failed.err
+	}
 	if applied {
 		if _, err := c.Resources.ResourceFor(rule.Parent.GroupVersionKind); err == nil {
 			return nil
@@ -118,13 +145,23 @@ func (c *CRDs) Prepare(ctx context.Context, rule *rules.Rule) error {
 		return err
 	}
 	if _, err := c.Client.Resource(CRDGVR).Apply(ctx, crd.GetName(), crd, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-		return fmt.Errorf("apply CustomResourceDefinition %s of the rule's parent kind (--manage-crds): %w", crd.GetName(), err)
+		err = fmt.Errorf("apply CustomResourceDefinition %s of the rule's parent kind (--manage-crds): %w", crd.GetName(), err)
+		tries := failed.tries + 1
+		wait := min(FirstApplyBackoff<<min(tries-1, 16), MaxApplyBackoff)
+		c.mu.Lock()
+		if c.failed == nil {
+			c.failed = map[*rules.Rule]applyFailure{}
+		}
+		c.failed[rule] = applyFailure{err: err, tries: tries, next: time.Now().Add(wait)}
+		c.mu.Unlock()
+		return err
 	}
 	c.mu.Lock()
 	if c.applied == nil {
 		c.applied = map[*rules.Rule]bool{}
 	}
 	c.applied[rule] = true
+	delete(c.failed, rule)
 	c.mu.Unlock()
 	if !applied {
 		klog.FromContext(ctx).Info("Applied the CustomResourceDefinition of the rule's parent kind", "rule", rule.Name, "crd", crd.GetName())
@@ -143,6 +180,11 @@ func (c *CRDs) Forget(set []*rules.Rule) {
 	for r := range c.applied {
 		if !keep[r] {
 			delete(c.applied, r)
+		}
+	}
+	for r := range c.failed {
+		if !keep[r] {
+			delete(c.failed, r)
 		}
 	}
 }

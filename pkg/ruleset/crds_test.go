@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/openapi/openapitest"
 	clienttesting "k8s.io/client-go/testing"
@@ -763,4 +766,58 @@ func TestStatusConflictResolved(t *testing.T) {
 	if ready["status"] != "True" || ready["message"] != "the rule runs" {
 		t.Errorf("Ready = %v, want True, the rule runs", ready)
 	}
+}
+
+// A CRD the API server refuses (a scope that cannot change) is applied
+// again with backoff, not at every try to start the rule; meanwhile the
+// rule waits with the same error. A new version of the rule is applied at
+// once, and one that succeeds ends the backoff.
+func TestCRDsPrepareBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client := fakeClient()
+		var applies []time.Duration
+		refuse := true
+		start := time.Now()
+		client.PrependReactor("patch", "customresourcedefinitions", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			applies = append(applies, time.Since(start))
+			if refuse {
+				return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}, "apps.example.com",
+					field.ErrorList{field.Invalid(field.NewPath("spec", "scope"), "Cluster", "field is immutable")})
+			}
+			obj := &unstructured.Unstructured{}
+			err := obj.UnmarshalJSON(a.(clienttesting.PatchAction).GetPatch())
+			return true, obj, err
+		})
+		c := &CRDs{Client: client, Resources: served{}, Manage: true}
+		withSchema := func(field string) *rules.Rule {
+			doc := strings.Replace(ruleDoc("r", "parent.spec.image"), "namespaces: [r]}", "namespaces: [r], schema: {image: string, "+field+": integer}}", 1)
+			rs, err := rules.Parse("rules.yaml", []byte(doc), rules.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rs[0]
+		}
+		rule := withSchema("replicas")
+		// The controller tries a waiting rule every 5 s: for 5 minutes.
+		for range 60 {
+			if err := c.Prepare(context.Background(), rule); err == nil || !strings.Contains(err.Error(), "field is immutable") {
+				t.Fatalf("Prepare: %v, want the API server's refusal", err)
+			}
+			time.Sleep(5 * time.Second)
+		}
+		want := []time.Duration{0, 5 * time.Second, 15 * time.Second, 35 * time.Second, 75 * time.Second, 155 * time.Second}
+		if fmt.Sprint(applies) != fmt.Sprint(want) {
+			t.Errorf("applied at %v, want %v", applies, want)
+		}
+		// A new version is applied at once.
+		refuse = false
+		applies = nil
+		start = time.Now()
+		if err := c.Prepare(context.Background(), withSchema("size")); err != nil {
+			t.Fatalf("Prepare of a new version: %v", err)
+		}
+		if len(applies) != 1 {
+			t.Errorf("a new version of the rule applied %d times, want 1 at once", len(applies))
+		}
+	})
 }
