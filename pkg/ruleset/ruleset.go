@@ -115,7 +115,10 @@ type Set struct {
 	// served (see Loaded).
 	loaded atomic.Bool
 
-	mu sync.Mutex
+	// applyMu makes recompute one at a time, from reading the rules to
+	// handing the set to Apply.
+	applyMu sync.Mutex
+	mu      sync.Mutex
 	// files holds, per rules file, what it held last time it was valid.
 	files map[string]fileVersion
 	// fileErr is the last problem of the files, if any, and its text.
@@ -171,6 +174,11 @@ type object struct {
 	// restore): it ran before, so a conflict at start is blamed on the
 	// other rule, as for a rule that runs.
 	restored *rules.Rule
+	// recorded is the version the status records as running when it is
+	// not rule, the latest valid version, and none runs yet (kgen
+	// started after the object changed): it runs if rule conflicts with
+	// another rule, as the previous version does while kgen runs.
+	recorded *rules.Rule
 }
 
 // version is a Rule object's spec at one generation.
@@ -551,6 +559,7 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 	o := s.objects[name]
 	same := o != nil && o.obj.GetGeneration() == u.GetGeneration() && o.obj.GetUID() == u.GetUID()
 	known := o != nil && o.rule != nil && o.obj.GetUID() == u.GetUID()
+	runs := s.applied[name] != nil
 	s.mu.Unlock()
 	var rule, restored *rules.Rule
 	var ran version
@@ -562,6 +571,10 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 			err = s.checkTypes(ctx, rule)
 		}
 		if err != nil && !known {
+			restored, ran = s.restore(ctx, u)
+		} else if err == nil && !known && !runs && !runsRecorded(&object{obj: u}) {
+			// The recorded version, if any, is the fallback should the
+			// latest conflict with another rule.
 			restored, ran = s.restore(ctx, u)
 		}
 	}
@@ -598,6 +611,11 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 		return false
 	}
 	o.rule, o.restored, o.err = rule, nil, nil
+	if restored != nil {
+		o.recorded, o.versions[restored] = restored, ran
+	} else if known {
+		o.recorded = nil // a new version while kgen runs: the one that runs is the fallback
+	}
 	spec, _ := u.Object["spec"].(map[string]any)
 	o.versions[rule] = version{generation: u.GetGeneration(), spec: runtime.DeepCopyJSON(spec)}
 	klog.FromContext(ctx).Info("Rule object changed", "rule", name, "generation", u.GetGeneration())
@@ -762,16 +780,19 @@ func describe(err error, u *unstructured.Unstructured) error {
 
 // recompute builds the set from the files and the objects, checks it as a
 // whole, and hands it to Apply if it changed. A rule whose new version
-// conflicts with the others keeps its previous version. It does nothing
-// until every Rule object of the first list is observed (Loaded): with
-// only some of them, a Rule that conflicts with one not seen yet would
-// run, and prune what the other made (an audit saw that at a restart).
+// conflicts with the others keeps its previous version. Until every Rule
+// object of the first list is observed (Loaded), only the files' rules
+// are candidates: with some of the objects, a Rule that conflicts with
+// one not seen yet would run, and prune what the other made (an audit saw
+// that at a restart); a file's change still lands while the Rule objects
+// cannot be listed.
 func (s *Set) recompute(ctx context.Context) {
-	if !s.Loaded() {
-		return
-	}
+	// One at a time, up to Apply: sets are handed over in the order they
+	// were computed, so the controller runs the last one.
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
 	s.mu.Lock()
-	candidates, fromFile := s.candidatesLocked()
+	candidates, fromFile := s.candidatesLocked(s.Loaded())
 	for _, o := range s.objects {
 		o.conflict = nil // found again below while it lasts
 	}
@@ -788,7 +809,7 @@ func (s *Set) recompute(ctx context.Context) {
 			o = nil // a file's rule: only what Apply was handed counts
 		}
 		switch {
-		case s.applied[r.Name] == r || o != nil && (o.restored == r || o.rule == r && runsRecorded(o)):
+		case s.applied[r.Name] == r || o != nil && (o.restored == r || o.recorded == r || o.rule == r && runsRecorded(o)):
 			return 0
 		case s.applied[r.Name] != nil || o != nil && ranBefore(o):
 			return 1
@@ -820,6 +841,9 @@ func (s *Set) recompute(ctx context.Context) {
 		}
 		if prev := s.applied[bad]; prev != nil && prev != rejected {
 			candidates = append([]*rules.Rule{prev}, candidates...)
+		} else if o := s.objects[bad]; prev == nil && o != nil && !fromFile[bad] && o.recorded != nil && o.recorded != rejected {
+			// At start: the version that ran before kgen stopped.
+			candidates = append([]*rules.Rule{o.recorded}, candidates...)
 		}
 	}
 	next := map[string]*rules.Rule{}
@@ -835,9 +859,12 @@ func (s *Set) recompute(ctx context.Context) {
 	s.applied, s.fromFile = next, fromFile
 	for name, o := range s.objects {
 		for r := range o.versions {
-			if r != o.rule && r != next[name] {
+			if r != o.rule && r != next[name] && r != o.recorded {
 				delete(o.versions, r)
 			}
+		}
+		if next[name] != nil && next[name] != o.recorded {
+			o.recorded = nil // another version runs now
 		}
 	}
 	for r := range s.fileTypeErrs {
@@ -855,7 +882,10 @@ func (s *Set) recompute(ctx context.Context) {
 
 // candidatesLocked returns every rule that may run: the valid versions of
 // the files' rules, and of the objects a file does not shadow.
-func (s *Set) candidatesLocked() ([]*rules.Rule, map[string]bool) {
+// Until every Rule object of the first list is observed (objects false),
+// only the files' rules are candidates: a Rule seen before one it
+// conflicts with would run, and prune what the other made.
+func (s *Set) candidatesLocked(objects bool) ([]*rules.Rule, map[string]bool) {
 	var out []*rules.Rule
 	fromFile := map[string]bool{}
 	paths := make([]string, 0, len(s.files))
@@ -875,7 +905,7 @@ func (s *Set) candidatesLocked() ([]*rules.Rule, map[string]bool) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if o := s.objects[n]; o.rule != nil && !fromFile[n] {
+		if o := s.objects[n]; objects && o.rule != nil && !fromFile[n] {
 			out = append(out, o.rule)
 		}
 	}
