@@ -2,6 +2,8 @@ package rules
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/google/cel-go/common/types"
@@ -9,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"kgen.dev/kgen/pkg/kinds"
 )
@@ -163,4 +166,68 @@ func Plural(s string) string {
 		return s[:len(s)-1] + "ies"
 	}
 	return s + "s"
+}
+
+// CheckCRDs checks a set of rules whose parent kinds' CRDs kgen makes
+// (kgenctl run --manage-crds, kgenctl crd): one CRD serves a kind, so two
+// rules that describe one kind with spec.parent.schema must build the
+// same CRD. Otherwise each would apply its own in turn, the last would
+// win, and the other rule's parents would be refused the fields its schema
+// promised. An error names the later rule of a pair, in the order given.
+// Without --manage-crds the schema only types the rule's expressions, and
+// two rules may describe one kind differently.
+func CheckCRDs(rules []*Rule) ErrorList {
+	var errs ErrorList
+	type described struct {
+		rule *Rule
+		crd  map[string]any
+	}
+	first := map[schema.GroupKind]described{}
+	for _, r := range rules {
+		if r.Parent.Schema == nil {
+			continue
+		}
+		crd, err := r.CRD()
+		if err != nil {
+			continue // an error where the CRD is made
+		}
+		gk := r.Parent.GroupVersionKind.GroupKind()
+		normalized := sortedRequired(crd.Object).(map[string]any)
+		f, ok := first[gk]
+		if !ok {
+			first[gk] = described{r, normalized}
+			continue
+		}
+		if !reflect.DeepEqual(f.crd, normalized) {
+			errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "spec.parent.schema",
+				Err: fmt.Errorf("rule %q (%s) describes %s too, with another CustomResourceDefinition (its schema, version, scope or status fields differ): one CRD serves the kind, so describe it alike in both rules, or in one only", f.rule.Name, f.rule.Pos, gk)})
+		}
+	}
+	return errs
+}
+
+// sortedRequired returns a copy of a JSON value with every "required"
+// list of names sorted: their order does not change what a schema means.
+func sortedRequired(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			if names, ok := e.([]any); ok && k == "required" {
+				sorted := slices.Clone(names)
+				slices.SortFunc(sorted, func(a, b any) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+				out[k] = sorted
+				continue
+			}
+			out[k] = sortedRequired(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = sortedRequired(e)
+		}
+		return out
+	}
+	return v
 }

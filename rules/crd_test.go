@@ -93,3 +93,44 @@ func TestPlural(t *testing.T) {
 		}
 	}
 }
+
+// With --manage-crds, two rules of one parent kind must describe it alike:
+// one CRD serves it. The order of required fields does not matter, and a
+// rule that does not describe the kind is no conflict.
+func TestCheckCRDs(t *testing.T) {
+	described := func(name, namespace, schema string) string {
+		return strings.Replace(strings.Replace(header, "name: r}", "name: "+name+"}", 1), "kind: App}", "kind: App, namespaces: ["+namespace+"], schema: "+schema+"}", 1) + "  - id: a\n" + cm("a")
+	}
+	tests := []struct {
+		name string
+		docs []string
+		want []string
+	}{{
+		name: "another schema",
+		docs: []string{described("r", "a", "{f1: string}"), described("s", "b", "{f2: string}")},
+		want: []string{`rules.yaml:13:1: rule "s": spec.parent.schema: rule "r" (rules.yaml:1:1) describes App.example.com too, with another CustomResourceDefinition (its schema, version, scope or status fields differ): one CRD serves the kind, so describe it alike in both rules, or in one only`},
+	}, {
+		name: "alike, and one that does not describe it",
+		docs: []string{described("r", "a", "{f1: string}"), described("s", "b", "{f1: string}"),
+			strings.Replace(strings.Replace(header, "name: r}", "name: t}", 1), "kind: App}", "kind: App, namespaces: [c]}", 1) + "  - id: a\n" + cm("a")},
+	}, {
+		name: "required fields in another order",
+		docs: []string{described("r", "a", `{x: "string | required=true", y: "string | required=true"}`),
+			described("s", "b", `{y: "string | required=true", x: "string | required=true"}`)},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			loaded, err := Parse("rules.yaml", []byte(strings.Join(tt.docs, "---\n")), Options{})
+			if err != nil {
+				t.Fatalf("Parse: %v (the rules are valid without --manage-crds)", err)
+			}
+			var got []string
+			for _, e := range CheckCRDs(loaded) {
+				got = append(got, e.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("CheckCRDs:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}

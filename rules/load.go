@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -178,7 +177,6 @@ func uniqueNames(rules []*Rule) ErrorList {
 func uniqueParents(rules []*Rule) ErrorList {
 	var errs ErrorList
 	seen := map[schema.GroupKind][]*Rule{}
-	described := map[schema.GroupKind]*Rule{} // the first rule with spec.parent.schema
 	names := map[string]bool{}
 	for _, r := range rules {
 		if names[r.Name] {
@@ -194,31 +192,12 @@ func uniqueParents(rules []*Rule) ErrorList {
 			}
 		}
 		seen[gk] = append(seen[gk], r)
-		if r.Parent.Schema != nil {
-			if f := described[gk]; f == nil {
-				described[gk] = r
-			} else if !sameCRD(f, r) {
-				// One CRD serves the kind: kgenctl run --manage-crds would
-				// apply each rule's in turn, and the last one would win.
-				errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "spec.parent.schema",
-					Err: fmt.Errorf("rule %q (%s) describes %s too, with another CustomResourceDefinition (its schema, version, scope or status fields differ): one CRD serves the kind, so describe it alike in both rules, or in one only", f.Name, f.Pos, gk)})
-			}
-		}
 		if _, builtin := kinds.Builtin(gk); builtin && len(r.Status) > 0 {
 			errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "spec.status",
 				Err: fmt.Errorf("%s is a built-in kind: its status belongs to Kubernetes, so a rule cannot add status fields to it", gk)})
 		}
 	}
 	return errs
-}
-
-// sameCRD reports whether two rules that describe their parent kind build
-// the same CustomResourceDefinition; one that cannot be built is reported
-// where it is built.
-func sameCRD(a, b *Rule) bool {
-	ca, errA := a.CRD()
-	cb, errB := b.CRD()
-	return errA != nil || errB != nil || reflect.DeepEqual(ca.Object, cb.Object)
 }
 
 // mayOverlap reports whether two parents of one kind may select one object.

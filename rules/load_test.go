@@ -76,18 +76,6 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`rules.yaml:13:1: rule "s": spec.parent: rule "r" (rules.yaml:1:1) may select the same App.example.com objects: give the rules disjoint namespaces, or selectors with different values of one label`},
 		},
 		{
-			name: "two rules describe one parent kind differently",
-			yaml: strings.Replace(header, "kind: App}", "kind: App, namespaces: [a], schema: {f1: string}}", 1) + "  - id: a\n" + cm("a") + "---\n" +
-				strings.Replace(strings.Replace(header, "name: r}", "name: s}", 1), "kind: App}", "kind: App, namespaces: [b], schema: {f2: string}}", 1) + "  - id: a\n" + cm("a"),
-			want: []string{`rules.yaml:13:1: rule "s": spec.parent.schema: rule "r" (rules.yaml:1:1) describes App.example.com too, with another CustomResourceDefinition (its schema, version, scope or status fields differ): one CRD serves the kind, so describe it alike in both rules, or in one only`},
-		},
-		{
-			name: "two rules describe one parent kind alike, or one does",
-			yaml: strings.Replace(header, "kind: App}", "kind: App, namespaces: [a], schema: {f1: string}}", 1) + "  - id: a\n" + cm("a") + "---\n" +
-				strings.Replace(strings.Replace(header, "name: r}", "name: s}", 1), "kind: App}", "kind: App, namespaces: [b], schema: {f1: string}}", 1) + "  - id: a\n" + cm("a") + "---\n" +
-				strings.Replace(strings.Replace(header, "name: r}", "name: t}", 1), "kind: App}", "kind: App, namespaces: [c]}", 1) + "  - id: a\n" + cm("a"),
-		},
-		{
 			name: "status fields on a built-in parent",
 			yaml: "apiVersion: kgen.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  parent: {apiVersion: v1, kind: Namespace}\n  children:\n  - id: a\n    template: {apiVersion: v1, kind: Secret, metadata: {name: a, namespace: x}}\n  status: {x: \"${parent.metadata.name}\"}\n",
 			want: []string{`rules.yaml:1:1: rule "r": spec.status: Namespace is a built-in kind: its status belongs to Kubernetes, so a rule cannot add status fields to it`},

@@ -51,6 +51,9 @@ func (o *crdOptions) run(out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if errs := rules.CheckCRDs(loaded); len(errs) > 0 {
+		return errs
+	}
 	var crds []unstructured.Unstructured
 	for _, r := range loaded {
 		if r.Parent.Schema == nil {

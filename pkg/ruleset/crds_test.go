@@ -821,3 +821,34 @@ func TestCRDsPrepareBacksOff(t *testing.T) {
 		}
 	})
 }
+
+// With --manage-crds, two Rule objects that describe one parent kind with
+// different schemas conflict: the later does not run, and says why.
+// Without it, both run (the schema only types their expressions).
+func TestManagedCRDsConflict(t *testing.T) {
+	for _, manage := range []bool{true, false} {
+		t.Run(fmt.Sprintf("manage=%t", manage), func(t *testing.T) {
+			ctx := context.Background()
+			s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+				CRDs:     &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps, Manage: manage},
+				Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.loaded.Store(true)
+			for _, r := range []struct{ name, schema string }{{"one", "{image: string}"}, {"two", "{image: string, size: integer}"}} {
+				doc := strings.Replace(ruleDoc(r.name, "parent.spec.image"), "namespaces: ["+r.name+"]}", "namespaces: ["+r.name+"], schema: "+r.schema+"}", 1)
+				s.observe(ctx, ruleObject(t, doc, "uid-"+r.name, 1, nil), false)
+			}
+			s.recompute(ctx)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.applied["one"] == nil || (s.applied["two"] == nil) != manage {
+				t.Errorf("one runs: %t, two runs: %t; want one, and two only without --manage-crds", s.applied["one"] != nil, s.applied["two"] != nil)
+			}
+			if c := s.objects["two"].conflict; manage && (c == nil || !strings.Contains(c.Error(), `rule "one"`)) {
+				t.Errorf("two's conflict: %v, want one naming rule one", c)
+			}
+		})
+	}
+}

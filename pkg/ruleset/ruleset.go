@@ -213,6 +213,11 @@ func New(cfg Config) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.CRDs != nil && cfg.CRDs.Manage {
+		if errs := rules.CheckCRDs(loaded); len(errs) > 0 {
+			return nil, errs
+		}
+	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -824,6 +829,9 @@ func (s *Set) recompute(ctx context.Context) {
 	})
 	for {
 		errs := rules.CheckSet(candidates)
+		if s.cfg.CRDs != nil && s.cfg.CRDs.Manage {
+			errs = append(errs, rules.CheckCRDs(candidates)...)
+		}
 		if len(errs) == 0 {
 			break
 		}
