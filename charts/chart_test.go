@@ -24,6 +24,7 @@ import (
 
 	"kgen.dev/kgen/internal/golden"
 	"kgen.dev/kgen/internal/manifest"
+	"kgen.dev/kgen/pkg/cleanup"
 	"kgen.dev/kgen/rules"
 )
 
@@ -156,8 +157,11 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 		case "Job":
 			var job batchv1.Job
 			convert(t, o, &job)
-			if hook != "pre-delete" || !strings.Contains(o.GetAnnotations()["helm.sh/hook-delete-policy"], "hook-succeeded") {
-				t.Errorf("Job %s is not a pre-delete hook deleted once it succeeded: %v", o.GetName(), o.GetAnnotations())
+			// The cleanup before an uninstall, and the stop of writers
+			// that would run beside the new ones before an upgrade or a
+			// rollback (see checkWriters).
+			if hook != "pre-delete" && hook != "pre-upgrade,pre-rollback" || !strings.Contains(o.GetAnnotations()["helm.sh/hook-delete-policy"], "hook-succeeded") {
+				t.Errorf("Job %s is not a pre-delete, or pre-upgrade and pre-rollback, hook deleted once it succeeded: %v", o.GetName(), o.GetAnnotations())
 			}
 			checkRestricted(t, "Job "+o.GetName(), &job.Spec.Template.Spec)
 			hookPods["Job "+o.GetName()] = job.Spec.Template.Labels
@@ -311,6 +315,14 @@ func TestTemplateVariants(t *testing.T) {
 		args  []string
 		check func(t *testing.T, objs map[string]*unstructured.Unstructured)
 	}{{
+		name: "a writer flag in extraArgs is one of the writer arguments",
+		args: []string{"--set-json", `controller.extraArgs=["--leader-elect-id=custom","--v=3"]`},
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			if got := objs["Deployment/kgen"].GetAnnotations()["kgen.dev/writers"]; !strings.Contains(got, "--leader-elect-id=custom") || strings.Contains(got, "--v=3") {
+				t.Errorf("kgen.dev/writers = %q, want --leader-elect-id=custom and not --v=3", got)
+			}
+		},
+	}, {
 		name: "one replica without leader election is recreated, never rolled",
 		args: []string{"--set", "replicaCount=1", "--set", "leaderElection.enabled=false"},
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
@@ -480,7 +492,7 @@ func TestTemplateVariants(t *testing.T) {
 			}
 			for _, o := range objs {
 				if o.GetKind() == "Deployment" {
-					checkWriters(t, o)
+					checkWriters(t, o, objs["Job/"+o.GetName()+"-stop"])
 				}
 			}
 			tt.check(t, objs)
@@ -490,17 +502,26 @@ func TestTemplateVariants(t *testing.T) {
 
 // checkWriters checks the Deployment's kgen.dev/writers annotation
 // against its container: it names exactly the container's arguments that
-// tell how replicas agree on who writes. An upgrade compares those of the
-// running Deployment with the annotation's (kgen.staleWriters), so a flag
-// the annotation missed would let old and new pods write together.
-func checkWriters(t *testing.T, o *unstructured.Unstructured) {
+// tell how replicas agree on who writes, as kgenctl stop finds them
+// (cleanup.WriterFlags). The pre-upgrade hook passes the same list to
+// kgenctl stop, which compares it with the running Deployment's, so a flag
+// missed here would stop kgen at every upgrade, or not when it must.
+func checkWriters(t *testing.T, o, stopJob *unstructured.Unstructured) {
 	t.Helper()
 	var d appsv1.Deployment
 	convert(t, o, &d)
+	var job batchv1.Job
+	if stopJob == nil {
+		t.Fatalf("no stop hook Job for Deployment %s", d.Name)
+	}
+	convert(t, stopJob, &job)
+	if want := "--unless-writers=" + d.Annotations["kgen.dev/writers"]; !slices.Contains(job.Spec.Template.Spec.Containers[0].Args, want) {
+		t.Errorf("the stop hook runs %q, want %q", job.Spec.Template.Spec.Containers[0].Args, want)
+	}
 	annotated := strings.Fields(d.Annotations["kgen.dev/writers"])
 	var have []string
 	for _, arg := range d.Spec.Template.Spec.Containers[0].Args {
-		for _, prefix := range []string{"--leader-elect=", "--leader-elect-namespace=", "--leader-elect-id=", "--shards"} {
+		for _, prefix := range cleanup.WriterFlags {
 			if strings.HasPrefix(arg, prefix) {
 				have = append(have, arg)
 			}

@@ -641,12 +641,14 @@ func auditOfPods(t *testing.T, user string, since time.Time) []podAuditEvent {
 }
 
 // An upgrade that changes how kgen's replicas agree on who writes (leader
-// election turned on, another Lease, sharding on, and back) has one writer
-// per object throughout: old and new pods do not see each other's Leases,
-// so the chart's pre-upgrade hook stops the old ones first. From one
+// election turned on, another Lease, sharding on, and back), and a
+// rollback across such a change, have one writer per object throughout:
+// old and new pods do not see each other's Leases, so the chart's
+// pre-upgrade and pre-rollback hook stops the old ones first. From one
 // replica without leader election to two with it, the Deployment
 // controller would even scale the old pods (no leader election) up to two
-// before it rolls. No child is deleted or recreated.
+// before it rolls. An upgrade that changes none of that stops nothing. No
+// child is deleted or recreated.
 func TestHelmUpgradeChangesWriters(t *testing.T) {
 	ctx := t.Context()
 	ns := newNamespace(t)
@@ -656,15 +658,21 @@ func TestHelmUpgradeChangesWriters(t *testing.T) {
 	waitFor(t, cmGVR, ns, "busy-config", nil)
 	before := childUIDs(t, ns)
 
+	upgrade := func(set ...string) []string {
+		return append(append([]string{"upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "5m"}, values...), set...)
+	}
 	var changes atomic.Int64 // image i is nginx:1.(100+i)
 	steps := []struct {
-		name string
-		set  []string
+		name  string
+		helm  []string
+		stops bool // whether the hook stops the running kgen
 	}{
-		{"leader election on, two replicas", nil},
-		{"another Lease", []string{"--set", "leaderElection.leaseName=kgen-other"}},
-		{"sharding instead of leader election", []string{"--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false"}},
-		{"back to leader election", nil},
+		{"leader election on, two replicas", upgrade(), true},                                                                             // revision 2
+		{"a rollout that keeps the writers", upgrade("--set-string", "podAnnotations.example\\.com/rollout=1"), false},                    // 3
+		{"another Lease", upgrade("--set", "leaderElection.leaseName=kgen-other"), true},                                                  // 4
+		{"sharding instead of leader election", upgrade("--set", "sharding.enabled=true", "--set", "leaderElection.enabled=false"), true}, // 5
+		{"back to leader election", upgrade(), true},                                                                                      // 6
+		{"rollback to sharding", []string{"rollback", "kgen", "5", "--namespace", release, "--wait", "--timeout", "5m"}, true},
 	}
 	for _, step := range steps {
 		start := time.Now()
@@ -687,12 +695,12 @@ func TestHelmUpgradeChangesWriters(t *testing.T) {
 				}
 			}
 		})
-		out, err := runHelm(t, append(append([]string{"upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "5m"}, values...), step.set...)...)
+		out, err := runHelm(t, step.helm...)
 		if err != nil {
 			halt()
 			wg.Wait()
 			dumpPods(t, release)
-			t.Fatalf("%s: helm upgrade: %v\n%s\n%s", step.name, err, out, kubelet.outputs())
+			t.Fatalf("%s: helm %s: %v\n%s\n%s", step.name, step.helm[0], err, out, kubelet.outputs())
 		}
 		stopped := 0
 		for _, e := range auditOfPods(t, "system:serviceaccount:"+release+":kgen-stop", start) {
@@ -700,8 +708,8 @@ func TestHelmUpgradeChangesWriters(t *testing.T) {
 				stopped++
 			}
 		}
-		if stopped == 0 {
-			t.Errorf("%s: the pre-upgrade hook did not scale kgen to 0", step.name)
+		if (stopped > 0) != step.stops {
+			t.Errorf("%s: the hook scaled kgen to 0 %d times, want it to stop kgen: %t", step.name, stopped, step.stops)
 		}
 		// The new pods follow a change made after they started.
 		after := 100 + changes.Load()

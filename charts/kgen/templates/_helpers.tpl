@@ -63,11 +63,13 @@ named kgen, the name every kgen used before it could be chosen.
 {{/*
 kgen.writerArgs is, as a JSON list, the arguments of kgen's container that
 tell how its replicas agree on who writes: leader election and its Lease,
-or sharding. Replicas whose writer arguments differ do not see each
-other's Leases, so they must never run together: kgen.staleWriters finds
-the Deployments of the release that run others. The Deployment carries
-them in its annotation kgen.dev/writers; the chart's tests check that its
-container has each of them.
+or sharding, and any such flag in controller.extraArgs (the prefixes of
+kgenctl's cleanup.WriterFlags). Replicas whose writer arguments differ do
+not see each other's Leases, so they must never run together: the
+pre-upgrade and pre-rollback hook (stop-job.yaml) stops the release's pods
+that run with others. The Deployment carries them in its annotation
+kgen.dev/writers; the chart's tests check that its container has exactly
+these.
 */}}
 {{- define "kgen.writerArgs" -}}
 {{- $args := list (printf "--leader-elect=%t" .Values.leaderElection.enabled) }}
@@ -77,50 +79,14 @@ container has each of them.
 {{- if .Values.sharding.enabled }}
 {{- $args = concat $args (list "--shards" (printf "--leader-elect-namespace=%s" .Release.Namespace)) }}
 {{- end }}
+{{- range $arg := .Values.controller.extraArgs | default list }}
+{{- range list "--leader-elect=" "--leader-elect-namespace=" "--leader-elect-id=" "--shards" }}
+{{- if hasPrefix . (toString $arg) }}
+{{- $args = append $args (toString $arg) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- toJson $args }}
-{{- end }}
-
-{{/*
-kgen.staleWriters is, as a JSON list, the names of the release's
-Deployments (Helm's lookup, at an upgrade; none under helm template) that
-must stop before the new pods start: one of another name (it is removed
-only after the new one is made), or one whose kgen container runs with
-other writer arguments (kgen.writerArgs), such as leader election turned
-on or off, another Lease, or sharding turned on or off. Across such a
-change old and new pods would not see each other's Lease, and a rolling
-update would have both writing; the Deployment controller even scales a
-Deployment without leader election up to the new replica count before it
-rolls. A pre-upgrade hook stops them (kgenctl stop).
-*/}}
-{{- define "kgen.staleWriters" -}}
-{{- $stale := list }}
-{{- $fullname := include "kgen.fullname" . }}
-{{- $want := include "kgen.writerArgs" . | fromJsonArray | sortAlpha }}
-{{- $prefixes := list "--leader-elect=" "--leader-elect-namespace=" "--leader-elect-id=" "--shards" }}
-{{- with lookup "apps/v1" "Deployment" .Release.Namespace "" }}
-{{- range .items }}
-{{- $labels := .metadata.labels | default dict }}
-{{- if and (eq (index $labels "app.kubernetes.io/instance" | default "") $.Release.Name) (eq (index $labels "app.kubernetes.io/name" | default "") (include "kgen.name" $)) }}
-{{- $have := list }}
-{{- range .spec.template.spec.containers }}
-{{- if eq .name "kgen" }}
-{{- range .args | default list }}
-{{- $arg := . }}
-{{- range $prefixes }}
-{{- if hasPrefix . $arg }}
-{{- $have = append $have $arg }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- if or (ne .metadata.name $fullname) (ne (toJson (sortAlpha $have)) (toJson $want)) }}
-{{- $stale = append $stale .metadata.name }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- toJson $stale }}
 {{- end }}
 
 {{/*
