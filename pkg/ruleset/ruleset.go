@@ -165,8 +165,8 @@ type object struct {
 	// at writtenT: only changes are written.
 	written, counts string
 	writtenT        time.Time
-	// versions hold, for rule and for the version of it that runs, the
-	// spec and generation they were read from, which the status keeps
+	// versions hold, for rule, for the version of it that runs, and for
+	// recorded, the spec and generation they were read from, which the status keeps
 	// (status.running) so that kgen restarted while the latest version
 	// is invalid runs the one it ran before (see restore).
 	versions map[*rules.Rule]version
@@ -430,7 +430,10 @@ func (s *Set) watchObjects(ctx context.Context) {
 				logger.Info("Waiting for Rule objects to be served", "reason", err.Error())
 				waiting = true
 			}
-			if !s.loaded.Swap(true) { // there are none to read
+			// Not served: there are none to read. Discovery that fails
+			// (ErrUnavailable) says nothing of that: the objects may be
+			// there, and are read whole first (see recompute).
+			if errors.Is(err, mapper.ErrNotFound) && !s.loaded.Swap(true) {
 				s.recompute(ctx) // a file change read meanwhile
 			}
 			// The next try asks discovery again (the mapper does on a
@@ -821,12 +824,13 @@ func (s *Set) recompute(ctx context.Context) {
 		}
 		return 2
 	}
-	slices.SortStableFunc(candidates, func(a, b *rules.Rule) int {
+	order := func(a, b *rules.Rule) int {
 		if ta, tb := tier(a), tier(b); ta != tb {
 			return ta - tb
 		}
 		return strings.Compare(a.Name, b.Name)
-	})
+	}
+	slices.SortStableFunc(candidates, order)
 	for {
 		errs := rules.CheckSet(candidates)
 		if s.cfg.CRDs != nil && s.cfg.CRDs.Manage {
@@ -842,16 +846,25 @@ func (s *Set) recompute(ctx context.Context) {
 		}
 		rejected := candidates[i]
 		candidates = slices.Delete(candidates, i, i+1)
+		// Its version that runs (or, at start, ran before kgen stopped)
+		// takes its place, in its tier: it still yields to a rule of the
+		// first tier that comes before it, as it did when it ran.
+		var instead *rules.Rule
+		if prev := s.applied[bad]; prev != nil && prev != rejected {
+			instead = prev
+		} else if o := s.objects[bad]; prev == nil && o != nil && !fromFile[bad] && o.recorded != nil && o.recorded != rejected {
+			instead = o.recorded
+		}
 		if o := s.objects[bad]; o != nil && !fromFile[bad] {
 			o.conflict = errors.New(strings.TrimPrefix(errs[0].Error(), errs[0].Pos.String()+": "))
-		} else {
+		} else if instead != nil {
 			klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; its previous version keeps running", "rule", bad)
+		} else {
+			klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; it does not run", "rule", bad)
 		}
-		if prev := s.applied[bad]; prev != nil && prev != rejected {
-			candidates = append([]*rules.Rule{prev}, candidates...)
-		} else if o := s.objects[bad]; prev == nil && o != nil && !fromFile[bad] && o.recorded != nil && o.recorded != rejected {
-			// At start: the version that ran before kgen stopped.
-			candidates = append([]*rules.Rule{o.recorded}, candidates...)
+		if instead != nil {
+			i, _ := slices.BinarySearchFunc(candidates, instead, order)
+			candidates = slices.Insert(candidates, i, instead)
 		}
 	}
 	next := map[string]*rules.Rule{}
