@@ -680,6 +680,16 @@ func TestTemplateErrors(t *testing.T) {
 			want: "--profiling in controller.extraArgs needs metrics.secure",
 		},
 		{
+			name: "a Lease in two arguments of extraArgs",
+			args: []string{"--set", "controller.extraArgs[0]=--leader-elect-id", "--set", "controller.extraArgs[1]=other"},
+			want: "controller.extraArgs holds --leader-elect-id without =VALUE: write --leader-elect-id=VALUE as one argument",
+		},
+		{
+			name: "a bare --leader-elect in extraArgs",
+			args: []string{"--set", "leaderElection.enabled=false", "--set", "controller.extraArgs[0]=--leader-elect"},
+			want: "controller.extraArgs holds --leader-elect without =VALUE",
+		},
+		{
 			name: "a metrics certificate without secure metrics",
 			args: []string{"--set", "metrics.secure=false", "--set", "metrics.certSecret=tls"},
 			want: "metrics.certSecret needs metrics.secure",

@@ -64,7 +64,9 @@ named kgen, the name every kgen used before it could be chosen.
 kgen.writerArgs is, as a JSON list, the arguments of kgen's container that
 tell how its replicas agree on who writes: leader election and its Lease,
 or sharding, and any such flag in controller.extraArgs (the prefixes of
-kgenctl's cleanup.WriterFlags). Replicas whose writer arguments differ do
+kgenctl's cleanup.WriterFlags; one in two arguments, "--leader-elect-id"
+"NAME", or a bare "--leader-elect", is refused: the hook compares
+arguments one by one). Replicas whose writer arguments differ do
 not see each other's Leases, so they must never run together: the
 pre-upgrade and pre-rollback hook (stop-job.yaml) stops the release's pods
 that run with others. The Deployment carries them in its annotation
@@ -80,6 +82,9 @@ these.
 {{- $args = concat $args (list "--shards" (printf "--leader-elect-namespace=%s" .Release.Namespace)) }}
 {{- end }}
 {{- range $arg := .Values.controller.extraArgs | default list }}
+{{- if has (toString $arg) (list "--leader-elect" "--leader-elect-namespace" "--leader-elect-id") }}
+{{- fail (printf "controller.extraArgs holds %s without =VALUE: write %s=VALUE as one argument (or use leaderElection.enabled), so that the upgrade hook can tell when the replicas' Lease changes" $arg $arg) }}
+{{- end }}
 {{- range list "--leader-elect=" "--leader-elect-namespace=" "--leader-elect-id=" "--shards" }}
 {{- if hasPrefix . (toString $arg) }}
 {{- $args = append $args (toString $arg) }}
