@@ -342,10 +342,10 @@ func (e *explainer) children(ctx context.Context) error {
 		return err
 	}
 	inputs, err := e.inputs(ctx)
-	if err != nil {
-		return err
+	var plan *reconcile.Plan
+	if err == nil {
+		plan, err = reconcile.MakePlan(e.rule, e.parent, observed, inputs, e.scope, e.judge)
 	}
-	plan, err := reconcile.MakePlan(e.rule, e.parent, observed, inputs, e.scope, e.judge)
 	if err != nil {
 		if !errors.Is(err, reconcile.ErrInvalid) {
 			return err
@@ -719,7 +719,8 @@ func (e *explainer) inputs(ctx context.Context) (map[string][]*unstructured.Unst
 	}
 	refs, err := e.rule.InputRefs(e.parent, e.scope)
 	if err != nil {
-		return nil, fmt.Errorf("rule %s: %w", e.rule.Name, err)
+		// The rule cannot render this parent, as the controller says.
+		return nil, &reconcile.RenderError{Rule: e.rule.Name, Err: err}
 	}
 	out := map[string][]*unstructured.Unstructured{}
 	for _, ref := range refs {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -677,5 +678,33 @@ func TestExplainNamesRemovedFields(t *testing.T) {
 		if c.ID == "deployment" && !slices.Contains(c.Differences, "spec.template.spec.containers[name=old]") {
 			t.Errorf("deployment differences = %q, want the removed container too", c.Differences)
 		}
+	}
+}
+
+// An input whose name does not evaluate for the parent is the rule's error
+// for it, as the controller reports it: the tree is still shown.
+func TestExplainInputNameError(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile("testdata/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = bytes.Replace(data, []byte("name: webapp-defaults"), []byte(`name: "${parent.spec.defaults}"`), 1)
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := newConfig(t, shopCluster(t)...)
+	if cfg.Rules, err = rules.Load([]string{filepath.Join(dir, "rules.yaml")}, rules.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "webapp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(report.RenderError, "spec.inputs[0].name: ${parent.spec.defaults}: no such key: defaults") {
+		t.Errorf("renderError = %q", report.RenderError)
+	}
+	if len(report.Children) == 0 {
+		t.Error("no children shown")
 	}
 }

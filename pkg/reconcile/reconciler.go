@@ -266,13 +266,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping ma
 		return r.finalize(ctx, rule, mapping, parent, observed)
 	}
 	var inputs map[string][]*unstructured.Unstructured
+	var plan *Plan
+	var err error
 	if r.cfg.Inputs != nil && len(rule.Inputs) > 0 {
-		var err error
-		if inputs, err = r.cfg.Inputs.Inputs(rule, parent); err != nil {
-			return Result{}, err
-		}
+		// An input's name or namespace that does not evaluate for this
+		// parent is invalid as a child's template is (ErrInvalid).
+		inputs, err = r.cfg.Inputs.Inputs(rule, parent)
 	}
-	plan, err := MakePlan(rule, parent, observed, inputs, r.scope, r.judge)
+	if err == nil {
+		plan, err = MakePlan(rule, parent, observed, inputs, r.scope, r.judge)
+	}
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
 			r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonInvalid, err.Error())

@@ -1925,3 +1925,51 @@ spec:
 		t.Errorf("Ready = %v, want %s", c, ReasonInvalid)
 	}
 }
+
+// refInputs reads inputs as the controller does: their names are evaluated
+// with the parent (an expression that fails is the rule's error for this
+// parent, a RenderError), and none of them exists.
+type refInputs struct{}
+
+func (refInputs) Inputs(rule *rules.Rule, parent *unstructured.Unstructured) (map[string][]*unstructured.Unstructured, error) {
+	if _, err := rule.InputRefs(parent, namespacedKinds{}); err != nil {
+		return nil, &RenderError{Rule: rule.Name, Err: err}
+	}
+	return map[string][]*unstructured.Unstructured{}, nil
+}
+
+type namespacedKinds struct{}
+
+func (namespacedKinds) Namespaced(schema.GroupVersionKind) (bool, error) { return true, nil }
+
+// An input whose name does not evaluate for a parent (a field the parent
+// lacks) is on the parent's Ready condition and in an event, and is not
+// retried until the parent or the rule changes, as a child's template that
+// does not evaluate: an audit saw such a parent keep no status and be
+// retried for as long as kgen ran.
+func TestInputNameDoesNotEvaluate(t *testing.T) {
+	rule := strings.Replace(appRule, "  children:\n", `  inputs:
+  - {id: shared, apiVersion: v1, kind: ConfigMap, name: "${parent.spec.inputName}"}
+  children:
+`, 1)
+	h := newHarness(t, rule, func(c *Config) { c.Inputs = refInputs{} })
+	_, err := h.reconcile(appParent(nil))
+	if !errors.Is(err, ErrTerminal) {
+		t.Fatalf("err = %v, want a terminal error", err)
+	}
+	c := h.ready()
+	if c["reason"] != ReasonInvalid || !strings.Contains(fmt.Sprint(c["message"]), "spec.inputs[0].name") {
+		t.Errorf("Ready = %v, want reason %s naming spec.inputs[0].name", c, ReasonInvalid)
+	}
+	if events := h.drain(); len(events) != 1 || !strings.Contains(events[0], "Warning "+ReasonInvalid) {
+		t.Errorf("events = %q, want one Warning %s", events, ReasonInvalid)
+	}
+	// Fixed by the parent: the rule's children are made.
+	_, err = h.reconcile(h.setSpec(map[string]any{"inputName": "shared"}))
+	if err != nil {
+		t.Fatalf("after the parent gained spec.inputName: %v", err)
+	}
+	if h.api.get(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "team", "web-config") == nil {
+		t.Error("no ConfigMap once the input's name evaluates")
+	}
+}
