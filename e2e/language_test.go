@@ -274,6 +274,15 @@ func TestLanguageInputs(t *testing.T) {
 	configMap(shared, "cm-c", "3", nil)
 	waitFor(t, cmGVR, ns1, "c-out", outIs("3", "x1"))
 	waitReason(t, gvr, ns1, "c", reconcile.ReasonReady)
+
+	// A parent without the field an input's name reads: its rule cannot
+	// render it, and it says so (it had no status at all, and was
+	// retried for as long as kgen ran); given the field, it converges.
+	create(t, gvr, gadget(group, ns1, "d", map[string]any{}))
+	waitReason(t, gvr, ns1, "d", reconcile.ReasonInvalid, "spec.inputs[0].name", "no such key: config")
+	patchSpec(t, gvr, ns1, "d", map[string]any{"config": "cm-c"})
+	waitFor(t, cmGVR, ns1, "d-out", outIs("3", "x1"))
+	waitReason(t, gvr, ns1, "d", reconcile.ReasonReady)
 }
 
 // Scenario (sections 8 and 11): an input in the parent's own namespace
