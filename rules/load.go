@@ -187,7 +187,7 @@ func uniqueParents(rules []*Rule) ErrorList {
 		for _, f := range seen[gk] {
 			if mayOverlap(f.Parent, r.Parent) {
 				errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "spec.parent",
-					Err: fmt.Errorf("rule %q (%s) may select the same %s objects: give the rules disjoint namespaces, or selectors with different values of one label", f.Name, f.Pos, gk)})
+					Err: fmt.Errorf("rule %q (%s) may select the same %s objects: give the rules disjoint namespaces, or selectors that no object matches both of (different values of one label, or a label one requires and the other excludes)", f.Name, f.Pos, gk)})
 				break
 			}
 		}
@@ -205,14 +205,90 @@ func mayOverlap(a, b Parent) bool {
 	if len(a.Namespaces) > 0 && len(b.Namespaces) > 0 && !slices.ContainsFunc(a.Namespaces, func(ns string) bool { return slices.Contains(b.Namespaces, ns) }) {
 		return false
 	}
-	if a.LabelSelector != nil && b.LabelSelector != nil {
-		for k, v := range a.LabelSelector.MatchLabels {
-			if w, ok := b.LabelSelector.MatchLabels[k]; ok && w != v {
-				return false
-			}
+	if a.LabelSelector == nil || b.LabelSelector == nil {
+		return true
+	}
+	ca, cb := labelConstraints(a.LabelSelector), labelConstraints(b.LabelSelector)
+	for k, x := range ca {
+		if y, ok := cb[k]; ok && x.excludes(y) {
+			return false
 		}
 	}
 	return true
+}
+
+// labelConstraint is what a selector requires of one label.
+type labelConstraint struct {
+	present, absent bool
+	// allowed is the values it may have (nil: any); excluded the values
+	// it may not.
+	allowed, excluded map[string]bool
+}
+
+// labelConstraints returns what a valid selector requires of each label it
+// names: matchLabels and In allow values (and the label), NotIn excludes
+// values, Exists and DoesNotExist require the label or its absence.
+func labelConstraints(sel *metav1.LabelSelector) map[string]*labelConstraint {
+	out := map[string]*labelConstraint{}
+	of := func(k string) *labelConstraint {
+		if out[k] == nil {
+			out[k] = &labelConstraint{excluded: map[string]bool{}}
+		}
+		return out[k]
+	}
+	allow := func(c *labelConstraint, values []string) {
+		c.present = true
+		set := map[string]bool{}
+		for _, v := range values {
+			if c.allowed == nil || c.allowed[v] {
+				set[v] = true
+			}
+		}
+		c.allowed = set
+	}
+	for k, v := range sel.MatchLabels {
+		allow(of(k), []string{v})
+	}
+	for _, e := range sel.MatchExpressions {
+		c := of(e.Key)
+		switch e.Operator {
+		case metav1.LabelSelectorOpIn:
+			allow(c, e.Values)
+		case metav1.LabelSelectorOpNotIn:
+			for _, v := range e.Values {
+				c.excluded[v] = true
+			}
+		case metav1.LabelSelectorOpExists:
+			c.present = true
+		case metav1.LabelSelectorOpDoesNotExist:
+			c.absent = true
+		}
+	}
+	return out
+}
+
+// excludes reports whether no label value satisfies both constraints: one
+// requires the label and the other its absence, or no value is allowed by
+// one and not excluded by the other.
+func (c *labelConstraint) excludes(d *labelConstraint) bool {
+	if c.present && d.absent || d.present && c.absent {
+		return true
+	}
+	none := func(allowed, excluded1, excluded2 map[string]bool, other map[string]bool) bool {
+		for v := range allowed {
+			if !excluded1[v] && !excluded2[v] && (other == nil || other[v]) {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case c.allowed != nil:
+		return none(c.allowed, c.excluded, d.excluded, d.allowed)
+	case d.allowed != nil:
+		return none(d.allowed, c.excluded, d.excluded, nil)
+	}
+	return false
 }
 
 func sortErrors(errs ErrorList) {

@@ -73,7 +73,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "two rules on the same parents",
 			yaml: header + "  - id: a\n" + cm("a") + "---\n" + strings.Replace(header, "name: r}", "name: s}", 1) + "  - id: a\n" + cm("a"),
-			want: []string{`rules.yaml:13:1: rule "s": spec.parent: rule "r" (rules.yaml:1:1) may select the same App.example.com objects: give the rules disjoint namespaces, or selectors with different values of one label`},
+			want: []string{`rules.yaml:13:1: rule "s": spec.parent: rule "r" (rules.yaml:1:1) may select the same App.example.com objects: give the rules disjoint namespaces, or selectors that no object matches both of (different values of one label, or a label one requires and the other excludes)`},
 		},
 		{
 			name: "status fields on a built-in parent",
