@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // typedStatusCRD is the CRD of a Gadget whose status keeps no unknown
@@ -206,5 +207,55 @@ func TestChangeRuleWithStatusReadingStatus(t *testing.T) {
 	}
 	if len(list.Items) > 0 {
 		t.Errorf("kgen backed off a loop of its own: %s", list.Items[0].Message)
+	}
+}
+
+// Scenario: a rule's status field reads a child that another writer
+// changes five times a second, for 20 s. The parent's status follows, but
+// not at the writer's rate: after more than 10 writes in a minute kgen
+// writes it at most once every 5 s, the last value lands, and no Warning
+// is recorded (nothing failed).
+func TestChangeStatusFollowsBusyChild(t *testing.T) {
+	const group = "statusfollow.example.com"
+	const user = "kgen-status-follow"
+	ns := newNamespace(t)
+	gvr := serveCRD(t, gadgetCRD(group, true))
+	rulesFile := gadgetRule(t, "statusfollow", group, configChild("one")+
+		"  status:\n    other: ${children.config.data.?other.orValue(\"\")}\n")
+	startControllerWith(t, controllerOptions{User: user}, rulesFile)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitFor(t, gvr, ns, "g", isReady)
+
+	start := time.Now()
+	last := ""
+	cms := env.kube.CoreV1().ConfigMaps(ns)
+	for i := 0; time.Since(start) < 20*time.Second; i++ {
+		last = fmt.Sprint(i)
+		patch := fmt.Sprintf(`{"data":{"other":%q}}`, last)
+		if _, err := cms.Patch(t.Context(), "g", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitFor(t, gvr, ns, "g", func(o *unstructured.Unstructured) error {
+		return expect(o, last, "status", "other")
+	})
+	statusWrites := 0
+	for _, w := range writesOf(t, user, ns, start) {
+		if w == "patch gadgets/status g" {
+			statusWrites++
+		}
+	}
+	t.Logf("%d status writes for %s changes of the child in 20 s", statusWrites, last)
+	// 11 at once, then one every 5 s; two more for the clock's slack.
+	if statusWrites > 11+4+2 {
+		t.Errorf("kgen wrote the parent's status %d times in 20 s, following every change of its child", statusWrites)
+	}
+	list, err := env.kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=g,type=Warning"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		t.Errorf("Warning %s: %s", e.Reason, e.Message)
 	}
 }

@@ -1973,3 +1973,91 @@ func TestInputNameDoesNotEvaluate(t *testing.T) {
 		t.Error("no ConfigMap once the input's name evaluates")
 	}
 }
+
+// A status field that reads a child's status follows it, but a child whose
+// status changes many times a second does not make kgen write the parent's
+// status as often: after more than 10 writes in a minute they come at most
+// one per followSpacing, the last value lands, and a new generation of the
+// parent is written at once. None of it is a failure: no event.
+func TestStatusFollowsChildAtBoundedRate(t *testing.T) {
+	follow := strings.Replace(appRule, "    configName: ${children.config.metadata.name}\n",
+		"    configName: ${children.config.metadata.name}\n    n: ${children.deploy.?status.?n.orValue(0)}\n", 1)
+	for _, tc := range []struct {
+		name      string
+		every     time.Duration // the child's status changes this often
+		changes   int
+		wantWrite int
+	}{
+		// With the write of the first reconcile, 11 writes in the
+		// first 2 s; then at 6.8 s, 11.8 s and 16.8 s.
+		{"five a second", 200 * time.Millisecond, 100, 13},
+		// Never more than 10 in a minute: every change is followed.
+		{"every ten seconds", 10 * time.Second, 20, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, follow)
+			h.converge(appParent(nil))
+			writes := 0
+			var last Result
+			for i := 1; i <= tc.changes; i++ {
+				d := h.api.get(deployGVK, "team", "web")
+				d.Object["status"] = map[string]any{"n": int64(i)}
+				d.SetResourceVersion("") // a new one, as the server gives
+				h.api.add(d)
+				h.api.resetRequests()
+				res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				writes += len(h.api.writes())
+				if len(h.api.writes()) == 0 && res.RequeueAfter <= 0 {
+					t.Fatalf("change %d: status not written and no requeue", i)
+				}
+				last = res
+				h.now = h.now.Add(tc.every)
+			}
+			if writes != tc.wantWrite {
+				t.Errorf("status writes for %d changes of the child = %d, want %d", tc.changes, writes, tc.wantWrite)
+			}
+			// The requeue that was asked for writes the last value.
+			h.now = h.now.Add(last.RequeueAfter - tc.every)
+			if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+				t.Fatal(err)
+			}
+			if n, _, _ := unstructured.NestedInt64(h.api.get(appGVK, "team", "web").Object, "status", "n"); n != int64(tc.changes) {
+				t.Errorf("status.n = %d after the requeue, want the last value %d", n, tc.changes)
+			}
+			if got := h.drain(); len(got) != 0 {
+				t.Errorf("events = %q, want none", got)
+			}
+		})
+	}
+	t.Run("new generation not held", func(t *testing.T) {
+		h := newHarness(t, follow)
+		h.converge(appParent(nil))
+		held := false
+		for i := 1; i <= 20 && !held; i++ {
+			d := h.api.get(deployGVK, "team", "web")
+			d.Object["status"] = map[string]any{"n": int64(i)}
+			d.SetResourceVersion("") // a new one, as the server gives
+			h.api.add(d)
+			res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = res.RequeueAfter > 0
+			h.now = h.now.Add(100 * time.Millisecond)
+		}
+		if !held {
+			t.Fatal("the status was never held")
+		}
+		h.setSpec(map[string]any{"replicas": int64(3)})
+		h.api.resetRequests()
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.ready()["observedGeneration"]; got != int64(2) {
+			t.Errorf("Ready observedGeneration = %v right after the spec change, want 2", got)
+		}
+	})
+}

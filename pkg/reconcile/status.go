@@ -49,6 +49,16 @@ const (
 	// minute).
 	loopAfter  = 10
 	loopWindow = time.Minute
+	// After followAfter status writes within followWindow, each caused by
+	// a change of what the status is computed from (a status field that
+	// reads a child's status, whose writer changes it many times a
+	// second), the next writes of that parent's status come at least
+	// followSpacing apart: the status still follows, with its last value
+	// at most followSpacing late, instead of one write per change of the
+	// child. A write for a new generation of the parent is never held.
+	followAfter   = 10
+	followWindow  = time.Minute
+	followSpacing = 5 * time.Second
 	// Backoffs start at minBackoff and double, up to maxBackoff, while the
 	// cause persists.
 	minBackoff = time.Minute
@@ -99,7 +109,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 	}
 
 	inputs := statusInputs(rule, parent, children)
-	allowed, wait, reason := r.status.check(parent.GetUID(), want.digest(), have.digest(), inputs)
+	allowed, wait, reason := r.status.check(parent.GetUID(), want.digest(), have.digest(), inputs, want.generation != have.generation)
 	if reason != "" {
 		msg := map[string]string{
 			ReasonStatusContended: "another writer keeps changing the Ready condition or observedGeneration that kgen writes; kgen stops writing the status for %s",
@@ -504,6 +514,7 @@ type statusHistory struct {
 	inputs     Digest    // what it was computed from
 	at         time.Time // when
 	loops      []time.Time
+	follows    []time.Time // writes that followed a change of the inputs
 	overwrites []time.Time
 	until      time.Time // no writes before this
 	backoff    time.Duration
@@ -514,9 +525,10 @@ func newStatusGuard(now func() time.Time) *statusGuard {
 }
 
 // check tells whether kgen may write a parent's status now (want, where the
-// parent has have and it was computed from inputs), and else how long to
-// wait. reason is set when this check starts a backoff.
-func (g *statusGuard) check(uid types.UID, want, have, inputs Digest) (allowed bool, wait time.Duration, reason string) {
+// parent has have and it was computed from inputs; newGeneration when want
+// records a generation of the parent that have does not), and else how long
+// to wait. reason is set when this check starts a backoff.
+func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, newGeneration bool) (allowed bool, wait time.Duration, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
@@ -546,6 +558,13 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest) (allowed b
 		}
 	default:
 		h.loops = nil
+		h.follows = recent(h.follows, now, followWindow)
+		if next := h.at.Add(followSpacing); !newGeneration && len(h.follows) >= followAfter && now.Before(next) {
+			// Not a failure: the status follows what it reads, only
+			// less often than that changes.
+			return false, next.Sub(now), ""
+		}
+		h.follows = append(h.follows, now)
 	}
 	return true, 0, ""
 }
