@@ -104,6 +104,10 @@ type Parent struct {
 	// status.observedGeneration kgen wrote, 0 when it wrote none.
 	Generation         int64 `json:"generation"`
 	ObservedGeneration int64 `json:"observedGeneration"`
+	// ObservedBy is the field manager that last wrote
+	// status.observedGeneration when that is not kgen (another controller
+	// of the parent's kind), as its managed fields tell.
+	ObservedBy string `json:"observedBy,omitempty"`
 }
 
 // Actions: what kgen does next about a child.
@@ -317,6 +321,10 @@ func (e *explainer) describeParent() {
 	observed, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration")
 	e.report.Parent = Parent{APIVersion: p.GetAPIVersion(), Kind: p.GetKind(), Namespace: p.GetNamespace(), Name: p.GetName(),
 		UID: string(p.GetUID()), Generation: p.GetGeneration(), ObservedGeneration: observed}
+	if by := observedBy(p); observed > 0 && by != "" {
+		e.report.Parent.ObservedBy = by
+		e.note("status.observedGeneration was last written by %s, not kgen: another writer changes the status kgen writes; when the events say StatusContended, kgen has stopped writing the parent's status for a while, and its Ready condition may be the other writer's", by)
+	}
 	if p.GetDeletionTimestamp() != nil {
 		e.note("the parent is being deleted: kgen deletes the children that only its finalizer guards, then removes the finalizer; the garbage collector deletes the others")
 	}
@@ -328,6 +336,32 @@ func (e *explainer) describeParent() {
 			e.report.Conditions = append(e.report.Conditions, cond)
 		}
 	}
+}
+
+// observedBy returns the field manager that owns the parent's
+// status.observedGeneration, by its managed fields, when kgen does not: ""
+// when kgen owns it (alone or with others), or when no entry names it.
+func observedBy(p *unstructured.Unstructured) string {
+	by := ""
+	for _, m := range p.GetManagedFields() {
+		if m.Subresource != "status" || m.FieldsV1 == nil {
+			continue
+		}
+		var set struct {
+			Status map[string]json.RawMessage `json:"f:status"`
+		}
+		if json.Unmarshal(m.FieldsV1.Raw, &set) != nil {
+			continue
+		}
+		if _, ok := set.Status["f:observedGeneration"]; !ok {
+			continue
+		}
+		if m.Manager == reconcile.FieldManager {
+			return ""
+		}
+		by = m.Manager
+	}
+	return by
 }
 
 // children reads the parent's children and inputs, and judges each child

@@ -708,3 +708,52 @@ func TestExplainInputNameError(t *testing.T) {
 		t.Error("no children shown")
 	}
 }
+
+// When another writer owns status.observedGeneration (a parent kind with a
+// controller of its own, which kgen backs off from), the report says whose
+// it is instead of calling it kgen's.
+func TestExplainObservedByAnotherWriter(t *testing.T) {
+	entry := func(manager, op, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationType(op), APIVersion: "example.com/v1alpha1",
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}, Subresource: "status"}
+	}
+	const ready = `{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:status":{}}}}}`
+	const observed = `{"f:status":{"f:observedGeneration":{}}}`
+	for _, tc := range []struct {
+		name    string
+		entries []metav1.ManagedFieldsEntry
+		want    string
+	}{
+		{"kgen's", []metav1.ManagedFieldsEntry{entry("kgen", "Apply", `{"f:status":{"f:observedGeneration":{},"f:conditions":{}}}`)}, ""},
+		{"another writer's", []metav1.ManagedFieldsEntry{entry("kgen", "Apply", ready), entry("rival-controller", "Update", observed)}, "rival-controller"},
+		{"shared", []metav1.ManagedFieldsEntry{entry("rival-controller", "Update", observed), entry("kgen", "Apply", observed)}, ""},
+		{"no managed fields", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := shopCluster(t)
+			objs[0].(*unstructured.Unstructured).SetManagedFields(tc.entries)
+			cfg, _ := newConfig(t, objs...)
+			report, err := Explain(t.Context(), cfg, Ref{Kind: "webapp", Namespace: "team-a", Name: "shop"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if report.Parent.ObservedBy != tc.want {
+				t.Errorf("observedBy = %q, want %q", report.Parent.ObservedBy, tc.want)
+			}
+			var text bytes.Buffer
+			if err := report.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			line := "Generation:  3 (kgen observed 3)"
+			if tc.want != "" {
+				line = "Generation:  3 (observed 3, as " + tc.want + " wrote it)"
+			}
+			if !strings.Contains(text.String(), line) {
+				t.Errorf("text has no %q:\n%s", line, text.String())
+			}
+			if noted := strings.Contains(text.String(), "StatusContended"); noted != (tc.want != "") {
+				t.Errorf("note on StatusContended = %t, want %t:\n%s", noted, tc.want != "", text.String())
+			}
+		})
+	}
+}

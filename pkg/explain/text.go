@@ -23,8 +23,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "UID:\t%s\n", p.UID)
 	fmt.Fprintf(tw, "Rule:\t%s\n", r.Rule)
 	observed := fmt.Sprintf("kgen observed %d", p.ObservedGeneration)
-	if p.ObservedGeneration == 0 {
+	switch {
+	case p.ObservedGeneration == 0:
 		observed = "kgen has written no status"
+	case p.ObservedBy != "":
+		observed = fmt.Sprintf("observed %d, as %s wrote it", p.ObservedGeneration, p.ObservedBy)
 	}
 	fmt.Fprintf(tw, "Generation:\t%d (%s)\n", p.Generation, observed)
 	if r.RenderError != "" {
