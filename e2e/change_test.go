@@ -1992,3 +1992,55 @@ func TestChangeWhileAChildFieldIsNotSet(t *testing.T) {
 	waitFor(t, cmGVR, ns, "n-reader", func(o *unstructured.Unstructured) error { return expect(o, "t0k3n", "data", "token") })
 	waitFor(t, gvr, ns, "n", isReady)
 }
+
+// Scenario: a rule whose only child is CreateOnly is renamed, and kgen
+// restarted twice. The child, never written again, keeps the old rule's
+// label; the parent is still the renamed rule's: it follows its own
+// changes, and it is deleted without getting stuck.
+func TestChangeRuleRenamedCreateOnly(t *testing.T) {
+	const group = "renamedonce.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	children := `  children:
+  - id: secret
+    updatePolicy: CreateOnly
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata:
+        name: ${parent.metadata.name}
+      stringData: {password: "${randomString(12)}"}
+`
+	first := startController(t, nil, gadgetRule(t, "alpha", group, children))
+	first.waitReady(t)
+	create(t, gvr, gadget(group, ns, "x", map[string]any{}))
+	secretGVR := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	before := waitFor(t, secretGVR, ns, "x", nil)
+	waitFor(t, gvr, ns, "x", isReady)
+	first.stop()
+
+	for i, step := range []string{"renamed", "restarted"} {
+		r := startController(t, nil, gadgetRule(t, "beta", group, children))
+		r.waitReady(t)
+		p := get(t, gvr, ns, "x")
+		_ = unstructured.SetNestedField(p.Object, fmt.Sprint(i), "spec", "round")
+		if _, err := env.dynamic.Resource(gvr).Namespace(ns).Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, gvr, ns, "x", func(o *unstructured.Unstructured) error {
+			if err := isReady(o); err != nil {
+				return fmt.Errorf("%s: %w", step, err)
+			}
+			return expect(o, o.GetGeneration(), "status", "observedGeneration")
+		})
+		if s := get(t, secretGVR, ns, "x"); s == nil || s.GetUID() != before.GetUID() {
+			t.Fatalf("%s: the CreateOnly child was deleted or recreated: %v", step, s)
+		}
+		r.stop()
+	}
+	startController(t, nil, gadgetRule(t, "beta", group, children)).waitReady(t)
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "x", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, "x")
+}
