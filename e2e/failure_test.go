@@ -415,8 +415,8 @@ func TestWatchErrorsCountForTheirRule(t *testing.T) {
 // reconcile. It is on the parent's Ready condition, logged at the default
 // verbosity with the parent and the object in the way (once per backoff
 // step, which starts at 30 s), and counted as an error in the metrics.
-// Once the user deletes their object, kgen makes the child at its next
-// look, and the parent is Ready.
+// Once the user deletes their object, kgen makes the child within seconds,
+// and the parent is Ready.
 func TestConflictIsVisible(t *testing.T) {
 	installCRD(t, "examples/webapp/crd.yaml")
 	ns := newNamespace(t)
@@ -461,11 +461,12 @@ func TestConflictIsVisible(t *testing.T) {
 		t.Errorf("%d log lines of the Conflict in 20 s: more than once per backoff step:\n%s", len(logged), strings.Join(logged, "\n"))
 	}
 
-	// The user's object goes: kgen makes its own at its next look.
+	// The user's object goes: kgen, which watches it by name while it is
+	// in the way, makes its own at once, not at the backoff's next look.
 	if err := env.kube.CoreV1().ConfigMaps(ns).Delete(t.Context(), "taken-config", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, func() (bool, error) {
+	eventually(t, 10*time.Second, func() (bool, error) {
 		c := readyCondition(get(t, webappGVR, ns, "taken"))
 		return c != nil && c["reason"] != "Conflict" && get(t, cmGVR, ns, "taken-config") != nil, fmt.Errorf("Ready = %v", c)
 	}, "kgen to make the child once the object in the way is gone")

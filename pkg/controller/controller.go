@@ -121,7 +121,8 @@ const (
 	againBase, againMax = 50 * time.Millisecond, 10 * time.Second
 	// A parent whose child's name is taken by an object kgen must not
 	// touch is looked at again after 30 s, doubling to 10 minutes while the
-	// conflict stays: kgen cannot watch that object.
+	// conflict stays; meanwhile a watch of that object by name (blockers)
+	// wakes it as soon as the object goes.
 	conflictBase, conflictMax = 30 * time.Second, 10 * time.Minute
 	// A write the API server's admission refuses because it does not know
 	// a kind yet (reconcile.LearningKind) is retried at least every 2 s,
@@ -161,7 +162,9 @@ type Controller struct {
 	conflictLogged logTimes
 	// again backs off reconciles that ask to run again (Result.Again)
 	// while the cache does not show what they wait for.
-	again      workqueue.TypedRateLimiter[Key]
+	again workqueue.TypedRateLimiter[Key]
+	// blockers watches the objects in the way of parents in Conflict.
+	blockers   *blockers
 	watches    *watch.Manager
 	reconciler *reconcile.Reconciler
 	metrics    *Metrics
@@ -311,6 +314,7 @@ func New(cfg Config) *Controller {
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedMaxOfRateLimiter(c.retries, c.overall),
 		workqueue.TypedRateLimitingQueueConfig[Key]{Name: "kgen"})
+	c.blockers = newBlockers(cfg.Client, func(key Key) { c.queue.Add(key) })
 	c.watches = watch.New(watch.Config{
 		Client:   cfg.Client,
 		REST:     cfg.REST,
@@ -392,6 +396,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// for the ones being reconciled.
 	c.queue.ShutDownWithDrain()
 	wg.Wait()
+	c.blockers.stop()
 	// ShutDownWithDrain leaves the delaying queue's loop running (client-go
 	// stops it only in ShutDown): end it, so nothing outlives Run.
 	c.queue.ShutDown()
@@ -461,6 +466,7 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// change to it, its children or the rule queues it again.
 		c.conflicts.Forget(key)
 		c.conflictLogged.forget(key)
+		c.blockers.forget(key)
 		logger.Error(err, "Reconcile failed; waiting for a change to the parent, its children or the rule")
 		if result.RequeueAfter > 0 {
 			// Its status write must be made again (the parent changed
@@ -489,15 +495,18 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// steps it. Logged at most every conflictBase meanwhile.
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.again.When(key))
+		c.blockers.watch(stop, key, result.Blockers, conflictBase)
 		if c.conflictLogged.due(key, conflictBase) {
 			logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again")
 		}
 	case result.Conflict != "":
-		// Failed, but an object kgen cannot watch is in the way: look
-		// again later, less often while it stays. Logged once per step.
+		// Failed, but an object kgen does not cache is in the way: look
+		// again later, less often while it stays, and as soon as a watch
+		// of that object sees it go. Logged once per step.
 		c.queue.Forget(key)
 		delay := c.conflicts.When(key)
 		c.queue.AddAfter(key, delay)
+		c.blockers.watch(stop, key, result.Blockers, delay)
 		logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
 	case result.Again:
 		// A child waits for children this reconcile wrote: reconcile
@@ -508,18 +517,21 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
 		c.conflictLogged.forget(key)
+		c.blockers.forget(key)
 		c.queue.AddAfter(key, c.again.When(key))
 	case result.RequeueAfter > 0:
 		// Done for now: reset the backoffs, and look again later.
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
 		c.conflictLogged.forget(key)
+		c.blockers.forget(key)
 		c.queue.AddAfter(key, result.RequeueAfter)
 	default:
 		// Done: reset the backoffs.
 		c.queue.Forget(key)
 		c.conflicts.Forget(key)
 		c.conflictLogged.forget(key)
+		c.blockers.forget(key)
 	}
 	return true
 }

@@ -104,18 +104,50 @@ type Result struct {
 	RequeueAfter time.Duration
 	// Conflict, when not empty, says which object kgen must not take over
 	// stands where a child should be (the Ready condition's message). The
-	// reconcile failed, but retrying soon will not help and kgen cannot
-	// watch the object, so the caller logs it, counts it as a failure and
-	// looks again later, backing off while the conflict stays.
+	// reconcile failed, but retrying soon will not help and kgen's
+	// informers do not show the object, so the caller logs it, counts it
+	// as a failure and looks again later, backing off while the conflict
+	// stays (and watching Blockers meanwhile).
 	Conflict string
 	// Ready reports that the parent's Ready condition is True.
 	Ready bool
+	// Blockers are the objects kgen may not take over that stand where
+	// children should be, as read: kgen's informers do not show them, so
+	// the caller may watch them to look again as soon as one goes.
+	Blockers []Blocker
 	// Again reports that a child waits for children this reconcile wrote
 	// (or knows of before the cache shows them): rendered with them it
 	// would no longer wait. Their watch events are kgen's own writes,
 	// which wake no parent, so the caller reconciles the parent again
 	// soon instead.
 	Again bool
+}
+
+// Blocker is an object that stands where a child should be and is not
+// the parent's to take over, as it was read.
+type Blocker struct {
+	GVR             schema.GroupVersionResource
+	Namespace, Name string
+	ResourceVersion string
+	// Marks fingerprints what makes the object someone's (see
+	// OwnershipMarks): kgen may take it over once they change.
+	Marks string
+}
+
+// OwnershipMarks fingerprints what decides whose an object is: its
+// ownerReferences, kgen's labels and annotations, and whether it is being
+// deleted. A change of anything else of an object in a child's way (its
+// data, say) leaves it someone else's.
+func OwnershipMarks(obj metav1.Object) string {
+	var b strings.Builder
+	for _, ref := range obj.GetOwnerReferences() {
+		fmt.Fprintf(&b, "owner=%s;", ref.UID)
+	}
+	for _, k := range []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild} {
+		fmt.Fprintf(&b, "%s=%s;", k, obj.GetLabels()[k])
+	}
+	fmt.Fprintf(&b, "%s=%s;deleting=%t", AnnotationOrphanedFrom, obj.GetAnnotations()[AnnotationOrphanedFrom], obj.GetDeletionTimestamp() != nil)
+	return b.String()
 }
 
 // ChildLister reads a parent's children from the informer cache.
@@ -249,7 +281,8 @@ type outcome struct {
 	live   *unstructured.Unstructured // the child as it now is; nil if it does not exist
 	reason string                     // a Ready reason when the child is not fine
 	msg    string
-	ok     bool // the wanted object exists and is kgen's
+	ok     bool     // the wanted object exists and is kgen's
+	in     *Blocker // the object in the way, for a Conflict with one
 }
 
 // Reconcile brings the children of one parent in line with the rule, prunes
@@ -465,6 +498,11 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	err := classify(errs)
 	if err == nil && cond.Reason == ReasonConflict {
 		res.Conflict = cond.Message
+		for _, o := range outcomes {
+			if o.in != nil {
+				res.Blockers = append(res.Blockers, *o.in)
+			}
+		}
 	}
 	// Ready only once the parent shows it: a status write that failed
 	// leaves the parent's last condition, or (see writeStatus) a False
@@ -659,6 +697,8 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 				out.live = nil
 				out.reason = ReasonConflict
 				out.msg = fmt.Sprintf("child %s: %s exists and %s; kgen leaves it untouched", step.ID, ref, who)
+				out.in = &Blocker{GVR: gvr, Namespace: existing.GetNamespace(), Name: existing.GetName(),
+					ResourceVersion: existing.GetResourceVersion(), Marks: OwnershipMarks(existing)}
 				r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonConflict, out.msg)
 				return out, nil
 			}

@@ -641,11 +641,20 @@ func TestReconcileOwnership(t *testing.T) {
 			if (res.Conflict != "") != tt.conflict {
 				t.Errorf("Result.Conflict = %q, want a conflict: %t", res.Conflict, tt.conflict)
 			}
-			// The controller logs it: it must say what is in the way.
+			// The controller logs it: it must say what is in the way,
+			// and gets the object as read, to watch it.
 			if tt.conflict {
 				if want, _ := strings.CutPrefix(tt.events[len(tt.events)-1], "Warning Conflict "); res.Conflict != want {
 					t.Errorf("Result.Conflict = %q, want %q", res.Conflict, want)
 				}
+				live := h.api.get(cmGVK, "team", "web-config")
+				want := []Blocker{{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: "team", Name: "web-config",
+					ResourceVersion: live.GetResourceVersion(), Marks: OwnershipMarks(live)}}
+				if !slices.Equal(res.Blockers, want) {
+					t.Errorf("Result.Blockers = %+v, want %+v", res.Blockers, want)
+				}
+			} else if len(res.Blockers) > 0 {
+				t.Errorf("Result.Blockers = %+v without a conflict", res.Blockers)
 			}
 			c := h.ready()
 			if tt.reason != "" && c["reason"] != tt.reason {

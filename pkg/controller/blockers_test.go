@@ -1,0 +1,142 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"kgen.dev/kgen/pkg/reconcile"
+)
+
+// A parent in Conflict is woken as soon as the object in its way goes or
+// stops being someone else's, and not by a change that leaves it theirs;
+// the watch ends with the parent's backoff, or once the parent is no
+// longer in Conflict.
+func TestBlockersWakeTheParent(t *testing.T) {
+	cmGVR := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	key := Key{Rule: "webapp", Namespace: "team", Name: "shop"}
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, cms func() *unstructured.Unstructured, client *dynamicfake.FakeDynamicClient)
+		wake   bool
+	}{
+		{"deleted", func(t *testing.T, _ func() *unstructured.Unstructured, client *dynamicfake.FakeDynamicClient) {
+			if err := client.Resource(cmGVR).Namespace("team").Delete(context.Background(), "taken", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"its data changed", func(t *testing.T, cm func() *unstructured.Unstructured, client *dynamicfake.FakeDynamicClient) {
+			o := cm()
+			o.Object["data"] = map[string]any{"k": "changed"}
+			if _, err := client.Resource(cmGVR).Namespace("team").Update(context.Background(), o, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"its owner let it go", func(t *testing.T, cm func() *unstructured.Unstructured, client *dynamicfake.FakeDynamicClient) {
+			o := cm()
+			o.SetOwnerReferences(nil)
+			if _, err := client.Resource(cmGVR).Namespace("team").Update(context.Background(), o, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"another object deleted", func(t *testing.T, _ func() *unstructured.Unstructured, client *dynamicfake.FakeDynamicClient) {
+			if err := client.Resource(cmGVR).Namespace("team").Delete(context.Background(), "other", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				taken := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+					"metadata": map[string]any{"name": "taken", "namespace": "team", "resourceVersion": "7"}, "data": map[string]any{"k": "v"}}}
+				taken.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "theirs", UID: types.UID("uid-theirs")}})
+				other := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+					"metadata": map[string]any{"name": "other", "namespace": "team"}}}
+				client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), taken, other)
+				var mu sync.Mutex
+				var woken []Key
+				b := newBlockers(client, func(k Key) {
+					mu.Lock()
+					defer mu.Unlock()
+					woken = append(woken, k)
+				})
+				b.watch(t.Context(), key, []reconcile.Blocker{{GVR: cmGVR, Namespace: "team", Name: "taken", ResourceVersion: "7", Marks: reconcile.OwnershipMarks(taken)}}, time.Minute)
+				synctest.Wait()
+				cm := func() *unstructured.Unstructured {
+					o, err := client.Resource(cmGVR).Namespace("team").Get(context.Background(), "taken", metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return o
+				}
+				tc.change(t, cm, client)
+				synctest.Wait()
+				mu.Lock()
+				got := slices.Clone(woken)
+				mu.Unlock()
+				if tc.wake && !slices.Equal(got, []Key{key}) || !tc.wake && len(got) > 0 {
+					t.Errorf("woken = %v, want the parent woken: %t", got, tc.wake)
+				}
+				// The watch ends with the backoff, and asked the API
+				// server for the object by name from the version read.
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				b.mu.Lock()
+				active := len(b.active)
+				b.mu.Unlock()
+				if active != 0 {
+					t.Errorf("%d watches still open after the backoff", active)
+				}
+				b.stop()
+				watches := 0
+				for _, a := range client.Actions() {
+					if w, ok := a.(clienttesting.WatchActionImpl); ok {
+						watches++
+						opts := w.GetWatchRestrictions()
+						if opts.ResourceVersion != "7" || opts.Fields.String() != "metadata.name=taken" {
+							t.Errorf("watch restrictions = %+v, want metadata.name=taken from version 7", opts)
+						}
+					}
+				}
+				if watches != 1 {
+					t.Errorf("%d watches, want 1", watches)
+				}
+			})
+		})
+	}
+}
+
+// A parent no longer in Conflict stops its watches, and a new Conflict
+// replaces the earlier watch.
+func TestBlockersForget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cmGVR := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+		key := Key{Rule: "webapp", Namespace: "team", Name: "shop"}
+		client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+		b := newBlockers(client, func(Key) {})
+		in := []reconcile.Blocker{{GVR: cmGVR, Namespace: "team", Name: "taken"}}
+		b.watch(t.Context(), key, in, time.Hour)
+		b.watch(t.Context(), key, in, time.Hour)
+		synctest.Wait()
+		if n := len(b.active); n != 1 {
+			t.Errorf("%d watches after the same conflict twice, want 1", n)
+		}
+		b.forget(key)
+		synctest.Wait()
+		if n := len(b.active); n != 0 {
+			t.Errorf("%d watches after the conflict ended, want 0", n)
+		}
+		b.stop()
+	})
+}
