@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -229,13 +230,32 @@ func TestChangeStatusFollowsBusyChild(t *testing.T) {
 	start := time.Now()
 	last := ""
 	cms := env.kube.CoreV1().ConfigMaps(ns)
+	// What the parent says at 8 s and at 16 s: it keeps following.
+	var at8, at16 int64 = -1, -1
+	shown := func() int64 {
+		v, _, _ := unstructured.NestedString(get(t, gvr, ns, "g").Object, "status", "other")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
 	for i := 0; time.Since(start) < 20*time.Second; i++ {
 		last = fmt.Sprint(i)
 		patch := fmt.Sprintf(`{"data":{"other":%q}}`, last)
 		if _, err := cms.Patch(t.Context(), "g", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		switch {
+		case at8 < 0 && time.Since(start) > 8*time.Second:
+			at8 = shown()
+		case at16 < 0 && time.Since(start) > 16*time.Second:
+			at16 = shown()
+		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if at16 <= at8 {
+		t.Errorf("status.other was %d at 8 s and %d at 16 s: the parent's status stopped following its child", at8, at16)
 	}
 	waitFor(t, gvr, ns, "g", func(o *unstructured.Unstructured) error {
 		return expect(o, last, "status", "other")

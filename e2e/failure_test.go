@@ -415,8 +415,8 @@ func TestWatchErrorsCountForTheirRule(t *testing.T) {
 // reconcile. It is on the parent's Ready condition, logged at the default
 // verbosity with the parent and the object in the way (once per backoff
 // step, which starts at 30 s), and counted as an error in the metrics.
-// Once the user deletes their object, kgen makes the child within seconds,
-// and the parent is Ready.
+// Once the user deletes their object, kgen makes the child within seconds
+// (not at the backoff's next look), and the parent is Ready.
 func TestConflictIsVisible(t *testing.T) {
 	installCRD(t, "examples/webapp/crd.yaml")
 	ns := newNamespace(t)
@@ -461,8 +461,18 @@ func TestConflictIsVisible(t *testing.T) {
 		t.Errorf("%d log lines of the Conflict in 20 s: more than once per backoff step:\n%s", len(logged), strings.Join(logged, "\n"))
 	}
 
-	// The user's object goes: kgen, which watches it by name while it is
-	// in the way, makes its own at once, not at the backoff's next look.
+	// The user's object goes after the conflict's first re-check, when the
+	// next is a minute away: kgen, which watches it by name while it is in
+	// the way, makes its own at once, not at the backoff's next look.
+	eventually(t, 60*time.Second, func() (bool, error) {
+		n := 0
+		for _, line := range strings.Split(p.output.String(), "\n") {
+			if strings.Contains(line, "Reconcile failed") && strings.Contains(line, "taken-config") {
+				n++
+			}
+		}
+		return n >= 2, fmt.Errorf("%d log lines of the Conflict", n)
+	}, "the conflict's first re-check")
 	if err := env.kube.CoreV1().ConfigMaps(ns).Delete(t.Context(), "taken-config", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

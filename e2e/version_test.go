@@ -101,7 +101,14 @@ spec:
 		t.Fatal(err)
 	}
 	gadgetsV2 := schema.GroupVersionResource{Group: group, Version: "v2", Resource: "gadgets"}
-	time.Sleep(2 * time.Second) // the new version of the rule runs
+	// The new version of the rule runs once it has moved the owner
+	// references to v2 (see below).
+	waitFor(t, widgetsV2, ns, "g", func(o *unstructured.Unstructured) error {
+		if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].APIVersion != group+"/v2" {
+			return fmt.Errorf("ownerReferences = %+v", refs)
+		}
+		return nil
+	})
 	p := get(t, gadgetsV2, ns, "g")
 	_ = unstructured.SetNestedField(p.Object, "m", "spec", "size")
 	if _, err := env.dynamic.Resource(gadgetsV2).Namespace(ns).Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {

@@ -554,3 +554,92 @@ func TestTerminalStatusRetriedWithBackoff(t *testing.T) {
 		}
 	})
 }
+
+// A parent in Conflict whose status follows a busy child, and whose
+// status write is held for a few seconds (reconcile's status spacing), is
+// reconciled again when the hold ends, not after the conflict's backoff:
+// the last value lands within seconds.
+func TestHeldStatusLandsDespiteConflict(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAgainCluster(false)
+		d := fakeDiscovery()
+		for _, l := range d.Resources {
+			if l.GroupVersion == "example.com/v1" {
+				l.APIResources = append(l.APIResources, metav1.APIResource{Name: "gadgets/status", Kind: "Gadget", Namespaced: true, Verbs: []string{"get", "patch"}})
+			}
+		}
+		a.mapper = mapper.New(d)
+		// kgen's status patch tests the parent's resourceVersion.
+		g, err := a.client.Tracker().Get(gadgets, "ns", "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.(*unstructured.Unstructured).SetResourceVersion("1")
+		if err := a.client.Tracker().Update(gadgets, g, "ns"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.client.Tracker().Create(cmResource, object("v1", "ConfigMap", "taken", "uid-taken", ""), "ns"); err != nil {
+			t.Fatal(err)
+		}
+		a.client.PrependReactor("patch", "configmaps", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			if action.(clienttesting.PatchAction).GetName() == "taken" {
+				return true, nil, apierrors.NewAlreadyExists(cmResource.GroupResource(), "taken")
+			}
+			return false, nil, nil
+		})
+		rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
+  children:
+`+configChild+`  - id: blocked
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: taken}}
+  status:
+    n: ${children.config.?data.?n.orValue("")}
+`), rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := New(Config{Rules: rs, Client: a.client, Mapper: a.mapper,
+			Recorder: record.NewFakeRecorder(10000), Workers: 1, Metrics: NewMetrics(prometheus.NewRegistry())})
+		runController(t, c)
+		firstWrite(t, a, c.metrics)
+		status := func() string {
+			o, err := a.client.Tracker().Get(gadgets, "ns", "g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "status", "n")
+			return n
+		}
+		// Another writer changes the child 15 times, 100 ms apart: more
+		// than 10 status writes in a minute, so the last ones are held.
+		const changes = 15
+		for i := 1; i <= changes; i++ {
+			o, err := a.client.Tracker().Get(cmResource, "ns", "g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm := o.(*unstructured.Unstructured)
+			cm.Object["data"] = map[string]any{"n": fmt.Sprint(i)}
+			a.mu.Lock()
+			a.rv++
+			cm.SetResourceVersion(fmt.Sprint(a.rv))
+			a.mu.Unlock()
+			if err := a.client.Tracker().Update(cmResource, cm, "ns"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+		}
+		if got := status(); got == fmt.Sprint(changes) {
+			t.Fatalf("status.n = %s right after the last change: no write was held, the test does not reach the limit", got)
+		}
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		if got := status(); got != fmt.Sprint(changes) {
+			t.Errorf("status.n = %q 6 s after the last change, want %d: the held write waits for the conflict's backoff", got, changes)
+		}
+	})
+}

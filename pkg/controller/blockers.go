@@ -19,13 +19,19 @@ import (
 // looked at again only by its backoff.
 const maxBlockerWatches = 200
 
+// blockerWatchFor is how long one watch of an object in a child's way
+// lasts: twice the conflict's longest backoff, so that a watch is kept
+// across the parent's reconciles for at least one backoff (see watch)
+// instead of being opened again by each.
+const blockerWatchFor = 2 * conflictMax
+
 // blockers wakes a parent in Conflict as soon as the object in its way
 // goes, or stops being someone else's (its owner let it go, say): kgen's
 // informers show only kgen's own objects, so without this it would notice
 // only at the conflict's next look, which backs off to 10 minutes. It
 // watches each such object by name, from the version the reconcile read,
-// for as long as the parent waits for that look; a change that leaves the
-// object someone else's (its data, say) wakes no one.
+// while the parent stays in Conflict; a change that leaves the object
+// someone else's (its data, say) wakes no one.
 type blockers struct {
 	client  dynamic.Interface
 	enqueue func(Key)
@@ -41,6 +47,8 @@ type blockerKey struct {
 }
 
 type blockerWatch struct {
+	marks  string    // the object's ownership marks when it started
+	until  time.Time // when it ends
 	cancel context.CancelFunc
 }
 
@@ -48,31 +56,38 @@ func newBlockers(client dynamic.Interface, enqueue func(Key)) *blockers {
 	return &blockers{client: client, enqueue: enqueue, active: map[blockerKey]*blockerWatch{}}
 }
 
-// watch starts, or starts again from what was just read, a watch of each
-// object in the parent's way, ending after timeout (when the parent is
-// looked at again anyway) or with ctx. It replaces the parent's earlier
-// watches of the same objects and stops those of objects no longer in
-// its way.
-func (b *blockers) watch(ctx context.Context, key Key, in []reconcile.Blocker, timeout time.Duration) {
+// watch makes sure each object in the parent's way is watched until at
+// least next (the conflict's next look), and stops the parent's watches of
+// objects no longer in its way. A watch of the same object that still
+// lasts that long is kept: it has seen every change since it started.
+func (b *blockers) watch(ctx context.Context, key Key, in []reconcile.Blocker, next time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := time.Now()
+	keep := map[blockerKey]bool{}
+	for _, bl := range in {
+		k := blockerKey{key, bl.GVR.String() + " " + bl.Namespace + "/" + bl.Name}
+		if w, ok := b.active[k]; ok && w.marks == bl.Marks && w.until.After(now.Add(next)) {
+			keep[k] = true
+		}
+	}
 	for k, w := range b.active {
-		if k.parent == key {
+		if k.parent == key && !keep[k] {
 			w.cancel()
 			delete(b.active, k)
 		}
 	}
 	for _, bl := range in {
 		k := blockerKey{key, bl.GVR.String() + " " + bl.Namespace + "/" + bl.Name}
-		if _, dup := b.active[k]; dup {
+		if _, ok := b.active[k]; ok {
 			continue
 		}
 		if len(b.active) >= maxBlockerWatches {
 			klog.FromContext(ctx).V(2).Info("Not watching the object in a child's way: too many watched already; the conflict's backoff looks again", "key", key, "object", k.object)
 			return
 		}
-		wctx, cancel := context.WithTimeout(ctx, timeout)
-		w := &blockerWatch{cancel: cancel}
+		wctx, cancel := context.WithTimeout(ctx, blockerWatchFor)
+		w := &blockerWatch{marks: bl.Marks, until: now.Add(blockerWatchFor), cancel: cancel}
 		b.active[k] = w
 		b.wg.Go(func() {
 			defer func() {
@@ -83,7 +98,7 @@ func (b *blockers) watch(ctx context.Context, key Key, in []reconcile.Blocker, t
 				}
 				b.mu.Unlock()
 			}()
-			if b.follow(wctx, bl, timeout) {
+			if b.follow(wctx, bl, blockerWatchFor) {
 				b.enqueue(key)
 			}
 		})

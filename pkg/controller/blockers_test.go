@@ -88,9 +88,9 @@ func TestBlockersWakeTheParent(t *testing.T) {
 				if tc.wake && !slices.Equal(got, []Key{key}) || !tc.wake && len(got) > 0 {
 					t.Errorf("woken = %v, want the parent woken: %t", got, tc.wake)
 				}
-				// The watch ends with the backoff, and asked the API
-				// server for the object by name from the version read.
-				time.Sleep(time.Minute)
+				// The watch ends in time, and asked the API server for
+				// the object by name from the version read.
+				time.Sleep(blockerWatchFor)
 				synctest.Wait()
 				b.mu.Lock()
 				active := len(b.active)
@@ -117,20 +117,46 @@ func TestBlockersWakeTheParent(t *testing.T) {
 	}
 }
 
-// A parent no longer in Conflict stops its watches, and a new Conflict
-// replaces the earlier watch.
-func TestBlockersForget(t *testing.T) {
+// A parent reconciled again in Conflict keeps its watch of the same
+// object, as long as it lasts past the next look (no watch opened by each
+// reconcile); a watch that would end sooner, or of an object whose
+// ownership changed, is opened again; a parent no longer in Conflict stops
+// its watches.
+func TestBlockersKeptAndForgotten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cmGVR := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 		key := Key{Rule: "webapp", Namespace: "team", Name: "shop"}
 		client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
 		b := newBlockers(client, func(Key) {})
-		in := []reconcile.Blocker{{GVR: cmGVR, Namespace: "team", Name: "taken"}}
-		b.watch(t.Context(), key, in, time.Hour)
-		b.watch(t.Context(), key, in, time.Hour)
-		synctest.Wait()
-		if n := len(b.active); n != 1 {
-			t.Errorf("%d watches after the same conflict twice, want 1", n)
+		watches := func() int {
+			n := 0
+			for _, a := range client.Actions() {
+				if a.GetVerb() == "watch" {
+					n++
+				}
+			}
+			return n
+		}
+		in := []reconcile.Blocker{{GVR: cmGVR, Namespace: "team", Name: "taken", Marks: "a"}}
+		for _, step := range []struct {
+			name    string
+			in      []reconcile.Blocker
+			next    time.Duration
+			watches int
+		}{
+			{"first conflict", in, 30 * time.Second, 1},
+			{"again, same object", in, time.Minute, 1},
+			{"again, its ownership changed", []reconcile.Blocker{{GVR: cmGVR, Namespace: "team", Name: "taken", Marks: "b"}}, time.Minute, 2},
+			{"again, next look after the watch ends", []reconcile.Blocker{{GVR: cmGVR, Namespace: "team", Name: "taken", Marks: "b"}}, blockerWatchFor, 3},
+		} {
+			b.watch(t.Context(), key, step.in, step.next)
+			synctest.Wait()
+			if got := watches(); got != step.watches {
+				t.Errorf("%s: %d watches opened in all, want %d", step.name, got, step.watches)
+			}
+			if n := len(b.active); n != 1 {
+				t.Errorf("%s: %d watches open, want 1", step.name, n)
+			}
 		}
 		b.forget(key)
 		synctest.Wait()

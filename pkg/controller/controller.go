@@ -506,6 +506,12 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		c.queue.Forget(key)
 		delay := c.conflicts.When(key)
 		c.queue.AddAfter(key, delay)
+		if result.RequeueAfter > 0 && result.RequeueAfter < delay {
+			// A status write the reconcile held for a few seconds
+			// (reconcile's status spacing) lands then, not at the
+			// conflict's next look; the queue keeps the earlier time.
+			c.queue.AddAfter(key, result.RequeueAfter)
+		}
 		c.blockers.watch(stop, key, result.Blockers, delay)
 		logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
 	case result.Again:

@@ -321,7 +321,10 @@ func (e *explainer) describeParent() {
 	observed, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration")
 	e.report.Parent = Parent{APIVersion: p.GetAPIVersion(), Kind: p.GetKind(), Namespace: p.GetNamespace(), Name: p.GetName(),
 		UID: string(p.GetUID()), Generation: p.GetGeneration(), ObservedGeneration: observed}
-	if by := observedBy(p); observed > 0 && by != "" {
+	// A built-in kind's status is its own controller's: kgen writes none,
+	// so whoever wrote it is no news.
+	_, builtin := kinds.Builtin(p.GroupVersionKind().GroupKind())
+	if by := observedBy(p); observed > 0 && by != "" && !builtin {
 		e.report.Parent.ObservedBy = by
 		e.note("status.observedGeneration was last written by %s, not kgen: another writer changes the status kgen writes; when the events say StatusContended, kgen has stopped writing the parent's status for a while, and its Ready condition may be the other writer's", by)
 	}

@@ -2041,6 +2041,35 @@ func TestStatusFollowsChildAtBoundedRate(t *testing.T) {
 			}
 		})
 	}
+	// A rollout: the Ready message names the available replicas, so it
+	// changes with each; those messages may be held, the turn to True is
+	// not.
+	t.Run("Ready turning True not held", func(t *testing.T) {
+		rollout := strings.Replace(appRule, "  - id: deploy\n", "  - id: deploy\n    readyWhen: [\"${self.status.?availableReplicas.orValue(0) >= parent.spec.replicas}\"]\n", 1)
+		h := newHarness(t, rollout)
+		p := appParent(nil)
+		p.Object["spec"].(map[string]any)["replicas"] = int64(30)
+		h.converge(p)
+		held := false
+		for i := int64(1); i <= 30; i++ {
+			d := h.api.get(deployGVK, "team", "web")
+			d.Object["status"] = map[string]any{"availableReplicas": i}
+			d.SetResourceVersion("")
+			h.api.add(d)
+			res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = held || res.RequeueAfter > 0
+			h.now = h.now.Add(200 * time.Millisecond)
+		}
+		if !held {
+			t.Error("no message of the rollout was held: the test does not reach the limit")
+		}
+		if c := h.ready(); c["status"] != "True" {
+			t.Errorf("Ready = %v right after the last replica became available, want True", c)
+		}
+	})
 	t.Run("new generation not held", func(t *testing.T) {
 		h := newHarness(t, follow)
 		h.converge(appParent(nil))

@@ -49,13 +49,15 @@ const (
 	// minute).
 	loopAfter  = 10
 	loopWindow = time.Minute
-	// After followAfter status writes within followWindow, each caused by
+	// After more than followAfter status writes within followWindow, each caused by
 	// a change of what the status is computed from (a status field that
 	// reads a child's status, whose writer changes it many times a
 	// second), the next writes of that parent's status come at least
 	// followSpacing apart: the status still follows, with its last value
 	// at most followSpacing late, instead of one write per change of the
-	// child. A write for a new generation of the parent is never held.
+	// child. A write for a new generation of the parent, or that changes
+	// the Ready condition's status or reason, is never held: only the
+	// values in between (status fields, Ready's message) are.
 	followAfter   = 10
 	followWindow  = time.Minute
 	followSpacing = 5 * time.Second
@@ -109,7 +111,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 	}
 
 	inputs := statusInputs(rule, parent, children)
-	allowed, wait, reason := r.status.check(parent.GetUID(), want.digest(), have.digest(), inputs, want.generation != have.generation)
+	urgent := want.generation != have.generation || have.ready == nil ||
+		!scalarEqual(want.ready["status"], have.ready["status"]) || !scalarEqual(want.ready["reason"], have.ready["reason"])
+	allowed, wait, reason := r.status.check(parent.GetUID(), want.digest(), have.digest(), inputs, urgent)
 	if reason != "" {
 		msg := map[string]string{
 			ReasonStatusContended: "another writer keeps changing the Ready condition or observedGeneration that kgen writes; kgen stops writing the status for %s",
@@ -525,10 +529,11 @@ func newStatusGuard(now func() time.Time) *statusGuard {
 }
 
 // check tells whether kgen may write a parent's status now (want, where the
-// parent has have and it was computed from inputs; newGeneration when want
-// records a generation of the parent that have does not), and else how long
-// to wait. reason is set when this check starts a backoff.
-func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, newGeneration bool) (allowed bool, wait time.Duration, reason string) {
+// parent has have and it was computed from inputs; urgent when want records
+// a generation of the parent that have does not, or turns Ready's status or
+// reason), and else how long to wait. reason is set when this check starts
+// a backoff.
+func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, urgent bool) (allowed bool, wait time.Duration, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
@@ -559,12 +564,11 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, newGenerat
 	default:
 		h.loops = nil
 		h.follows = recent(h.follows, now, followWindow)
-		if next := h.at.Add(followSpacing); !newGeneration && len(h.follows) >= followAfter && now.Before(next) {
+		if next := h.at.Add(followSpacing); !urgent && len(h.follows) > followAfter && now.Before(next) {
 			// Not a failure: the status follows what it reads, only
 			// less often than that changes.
 			return false, next.Sub(now), ""
 		}
-		h.follows = append(h.follows, now)
 	}
 	return true, 0, ""
 }
@@ -591,7 +595,13 @@ func (g *statusGuard) wrote(uid types.UID, written, inputs Digest) {
 		h = &statusHistory{}
 		g.parents[uid] = h
 	}
-	h.written, h.inputs, h.at = written, inputs, g.now()
+	now := g.now()
+	if inputs != h.inputs {
+		// A write that followed a change of what it is computed from
+		// (see followAfter); one with nothing changed is check's loop.
+		h.follows = append(recent(h.follows, now, followWindow), now)
+	}
+	h.written, h.inputs, h.at = written, inputs, now
 	if written == h.refusal {
 		h.refusal = Digest{}
 	}
