@@ -696,3 +696,62 @@ func TestRuleConflictSurvivesARestart(t *testing.T) {
 		t.Errorf("the rejected rule aaa made its child g-aaa: %v", err)
 	}
 }
+
+// Scenario (contract §6, "Failures are visible", through change; an audit
+// finding): the list and watch of a running rule's parent kind start to
+// fail after its caches synced (its CRD gets a conversion webhook that
+// cannot be reached, so its objects cannot be read at the rule's version).
+// The Rule says so, Ready False, naming the webhook and that kgen does not
+// see changes there; once the CRD is mended it runs again, and follows a
+// new parent.
+func TestRuleReportsWatchFailingAfterSync(t *testing.T) {
+	const group = "rulestale.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	crd := twoVersionCRD(group, "Gadget", "gadgets")
+	v1 := createCRD(t, crd)
+	v2 := schema.GroupVersionResource{Group: group, Version: "v2", Resource: "gadgets"}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(v2).List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err == nil, err
+	}, "%s to be served", v2)
+	create(t, v1, gadget(group, ns, "g", map[string]any{}))
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, strings.Replace(gadgetRuleDoc("stale", group, "Gadget", ns, configChild("w")), group+"/v1", group+"/v2", 1))
+	ruleIs := func(check func(*unstructured.Unstructured) error, what string) {
+		t.Helper()
+		eventually(t, 60*time.Second, func() (bool, error) {
+			o := get(t, ruleGVR, "", "stale")
+			if o == nil {
+				return false, errNotYet
+			}
+			err := check(o)
+			return err == nil, err
+		}, "%s", what)
+	}
+	ruleIs(readyIs("True", "Running"), "the rule to run")
+	waitFor(t, cmGVR, ns, "g", nil)
+
+	setConversion := func(conv *apiextensionsv1.CustomResourceConversion) {
+		t.Helper()
+		crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+		eventually(t, 10*time.Second, func() (bool, error) {
+			live, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			live.Spec.Conversion = conv
+			_, err = crds.Update(t.Context(), live, metav1.UpdateOptions{})
+			return err == nil, err
+		}, "the CRD's conversion to change")
+	}
+	url := "https://127.0.0.1:1/convert"
+	setConversion(&apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
+		Webhook: &apiextensionsv1.WebhookConversion{ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: &url}, ConversionReviewVersions: []string{"v1"}}})
+	ruleIs(readyIs("False", "Waiting", "does not see changes", group+"/v2, Resource=gadgets", "conversion webhook"), "the Rule to say its parents' watch fails")
+
+	setConversion(&apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter})
+	ruleIs(readyIs("True", "Running"), "the rule to run again once its parents can be read")
+	create(t, v1, gadget(group, ns, "h", map[string]any{}))
+	waitFor(t, cmGVR, ns, "h", nil)
+}

@@ -323,6 +323,7 @@ func New(cfg Config) *Controller {
 		// annotations; the cached JSON keeps the rest.
 		Transform:    watch.CompactKeeping(isKgenKey),
 		OnWatchError: c.onWatchError,
+		OnListed:     c.onListed,
 	})
 	c.reconciler = reconcile.New(reconcile.Config{
 		Client: cfg.Client, Resources: cfg.Mapper, Schemas: cfg.Schemas, Children: c, Inputs: c, Writes: c.watches.Writes(),
@@ -1423,6 +1424,14 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	}
 }
 
+// onListed forgets the failure of an informer that read a whole list
+// again: it lists and watches, and its cache is current.
+func (c *Controller) onListed(key watch.Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.watchErrors, key)
+}
+
 // statesLocked returns the states of the rules and of their pending new
 // versions; the caller holds c.mu.
 func (c *Controller) statesLocked() []*ruleState {
@@ -1557,8 +1566,14 @@ type RuleState struct {
 	// rule that is not Synced waits for, and prune-only informers (which
 	// do not hold the rule back) that cannot list.
 	Unsynced []UnsyncedCache
-	// Forbidden is set when the list or watch of an unsynced informer was
-	// refused (403, or 401): kgen's RBAC lacks a kind of the rule.
+	// Stale are the rule's informers whose caches synced but whose list
+	// or watch fails since (a 403 once kgen's grants shrank, a 5xx), each
+	// with its error: the rule runs, but does not see changes there until
+	// the informer lists again.
+	Stale []UnsyncedCache
+	// Forbidden is set when the list or watch of an unsynced or stale
+	// informer was refused (403, or 401): kgen's RBAC lacks a kind of the
+	// rule.
 	Forbidden bool
 	// KindNotServed is set when the rule waits for a kind the API server
 	// does not serve (yet).
@@ -1638,14 +1653,24 @@ func (c *Controller) stateLocked(rs *ruleState) RuleState {
 	seen := map[watch.Key]bool{}
 	for _, reg := range rs.registrations() {
 		key := reg.Informer().Key()
-		if reg.HasSynced() || seen[key] {
+		if seen[key] {
 			continue
 		}
 		seen[key] = true
 		u := UnsyncedCache{Resource: key, Err: c.watchErrors[key].err, NamespaceGone: c.watchErrors[key].gone}
+		switch {
+		case !reg.HasSynced():
+			s.Unsynced = append(s.Unsynced, u)
+		case u.Err != nil:
+			// Synced, but its list or watch fails since (onListed
+			// forgets the failure once it lists again).
+			s.Stale = append(s.Stale, u)
+		default:
+			continue
+		}
 		s.Forbidden = s.Forbidden || u.Failing() && reasonOf(u.Err) == "Forbidden"
-		s.Unsynced = append(s.Unsynced, u)
 	}
+	slices.SortFunc(s.Stale, func(a, b UnsyncedCache) int { return strings.Compare(a.Resource.String(), b.Resource.String()) })
 	// Failing informers first, then by what they watch.
 	slices.SortFunc(s.Unsynced, func(a, b UnsyncedCache) int {
 		if (a.Err == nil) != (b.Err == nil) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -15,6 +16,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"kgen.dev/kgen/pkg/watch"
 	"kgen.dev/kgen/rules"
 )
 
@@ -197,4 +199,51 @@ spec:
 			})
 		})
 	}
+}
+
+// A list or watch that fails after the rule's caches synced (kgen's
+// grants shrank, a conversion webhook went down) shows in the rule's
+// state, which the Rule's status reads, until the informer lists again.
+func TestWatchErrorAfterSyncShows(t *testing.T) {
+	quietListErrors(t)
+	synctest.Test(t, func(t *testing.T) {
+		client, m := fakeCluster()
+		rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
+  children:
+`+configChild), rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Workers: 1})
+		runController(t, c)
+		waitFor(t, "the rule to sync", func() bool { s, _ := c.State("r"); return s.Synced })
+		var key watch.Key
+		for _, reg := range c.rules["r"].registrations() {
+			if reg.Informer().Key().GVR == cmResource {
+				key = reg.Informer().Key()
+			}
+		}
+		for _, tc := range []struct {
+			name      string
+			err       error
+			forbidden bool
+		}{
+			{"refused", apierrors.NewForbidden(cmResource.GroupResource(), "", nil), true},
+			{"failing", apierrors.NewInternalError(errors.New("conversion webhook for example.com/v1, Kind=Gadget failed")), false},
+		} {
+			c.onWatchError(key, tc.err)
+			s, _ := c.State("r")
+			if len(s.Stale) != 1 || s.Stale[0].Resource != key || s.Forbidden != tc.forbidden || !s.Synced || !s.Running {
+				t.Errorf("%s: state = %+v, want the rule running with %s stale, forbidden: %t", tc.name, s, key, tc.forbidden)
+			}
+			c.onListed(key)
+			if s, _ := c.State("r"); len(s.Stale) != 0 || s.Forbidden {
+				t.Errorf("%s: state after the informer listed again = %+v, want nothing stale", tc.name, s)
+			}
+		}
+	})
 }

@@ -488,6 +488,17 @@ func TestStatusUnsyncedCaches(t *testing.T) {
 			reason: "Waiting", want: []string{"forbidden by policy"}},
 		{name: "a list is refused", state: progress{Running: true, Forbidden: true, Unsynced: []controller.UnsyncedCache{{Resource: secrets, Err: refused}}},
 			reason: "Forbidden", want: []string{"v1, Resource=secrets in ns", "no RBAC"}},
+		// After the caches synced: the rule runs, on caches that miss
+		// every change since, and says so.
+		{name: "a watch is refused after the caches synced", state: progress{Running: true, Synced: true, Forbidden: true,
+			Stale: []controller.UnsyncedCache{{Resource: secrets, Err: refused}}},
+			reason: "Forbidden", want: []string{"does not see changes", "v1, Resource=secrets in ns", "no RBAC"}, not: []string{"not synced"}},
+		{name: "a watch fails after the caches synced", state: progress{Running: true, Synced: true,
+			Stale: []controller.UnsyncedCache{{Resource: gadgets, Err: webhook}}},
+			reason: "Waiting", want: []string{"does not see changes", "gadgets in ns: conversion webhook"}},
+		{name: "a stale cache in a namespace that is gone", state: progress{Running: true, Synced: true,
+			Stale: []controller.UnsyncedCache{{Resource: secrets, Err: refused, NamespaceGone: "does not exist"}}},
+			ready: "True", reason: "Running", want: []string{"but not in namespace ns, which does not exist"}},
 		// A namespace the rule names is gone, and kgen's grants with it:
 		// the rule runs in its other namespaces, and says so.
 		{name: "a list is refused in a namespace that is gone", state: progress{Running: true, Synced: true,

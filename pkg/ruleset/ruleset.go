@@ -1058,7 +1058,7 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 			}
 		}
 		var gone []string
-		for _, u := range st.Unsynced {
+		for _, u := range slices.Concat(st.Unsynced, st.Stale) {
 			if ns := u.Resource.Namespace; u.NamespaceGone != "" && !slices.Contains(gone, ns) {
 				gone = append(gone, ns)
 				msg += fmt.Sprintf(", but not in namespace %s, which %s (%s: %v)", ns, u.NamespaceGone, u.Resource, u.Err)
@@ -1106,13 +1106,23 @@ func notReady(st controller.RuleState) (reason, msg string) {
 		}
 		unsynced = append(unsynced, u.Resource.String())
 	}
+	var stale []string
+	for _, u := range st.Stale {
+		if u.Failing() {
+			stale = append(stale, u.String())
+		}
+	}
+	reason = ReasonWaiting
+	if st.Forbidden {
+		reason = ReasonForbidden
+	}
 	switch {
 	case len(failing) > 0:
-		reason := ReasonWaiting
-		if st.Forbidden {
-			reason = ReasonForbidden
-		}
 		return reason, "caches not synced, as lists or watches fail: " + strings.Join(failing, "; ")
+	case len(stale) > 0:
+		// It runs, on caches that miss every change since: a new or
+		// changed parent, a child deleted by hand.
+		return reason, "lists or watches fail, so kgen does not see changes of these objects until they list again (it retries with backoff): " + strings.Join(stale, "; ")
 	case !st.Running && st.Waiting != "":
 		reason := ReasonWaiting
 		if st.KindNotServed {

@@ -51,6 +51,17 @@ type listWatch struct {
 	// rather than end it with errRelist; tests of that fallback turn it
 	// off.
 	inStream bool
+	// onListed, when set, is told whenever a whole list was read (a
+	// list's last page, a watch-list's initial events, a relist in the
+	// stream): the resource can be listed and watched again.
+	onListed func()
+}
+
+// listedAll tells onListed that a whole list was read.
+func (lw *listWatch) listedAll() {
+	if lw.onListed != nil {
+		lw.onListed()
+	}
 }
 
 // objectKey names an object in a listWatch's known set.
@@ -203,6 +214,9 @@ func (lw *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOption
 	if err == nil {
 		listed(list.Continue == "")
 		lw.listedPage(opts.Continue == "", list)
+		if list.Continue == "" {
+			lw.listedAll()
+		}
 	}
 	return list, err
 }
@@ -587,6 +601,7 @@ func (s *eventStream) run() {
 			case initial && event.Type == apiwatch.Bookmark && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true":
 				initial = false
 				s.lw.replaceKnown(s, initialObjects)
+				s.lw.listedAll()
 			case initial && event.Type == apiwatch.Added:
 				initialObjects[keyOf(o)] = o
 			case !initial:
@@ -698,6 +713,7 @@ func (s *eventStream) relist(all bool) (body io.ReadCloser, ok bool) {
 		return nil, false
 	}
 	served()
+	lw.listedAll()
 	// The watch of a CRD's new storage is answered 429 "storage is
 	// (re)initializing" until its cache has started: tried again here, or
 	// the reflector would, after its growing backoff. Any other 429 (API

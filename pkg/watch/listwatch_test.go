@@ -354,3 +354,61 @@ func TestListWatchRelist(t *testing.T) {
 	streams("a watch after the watch-list", w)
 	w.Stop()
 }
+
+// onListed is told of every whole list read, by a list or a watch-list,
+// and of nothing else: a refused list, or a watch-list cut before its
+// initial events end, says nothing.
+func TestListWatchTellsListed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		watching := r.URL.Query().Get("watch") == "true"
+		switch ns := strings.Split(r.URL.Path, "/")[4]; {
+		case ns == "denied":
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"configmaps is forbidden"}`)
+		case !watching:
+			fmt.Fprint(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"c","namespace":"ok","resourceVersion":"5"}}]}`)
+		case ns == "ok":
+			fmt.Fprintln(w, `{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ok","resourceVersion":"5"}}}`)
+			fmt.Fprintln(w, `{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":"6","annotations":{"k8s.io/initial-events-end":"true"}}}}`)
+		case ns == "cut":
+			fmt.Fprintln(w, `{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"cut","resourceVersion":"5"}}}`)
+		}
+	}))
+	defer srv.Close()
+	client, err := rest.UnversionedRESTClientFor(&rest.Config{Host: srv.URL,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ns        string
+		watchList bool
+		want      int
+	}{
+		{"ok", false, 1},
+		{"denied", false, 0},
+		{"ok", true, 1},
+		{"cut", true, 0},
+		{"denied", true, 0},
+	} {
+		t.Run(fmt.Sprintf("%s watchList=%t", tc.ns, tc.watchList), func(t *testing.T) {
+			lw := newListWatch(client, Key{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: tc.ns})
+			told := 0
+			lw.onListed = func() { told++ }
+			if !tc.watchList {
+				_, _ = lw.ListWithContext(context.Background(), metav1.ListOptions{})
+			} else {
+				opts := metav1.ListOptions{AllowWatchBookmarks: true, SendInitialEvents: new(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}
+				if w, err := lw.WatchWithContext(context.Background(), opts); err == nil {
+					for range w.ResultChan() {
+					}
+					w.Stop()
+				}
+			}
+			if told != tc.want {
+				t.Errorf("onListed told %d times, want %d", told, tc.want)
+			}
+		})
+	}
+}

@@ -2,7 +2,9 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"time"
@@ -67,6 +69,10 @@ type Config struct {
 	ResyncPeriod time.Duration
 	// OnWatchError is told of every list or watch error of an informer.
 	OnWatchError func(key Key, err error)
+	// OnListed is told whenever an informer read a whole list (also in a
+	// watch-list, or a relist in its watch): after an error, it lists and
+	// watches again. Only informers of REST have it.
+	OnListed func(key Key)
 }
 
 // Manager owns the running informers. It is safe for concurrent use.
@@ -193,6 +199,9 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 	if m.cfg.REST != nil {
 		lw = newListWatch(m.cfg.REST, key)
 		lw.delay = m.relistDelay
+		if onListed := m.cfg.OnListed; onListed != nil {
+			lw.onListed = func() { onListed(key) }
+		}
 		informer = cache.NewSharedIndexInformer(lw, &Object{}, m.cfg.ResyncPeriod, cache.Indexers{})
 	} else {
 		tweak := func(o *metav1.ListOptions) { o.LabelSelector = key.Selector }
@@ -229,8 +238,13 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 	}
 	if m.cfg.OnWatchError != nil {
 		onError := m.cfg.OnWatchError
+		// In place of client-go's default handler, which logs every
+		// failure at every retry: OnWatchError reports them (kgen's
+		// controller at most once a minute per informer and cause).
 		if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			cache.DefaultWatchErrorHandler(ctx, r, err)
+			if errors.Is(err, io.EOF) {
+				return // the watch closed normally
+			}
 			onError(key, err)
 		}); err != nil {
 			return nil, fmt.Errorf("watch %s: %w", key, err)
