@@ -1485,6 +1485,10 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	unassign := rs.unassign
 	rs.unassign = nil
 	rs.pruning, rs.unwatched, rs.recordErr, rs.parentScopes, rs.settled = nil, nil, "", nil, nil
+	// Its parents are counted again as they are reconciled once it runs
+	// again: one deleted meanwhile, which no informer tells it of, must
+	// not stay counted as ready.
+	rs.ready = map[types.UID]bool{}
 	// Only the version that holds the rule's name says whether the rule
 	// waits: not an old one that retires, nor a new one whose previous
 	// version runs.

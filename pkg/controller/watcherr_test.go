@@ -247,3 +247,33 @@ spec:
 		}
 	})
 }
+
+// A rule that stops (a kind it uses is no longer served) forgets which of
+// its parents were ready: one deleted while it waits is not counted ready
+// once it runs again (an audit saw readyParents above parents).
+func TestStoppedRuleForgetsReadyParents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAgainCluster(false)
+		client, m := a.client, a.mapper
+		rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
+  children:
+`+configChild), rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Workers: 1})
+		runController(t, c)
+		waitFor(t, "the parent to be ready", func() bool { s, _ := c.State("r"); return s.ReadyParents == 1 })
+		c.mu.Lock()
+		state := c.rules["r"]
+		c.mu.Unlock()
+		c.deactivate(state, errors.New("example.com/v1, Resource=gadgets is no longer served"))
+		if s, _ := c.State("r"); s.ReadyParents != 0 || s.Parents != 0 {
+			t.Errorf("stopped rule: parents %d, ready %d; want 0 and 0", s.Parents, s.ReadyParents)
+		}
+	})
+}
