@@ -689,3 +689,67 @@ func TestShardsReleaseParentsThatLeft(t *testing.T) {
 		t.Errorf("the parents took %s to go, more than %s", took.Round(time.Millisecond), limit)
 	}
 }
+
+// Scenario (an audit finding): a replica dies in the middle of taking a
+// parent over, having relabelled only some of its children. The parent,
+// whose finalizer guards a child in another namespace, is deleted; the
+// live replica claims it and must find that child, which still carries
+// the dead replica's label, before it removes the finalizer: no child is
+// left behind.
+func TestShardsFinalizeAfterPartialTakeOver(t *testing.T) {
+	const leaseDuration = 8 * time.Second
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns, shared := newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, "partial.example.com", "Leaver", "leavers")
+	rule := strings.NewReplacer("NAMESPACE", ns, "SHARED", shared, "leave.example.com", "partial.example.com", "name: leaver", "name: partial").Replace(leaverRules) +
+		`  - id: local
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-local
+`
+	applyRule(t, rule)
+	home := newNamespace(t)
+	args := []string{"--shards", "--leader-elect-namespace", home, "--leader-elect-lease-duration", leaseDuration.String()}
+	procs := map[string]*kgenProcess{}
+	for _, id := range []string{"p1", "p2"} {
+		procs[id] = startKgen(t, "kgen-shard-"+id, append(slices.Clone(args), "--shard-id", id)...)
+	}
+	waitMembers(t, procs, 2)
+	// Parents until one is on each shard.
+	owner := map[string]string{}
+	for i := 0; len(owner) < 2 && i < 20; i++ {
+		name := fmt.Sprintf("partial-%02d", i)
+		create(t, gvr, map[string]any{"apiVersion": "partial.example.com/v1", "kind": "Leaver",
+			"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"tier": "web"}}})
+		p := waitFor(t, gvr, ns, name, func(o *unstructured.Unstructured) error {
+			if o.GetLabels()[shard.Label] == "" || !slices.Contains(o.GetFinalizers(), "kgen.dev/cleanup") {
+				return fmt.Errorf("labels %v, finalizers %v", o.GetLabels(), o.GetFinalizers())
+			}
+			return nil
+		})
+		waitFor(t, cmGVR, shared, name+"-cm", nil)
+		waitFor(t, cmGVR, ns, name+"-local", nil)
+		if _, ok := owner[p.GetLabels()[shard.Label]]; !ok {
+			owner[p.GetLabels()[shard.Label]] = name
+		}
+	}
+	victim, ok := owner["p1"]
+	if !ok || owner["p2"] == "" {
+		t.Fatalf("parents by shard: %v, want one on each", owner)
+	}
+	// p1 dies after relabelling the local child only (as p2 took it over).
+	procs["p1"].kill()
+	relabel, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{shard.Label: "p2"}}})
+	if _, err := env.kube.CoreV1().ConfigMaps(ns).Patch(t.Context(), victim+"-local", types.MergePatchType, relabel, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), victim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, victim)
+	if cm, err := env.kube.CoreV1().ConfigMaps(shared).Get(t.Context(), victim+"-cm", metav1.GetOptions{}); err == nil {
+		t.Errorf("the child %s/%s (shard %q) of the deleted parent was left behind", shared, cm.Name, cm.Labels[shard.Label])
+	}
+}

@@ -161,8 +161,9 @@ func (c *Controller) releasesHere(gvr schema.GroupVersionResource, parent metav1
 // to its UID. The reconcile waits until this shard's caches show them (at
 // watch speed; up to takeOverWait); the template hash leaves the label out,
 // so the reconcile finds them up to date and writes nothing more. A parent
-// whose children are in this shard's caches already needs none of this,
-// and neither does one kgen never reconciled (see reconciledBefore).
+// whose children are in this shard's caches already needs none of this
+// (unless kgen's finalizer of it is to be carried out: see below), and
+// neither does one kgen never reconciled (see reconciledBefore).
 func (c *Controller) takeOver(ctx context.Context, rs *ruleState, mapping mapper.Mapping, parent *unstructured.Unstructured) error {
 	if c.shards == nil {
 		return nil
@@ -171,7 +172,15 @@ func (c *Controller) takeOver(ctx context.Context, rs *ruleState, mapping mapper
 	c.shards.mu.Lock()
 	settled := c.shards.settled[uid]
 	c.shards.mu.Unlock()
-	if settled {
+	// A parent being deleted whose finalizer guards children (in other
+	// namespaces, or let go of) is finalized from this shard's caches:
+	// a child another shard's label still hides (a replica that died in
+	// the middle of taking the parent over relabelled only some) would
+	// be left behind for good. Its children are looked for every time;
+	// any other parent's missing child is found by the reconcile's
+	// create, which the API server refuses, and taken over then.
+	finalizing := parent.GetDeletionTimestamp() != nil && slices.Contains(parent.GetFinalizers(), reconcile.Finalizer)
+	if settled && !finalizing {
 		return nil
 	}
 	c.mu.Lock()
@@ -184,7 +193,7 @@ func (c *Controller) takeOver(ctx context.Context, rs *ruleState, mapping mapper
 			break
 		}
 	}
-	if !cached && reconciledBefore(mapping, parent) {
+	if (!cached || finalizing) && reconciledBefore(mapping, parent) {
 		if err := c.relabelChildren(ctx, rs, parent, regs); err != nil {
 			return err
 		}
