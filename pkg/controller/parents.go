@@ -55,7 +55,7 @@ import (
 // Terminating CRD is still served until they are). A sweep that fails
 // (kgen may not list or patch the kind, the server fails) keeps the scope,
 // is logged, and is tried again with backoff, from sweepRetryBase doubling
-// to sweepRetryMax; one that is forbidden, hourly (sweepForbiddenRetry).
+// to sweepRetryMax; one whose list is forbidden, hourly (sweepForbiddenRetry).
 
 // Backoff of a failed sweep of a recorded parent scope, and the wait after
 // a sweep that kgen is forbidden to make.
@@ -210,7 +210,12 @@ func (c *Controller) sweepParents(ctx context.Context) {
 			}
 			r := c.record.sweeps[s]
 			wait := min(sweepRetryBase<<min(r.failures, 16), sweepRetryMax)
-			forbidden := apierrors.IsForbidden(err)
+			// Only kgen's list of the parents: a parent it could not
+			// release (a child the removed rule's ServiceAccount may
+			// not delete, say) is mended by a grant to that account,
+			// and the sweep should notice it within minutes.
+			var listErr *sweepListError
+			forbidden := errors.As(err, &listErr) && apierrors.IsForbidden(err)
 			if forbidden {
 				// RBAC made from the new rules no longer grants the
 				// scope: only an operator's grant helps, so the
@@ -229,6 +234,12 @@ func (c *Controller) sweepParents(ctx context.Context) {
 		c.dropParentScope(ctx, s, due[s])
 	}
 }
+
+// sweepListError is a sweep's failure to list the parents of its scope.
+type sweepListError struct{ err error }
+
+func (e *sweepListError) Error() string { return e.err.Error() }
+func (e *sweepListError) Unwrap() error { return e.err }
 
 // dropParentScope removes a swept parent scope from the record of the
 // rules that recorded it, except a rule that covers it again meanwhile.
@@ -289,7 +300,7 @@ func (c *Controller) sweepScope(ctx context.Context, s ChildScope, recordedBy []
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("list %s: %w", m.GroupVersionResource(), err)
+		return &sweepListError{fmt.Errorf("list %s: %w", m.GroupVersionResource(), err)}
 	}
 	// The children are pruned as the rule that recorded the scope: its
 	// current version if it is still loaded (for its ServiceAccount),

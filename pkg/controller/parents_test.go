@@ -305,6 +305,50 @@ spec:
 	}
 }
 
+// A sweep that lists its parents but cannot release one (a child the
+// removed rule's ServiceAccount may not delete, or a patch refused) is
+// not kgen's RBAC missing the scope: it backs off from sweepRetryBase, as
+// any failure, not for an hour, so a grant to that account is noticed
+// soon (an e2e run waited a minute in vain).
+func TestSweepRetriesARefusedRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client, _ := fakeCluster(gadgetWith("left", true, false))
+		applyFinalizers(client)
+		refused := true
+		client.PrependReactor("patch", "gadgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+			if refused {
+				return true, nil, apierrors.NewForbidden(gadgets.GroupResource(), "left", nil)
+			}
+			return false, nil, nil
+		})
+		scope := ChildScope{GroupVersionKind: gadgetKind}
+		rec := &memRecord{scopes: map[string][]ChildScope{}, parents: map[string][]ChildScope{"gone": {scope}}}
+		c := newSweeper(t, client, rec, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: other}
+spec:
+  parent: {apiVersion: apps/v1, kind: Deployment}
+  children:
+`+configChild)
+		if !c.beginSweep() {
+			t.Fatal("beginSweep() = false with a recorded parent kind no rule covers")
+		}
+		c.sweepParents(context.Background())
+		if got := rec.getParents("gone"); !slices.Equal(got, []ChildScope{scope}) {
+			t.Fatalf("recorded parents = %v after a refused release, want the scope kept", got)
+		}
+		refused = false
+		time.Sleep(sweepRetryBase)
+		if !c.beginSweep() {
+			t.Fatal("beginSweep() = false after the first backoff step: a refused release waits as long as a forbidden list")
+		}
+		c.sweepParents(context.Background())
+		if got := rec.getParents("gone"); len(got) != 0 {
+			t.Errorf("recorded parents = %v after the sweep, want none", got)
+		}
+	})
+}
+
 // A started rule records where it watches its parents with its child
 // scopes, before its parents are reconciled; what its record held for a
 // namespace it no longer watches is kept until swept.
