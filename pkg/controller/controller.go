@@ -607,7 +607,11 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 	}
 	result, err = c.reconciler.Reconcile(ctx, rs.rule, mapping, parent)
 	c.mu.Lock()
-	rs.ready[parent.GetUID()] = result.Ready
+	if rs.active {
+		// Not into a version that stopped meanwhile (deactivate cleared
+		// its set): it counts its parents again once it runs.
+		rs.ready[parent.GetUID()] = result.Ready
+	}
 	c.mu.Unlock()
 	return result, err
 }

@@ -2,7 +2,6 @@ package watch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -241,12 +240,7 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 		// In place of client-go's default handler, which logs every
 		// failure at every retry: OnWatchError reports them (kgen's
 		// controller at most once a minute per informer and cause).
-		if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			if errors.Is(err, io.EOF) {
-				return // the watch closed normally
-			}
-			onError(key, err)
-		}); err != nil {
+		if err := informer.SetWatchErrorHandlerWithContext(watchErrorHandler(key, onError)); err != nil {
 			return nil, fmt.Errorf("watch %s: %w", key, err)
 		}
 	}
@@ -258,6 +252,18 @@ func (m *Manager) startLocked(key Key) (*Informer, error) {
 	}()
 	m.informers[key] = inf
 	return inf, nil
+}
+
+// watchErrorHandler tells onError of an informer's failed list or watch,
+// but of a watch that closed normally: io.EOF itself, as client-go's own
+// handler has it. A list cut short wraps io.EOF, and is a failure.
+func watchErrorHandler(key Key, onError func(Key, error)) cache.WatchErrorHandlerWithContext {
+	return func(_ context.Context, _ *cache.Reflector, err error) {
+		if err == io.EOF {
+			return
+		}
+		onError(key, err)
+	}
 }
 
 func (m *Manager) release(r *Registration) {
