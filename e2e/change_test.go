@@ -313,10 +313,7 @@ func serveCRD(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition) schem
 	}
 	t.Cleanup(func() { _ = crds.Delete(context.Background(), crd.Name, metav1.DeleteOptions{}) })
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: "v1", Resource: "gadgets"}
-	eventually(t, 30*time.Second, func() (bool, error) {
-		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
-		return err == nil, err
-	}, "%s to be served", gvr)
+	waitServed(t, gvr)
 	return gvr
 }
 

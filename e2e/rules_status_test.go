@@ -710,11 +710,7 @@ func TestRuleReportsWatchFailingAfterSync(t *testing.T) {
 	ns := newNamespace(t)
 	crd := twoVersionCRD(group, "Gadget", "gadgets")
 	v1 := createCRD(t, crd)
-	v2 := schema.GroupVersionResource{Group: group, Version: "v2", Resource: "gadgets"}
-	eventually(t, 30*time.Second, func() (bool, error) {
-		_, err := env.dynamic.Resource(v2).List(t.Context(), metav1.ListOptions{Limit: 1})
-		return err == nil, err
-	}, "%s to be served", v2)
+	waitServed(t, schema.GroupVersionResource{Group: group, Version: "v2", Resource: "gadgets"})
 	create(t, v1, gadget(group, ns, "g", map[string]any{}))
 	startControllerWith(t, controllerOptions{RuleObjects: true})
 	applyRule(t, strings.Replace(gadgetRuleDoc("stale", group, "Gadget", ns, configChild("w")), group+"/v1", group+"/v2", 1))

@@ -218,11 +218,17 @@ func createCRD(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition) sche
 		_ = env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
 	})
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: crd.Spec.Versions[0].Name, Resource: crd.Spec.Names.Plural}
+	waitServed(t, gvr)
+	return gvr
+}
+
+// waitServed waits until a resource can be listed.
+func waitServed(t *testing.T, gvr schema.GroupVersionResource) {
+	t.Helper()
 	eventually(t, 30*time.Second, func() (bool, error) {
 		_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
 		return err == nil, err
 	}, "%s to be served", gvr)
-	return gvr
 }
 
 func writeRules(t *testing.T, text string) string {

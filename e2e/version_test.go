@@ -39,11 +39,7 @@ func TestChangeAPIVersions(t *testing.T) {
 	gadgets := createCRD(t, twoVersionCRD(group, "Gadget", "gadgets"))
 	widgets := createCRD(t, twoVersionCRD(group, "Widget", "widgets"))
 	for _, r := range []string{"gadgets", "widgets"} {
-		gvr := schema.GroupVersionResource{Group: group, Version: "v2", Resource: r}
-		eventually(t, 30*time.Second, func() (bool, error) {
-			_, err := env.dynamic.Resource(gvr).List(t.Context(), metav1.ListOptions{Limit: 1})
-			return err == nil, err
-		}, "%s to be served", gvr)
+		waitServed(t, schema.GroupVersionResource{Group: group, Version: "v2", Resource: r})
 	}
 	doc := func(parentVersion, childVersion string) string {
 		return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1

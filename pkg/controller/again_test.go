@@ -340,15 +340,17 @@ func totalOf(ds []time.Duration) time.Duration {
 // conflict is still looked at again later.
 func TestAgainDespiteConflict(t *testing.T) { synctest.Test(t, testAgainDespiteConflict) }
 
-// conflictCluster is an againCluster whose rule has, besides the ConfigMap
-// and its reader, a child whose name another object holds: a Conflict.
-// The controller runs with a logger that collects the failures it logs.
-func conflictCluster(t *testing.T, hide bool) (a *againCluster, metrics *Metrics, failures func() []string) {
-	a = newAgainCluster(hide)
-	// The ConfigMap "taken" is someone else's: kgen's apply, which may not
-	// take over, is refused, and a read finds it has no kgen marks.
-	foreign := object("v1", "ConfigMap", "taken", "uid-taken", "")
-	if err := a.client.Tracker().Create(cmResource, foreign, "ns"); err != nil {
+// blockedChild is a child whose name takeName gives someone else's object.
+const blockedChild = `  - id: blocked
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: taken}}
+`
+
+// takeName makes the ConfigMap "taken" someone else's: kgen's apply,
+// which may not take over, is refused, and a read finds it has no kgen
+// marks.
+func (a *againCluster) takeName(t *testing.T) {
+	t.Helper()
+	if err := a.client.Tracker().Create(cmResource, object("v1", "ConfigMap", "taken", "uid-taken", ""), "ns"); err != nil {
 		t.Fatal(err)
 	}
 	a.client.PrependReactor("patch", "configmaps", func(action clienttesting.Action) (bool, runtime.Object, error) {
@@ -357,12 +359,28 @@ func conflictCluster(t *testing.T, hide bool) (a *againCluster, metrics *Metrics
 		}
 		return false, nil, nil
 	})
+}
+
+// servesGadgetStatus gives Gadgets a status subresource, which kgen writes.
+func (a *againCluster) servesGadgetStatus() {
+	d := fakeDiscovery()
+	for _, l := range d.Resources {
+		if l.GroupVersion == "example.com/v1" {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: "gadgets/status", Kind: "Gadget", Namespaced: true, Verbs: []string{"get", "patch"}})
+		}
+	}
+	a.mapper = mapper.New(d)
+}
+
+// conflictCluster is an againCluster whose rule has, besides the ConfigMap
+// and its reader, a child whose name another object holds: a Conflict.
+// The controller runs with a logger that collects the failures it logs.
+func conflictCluster(t *testing.T, hide bool) (a *againCluster, metrics *Metrics, failures func() []string) {
+	a = newAgainCluster(hide)
+	a.takeName(t)
 	metrics = NewMetrics(prometheus.NewRegistry())
-	blocked := `  - id: blocked
-    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: taken}}
-`
 	c := New(Config{
-		Rules: []*rules.Rule{gadgetRule(t, configChild+readerChild+blocked)}, Client: a.client, Mapper: a.mapper,
+		Rules: []*rules.Rule{gadgetRule(t, configChild+readerChild+blockedChild)}, Client: a.client, Mapper: a.mapper,
 		Recorder: record.NewFakeRecorder(1000), Workers: 1, Metrics: metrics,
 	})
 	var logMu sync.Mutex
@@ -514,14 +532,7 @@ func testLearningKindRetriedSoon(t *testing.T, refusals int) func() int {
 func TestTerminalStatusRetriedWithBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newAgainCluster(false)
-		// Gadgets with a status subresource, which kgen writes.
-		d := fakeDiscovery()
-		for _, l := range d.Resources {
-			if l.GroupVersion == "example.com/v1" {
-				l.APIResources = append(l.APIResources, metav1.APIResource{Name: "gadgets/status", Kind: "Gadget", Namespaced: true, Verbs: []string{"get", "patch"}})
-			}
-		}
-		a.mapper = mapper.New(d)
+		a.servesGadgetStatus()
 		a.client.PrependReactor("patch", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewInvalid(cmResource.GroupVersion().WithKind("ConfigMap").GroupKind(), "g", nil)
 		})
@@ -562,13 +573,7 @@ func TestTerminalStatusRetriedWithBackoff(t *testing.T) {
 func TestHeldStatusLandsDespiteConflict(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newAgainCluster(false)
-		d := fakeDiscovery()
-		for _, l := range d.Resources {
-			if l.GroupVersion == "example.com/v1" {
-				l.APIResources = append(l.APIResources, metav1.APIResource{Name: "gadgets/status", Kind: "Gadget", Namespaced: true, Verbs: []string{"get", "patch"}})
-			}
-		}
-		a.mapper = mapper.New(d)
+		a.servesGadgetStatus()
 		// kgen's status patch tests the parent's resourceVersion.
 		g, err := a.client.Tracker().Get(gadgets, "ns", "g")
 		if err != nil {
@@ -578,30 +583,9 @@ func TestHeldStatusLandsDespiteConflict(t *testing.T) {
 		if err := a.client.Tracker().Update(gadgets, g, "ns"); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.client.Tracker().Create(cmResource, object("v1", "ConfigMap", "taken", "uid-taken", ""), "ns"); err != nil {
-			t.Fatal(err)
-		}
-		a.client.PrependReactor("patch", "configmaps", func(action clienttesting.Action) (bool, runtime.Object, error) {
-			if action.(clienttesting.PatchAction).GetName() == "taken" {
-				return true, nil, apierrors.NewAlreadyExists(cmResource.GroupResource(), "taken")
-			}
-			return false, nil, nil
-		})
-		rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata: {name: r}
-spec:
-  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
-  children:
-`+configChild+`  - id: blocked
-    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: taken}}
-  status:
-    n: ${children.config.?data.?n.orValue("")}
-`), rules.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := New(Config{Rules: rs, Client: a.client, Mapper: a.mapper,
+		a.takeName(t)
+		rule := gadgetRule(t, configChild+blockedChild+"  status:\n    n: ${children.config.?data.?n.orValue(\"\")}\n")
+		c := New(Config{Rules: []*rules.Rule{rule}, Client: a.client, Mapper: a.mapper,
 			Recorder: record.NewFakeRecorder(10000), Workers: 1, Metrics: NewMetrics(prometheus.NewRegistry())})
 		runController(t, c)
 		firstWrite(t, a, c.metrics)

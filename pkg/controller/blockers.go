@@ -52,6 +52,10 @@ type blockerWatch struct {
 	cancel context.CancelFunc
 }
 
+func keyOfBlocker(parent Key, bl reconcile.Blocker) blockerKey {
+	return blockerKey{parent, bl.GVR.String() + " " + bl.Namespace + "/" + bl.Name}
+}
+
 func newBlockers(client dynamic.Interface, enqueue func(Key)) *blockers {
 	return &blockers{client: client, enqueue: enqueue, active: map[blockerKey]*blockerWatch{}}
 }
@@ -66,7 +70,7 @@ func (b *blockers) watch(ctx context.Context, key Key, in []reconcile.Blocker, n
 	now := time.Now()
 	keep := map[blockerKey]bool{}
 	for _, bl := range in {
-		k := blockerKey{key, bl.GVR.String() + " " + bl.Namespace + "/" + bl.Name}
+		k := keyOfBlocker(key, bl)
 		if w, ok := b.active[k]; ok && w.marks == bl.Marks && w.until.After(now.Add(next)) {
 			keep[k] = true
 		}
@@ -78,7 +82,7 @@ func (b *blockers) watch(ctx context.Context, key Key, in []reconcile.Blocker, n
 		}
 	}
 	for _, bl := range in {
-		k := blockerKey{key, bl.GVR.String() + " " + bl.Namespace + "/" + bl.Name}
+		k := keyOfBlocker(key, bl)
 		if _, ok := b.active[k]; ok {
 			continue
 		}

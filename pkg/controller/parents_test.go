@@ -208,6 +208,16 @@ spec:
 	}
 }
 
+// deploymentRule is a rule on another kind than the recorded Gadgets: it
+// covers none of them.
+const deploymentRule = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: other}
+spec:
+  parent: {apiVersion: apps/v1, kind: Deployment}
+  children:
+` + configChild
+
 // A recorded parent kind whose version the API server no longer serves
 // (its CRD serves v1 now, not v1alpha1) still has its objects: they are
 // listed in the version served and released, not dropped as not served.
@@ -217,13 +227,7 @@ func TestSweepRecordedParentsInAnotherVersion(t *testing.T) {
 		applyFinalizers(client)
 		old := schema.GroupVersionKind{Group: "example.com", Version: "v1alpha1", Kind: "Gadget"}
 		rec := &memRecord{parents: map[string][]ChildScope{"gone": {{GroupVersionKind: old, Namespace: "ns"}}}}
-		c := newSweeper(t, client, rec, `apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata: {name: other}
-spec:
-  parent: {apiVersion: apps/v1, kind: Deployment}
-  children:
-`+configChild)
+		c := newSweeper(t, client, rec, deploymentRule)
 		if !c.beginSweep() {
 			t.Fatal("beginSweep() = false with a recorded parent kind no rule covers")
 		}
@@ -258,13 +262,7 @@ func testSweepRecordedParentsRetries(t *testing.T) {
 	})
 	scope := ChildScope{GroupVersionKind: gadgetKind}
 	rec := &memRecord{scopes: map[string][]ChildScope{}, parents: map[string][]ChildScope{"gone": {scope}}}
-	c := newSweeper(t, client, rec, `apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata: {name: other}
-spec:
-  parent: {apiVersion: apps/v1, kind: Deployment}
-  children:
-`+configChild)
+	c := newSweeper(t, client, rec, deploymentRule)
 	loaded := false
 	c.cfg.RulesLoaded = func() bool { return loaded }
 	if c.beginSweep() {
@@ -323,13 +321,7 @@ func TestSweepRetriesARefusedRelease(t *testing.T) {
 		})
 		scope := ChildScope{GroupVersionKind: gadgetKind}
 		rec := &memRecord{scopes: map[string][]ChildScope{}, parents: map[string][]ChildScope{"gone": {scope}}}
-		c := newSweeper(t, client, rec, `apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata: {name: other}
-spec:
-  parent: {apiVersion: apps/v1, kind: Deployment}
-  children:
-`+configChild)
+		c := newSweeper(t, client, rec, deploymentRule)
 		if !c.beginSweep() {
 			t.Fatal("beginSweep() = false with a recorded parent kind no rule covers")
 		}

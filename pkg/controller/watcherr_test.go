@@ -208,17 +208,7 @@ func TestWatchErrorAfterSyncShows(t *testing.T) {
 	quietListErrors(t)
 	synctest.Test(t, func(t *testing.T) {
 		client, m := fakeCluster()
-		rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata: {name: r}
-spec:
-  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
-  children:
-`+configChild), rules.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Workers: 1})
+		c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Workers: 1})
 		runController(t, c)
 		waitFor(t, "the rule to sync", func() bool { s, _ := c.State("r"); return s.Synced })
 		var key watch.Key
@@ -255,17 +245,7 @@ func TestStoppedRuleForgetsReadyParents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newAgainCluster(false)
 		client, m := a.client, a.mapper
-		rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
-kind: Rule
-metadata: {name: r}
-spec:
-  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
-  children:
-`+configChild), rules.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Workers: 1})
+		c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Workers: 1})
 		runController(t, c)
 		waitFor(t, "the parent to be ready", func() bool { s, _ := c.State("r"); return s.ReadyParents == 1 })
 		c.mu.Lock()
