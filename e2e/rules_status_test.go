@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -146,6 +147,71 @@ func TestRuleReadyForbidden(t *testing.T) {
 	grant(t, user, append(allowed, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}}))
 	waitRuleStatus(t, "forbidden", readyIs("True", "Running"))
 	waitFor(t, secretGVR, ns, "f", nil)
+}
+
+// Scenario (contract §6 "Failures are visible and bounded", §7 Rule status,
+// through a change of kgen's grants): kgen may list its parent kind but not
+// watch it, a common slip in a hand-written Role. Each list works and the
+// watch after it is refused at once, at every step of the reflector's
+// backoff. The Rule says Forbidden, and kgen logs it once, not at each
+// retry (it did, as each list made it forget the failure). Once kgen may
+// watch, the rule runs and follows a new parent.
+func TestRuleWatchRefusedListAllowed(t *testing.T) {
+	const group = "rulenowatch.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	const user = "kgen-no-watch"
+	allowed := func(gadgetVerbs ...string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{
+			{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules/status"}, Verbs: []string{"patch", "update"}},
+			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "patch", "update", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{group}, Resources: []string{"gadgets", "gadgets/status", "gadgets/finalizers"}, Verbs: gadgetVerbs},
+		}
+	}
+	grant(t, user, allowed("get", "list", "patch", "update"))
+	waitCan(t, user, false, authorizationv1.ResourceAttributes{Verb: "watch", Group: group, Resource: "gadgets", Namespace: ns})
+	kubeconfig, err := env.cp.WriteKubeconfig(user+".kubeconfig", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	p := startKgenWith(t, user, kubeconfig, "-n", ns)
+	applyRule(t, gadgetRuleDoc("nowatch", group, "Gadget", ns, configChild("c")))
+	waitRuleStatus(t, "nowatch", readyIs("False", "Forbidden", "does not see changes", "gadgets", "forbidden", user))
+
+	failures := func() (lines []string) {
+		for _, line := range strings.Split(p.output.String(), "\n") {
+			if strings.Contains(line, "Cannot list or watch") && strings.Contains(line, "gadgets") {
+				lines = append(lines, line)
+			}
+		}
+		return lines
+	}
+	// 45 s: the reflector lists and is refused its watch about 6 times
+	// (backoff 0.8 s, doubling, at most 30 s).
+	for range 45 {
+		time.Sleep(time.Second)
+		o := get(t, ruleGVR, "", "nowatch")
+		if err := readyIs("False", "Forbidden")(o); err != nil {
+			t.Errorf("while kgen may list but not watch its parents: %v", err)
+			break
+		}
+	}
+	if lines := failures(); len(lines) > 1 {
+		t.Errorf("the refused watch was logged %d times in 45 s, want once a minute:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+
+	grant(t, user, allowed("get", "list", "watch", "patch", "update"))
+	eventually(t, 60*time.Second, func() (bool, error) {
+		err := readyIs("True", "Running")(get(t, ruleGVR, "", "nowatch"))
+		return err == nil, err
+	}, "the rule to run once kgen may watch its parents")
+	create(t, gvr, gadget(group, ns, "h", map[string]any{}))
+	waitFor(t, cmGVR, ns, "h", nil)
 }
 
 // Scenario: the parent kind's API fails (a conversion webhook that cannot

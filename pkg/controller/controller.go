@@ -134,6 +134,11 @@ const (
 	// watchErrorLogEvery bounds how often a failing list or watch of one
 	// informer is logged.
 	watchErrorLogEvery = time.Minute
+	// watchSettle is how long an informer that read a whole list again
+	// must go without a failure before its failure is forgotten: where
+	// kgen may list but not watch, the watch after each list is refused
+	// within milliseconds, and the rule must not show healthy in between.
+	watchSettle = 5 * time.Second
 )
 
 // indexParent indexes children by the UID of their parent
@@ -209,6 +214,26 @@ type watchError struct {
 	// gone says, for a refused list in a namespace, that the namespace
 	// does not exist or is being deleted (namespaceGone); "" otherwise.
 	gone string
+	// listed is when the informer first read a whole list again after
+	// err (onListed); zero while it has not.
+	listed time.Time
+}
+
+// current returns the failure as it stands at now: none once the informer
+// listed again and did not fail for watchSettle since. The entry itself
+// stays, so that a failure that comes back soon after is not logged again
+// within watchErrorLogEvery.
+func (e watchError) current(now time.Time) watchError {
+	if !e.listed.IsZero() && now.Sub(e.listed) >= watchSettle {
+		return watchError{logged: e.logged}
+	}
+	return e
+}
+
+// watchErrLocked returns the current failure of an informer's list or
+// watch (see watchError.current); the caller holds c.mu.
+func (c *Controller) watchErrLocked(key watch.Key) watchError {
+	return c.watchErrors[key].current(time.Now())
 }
 
 // ruleState is one rule and what the controller runs for it. The fields
@@ -682,7 +707,7 @@ func (c *Controller) sweepLeft(ctx context.Context, rs *ruleState) {
 	for ns, reg := range rs.parentRegs {
 		// Not where the namespace is gone or going (awaitSync): kgen
 		// may not list there any more.
-		if c.watchErrors[reg.Informer().Key()].gone == "" {
+		if c.watchErrLocked(reg.Informer().Key()).gone == "" {
 			namespaces = append(namespaces, ns)
 		}
 	}
@@ -1061,7 +1086,7 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, r := range regs {
-			if !r.HasSynced() && c.watchErrors[r.Informer().Key()].gone == "" {
+			if !r.HasSynced() && c.watchErrLocked(r.Informer().Key()).gone == "" {
 				return false, nil
 			}
 		}
@@ -1106,7 +1131,9 @@ func (c *Controller) awaitSync(ctx context.Context, rs *ruleState, regs []*watch
 	parentRegs := mapsValues(rs.parentRegs)
 	for _, r := range regs {
 		if r.HasSynced() {
-			delete(c.watchErrors, r.Informer().Key())
+			// It listed: as onListed (which informers made without a
+			// REST client, in tests, do not call).
+			c.listedLocked(r.Informer().Key())
 		}
 	}
 	c.mu.Unlock()
@@ -1428,12 +1455,21 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	}
 }
 
-// onListed forgets the failure of an informer that read a whole list
-// again: it lists and watches, and its cache is current.
+// onListed notes that an informer read a whole list again: its cache is
+// current, and its failure is forgotten once it does not fail again for
+// watchSettle (see watchError.current).
 func (c *Controller) onListed(key watch.Key) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.watchErrors, key)
+	c.listedLocked(key)
+}
+
+// listedLocked is onListed; the caller holds c.mu.
+func (c *Controller) listedLocked(key watch.Key) {
+	if e, ok := c.watchErrors[key]; ok && e.listed.IsZero() {
+		e.listed = time.Now()
+		c.watchErrors[key] = e
+	}
 }
 
 // statesLocked returns the states of the rules and of their pending new
@@ -1544,7 +1580,7 @@ func (c *Controller) Ready() error {
 			if reg.HasSynced() {
 				continue
 			}
-			if _, bad := c.watchErrors[reg.Informer().Key()]; bad {
+			if c.watchErrLocked(reg.Informer().Key()).err != nil {
 				failing = true
 			}
 			syncing = append(syncing, reg.Informer().Key().String())
@@ -1665,7 +1701,8 @@ func (c *Controller) stateLocked(rs *ruleState) RuleState {
 			continue
 		}
 		seen[key] = true
-		u := UnsyncedCache{Resource: key, Err: c.watchErrors[key].err, NamespaceGone: c.watchErrors[key].gone}
+		e := c.watchErrLocked(key)
+		u := UnsyncedCache{Resource: key, Err: e.err, NamespaceGone: e.gone}
 		switch {
 		case !reg.HasSynced():
 			s.Unsynced = append(s.Unsynced, u)

@@ -860,8 +860,7 @@ func (c *Controller) prunePass(ctx context.Context) {
 			kept := rs.pruning[:0]
 			for _, p := range rs.pruning {
 				switch {
-				case p.inherited && !p.reg.HasSynced() && c.watchErrors[p.reg.Informer().Key()].err != nil &&
-					reasonOf(c.watchErrors[p.reg.Informer().Key()].err) == "Forbidden":
+				case p.inherited && !p.reg.HasSynced() && reasonOf(c.watchErrLocked(p.reg.Informer().Key()).err) == "Forbidden":
 					// A removed rule's scope kgen may not list (its
 					// grants went with it): not this rule's to wait on.
 					// Two passes, so an error left from an earlier

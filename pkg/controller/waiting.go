@@ -160,7 +160,7 @@ func (c *Controller) stalledLocked(rs *ruleState) bool {
 	regs := append(slices.Clone(rs.childRegs), rs.inputRegs...)
 	regs = append(regs, mapsValues(rs.parentRegs)...)
 	for _, reg := range regs {
-		if _, failing := c.watchErrors[reg.Informer().Key()]; failing && !reg.HasSynced() {
+		if !reg.HasSynced() && c.watchErrLocked(reg.Informer().Key()).err != nil {
 			return true
 		}
 	}

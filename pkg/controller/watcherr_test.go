@@ -230,10 +230,35 @@ func TestWatchErrorAfterSyncShows(t *testing.T) {
 			if len(s.Stale) != 1 || s.Stale[0].Resource != key || s.Forbidden != tc.forbidden || !s.Synced || !s.Running {
 				t.Errorf("%s: state = %+v, want the rule running with %s stale, forbidden: %t", tc.name, s, key, tc.forbidden)
 			}
+			logged := c.watchErrors[key].logged
+			// Where kgen may list but not watch, each list works and
+			// the watch after it is refused at once: the rule stays
+			// stale, and the failure is not logged again each time.
+			time.Sleep(time.Second)
 			c.onListed(key)
-			if s, _ := c.State("r"); len(s.Stale) != 0 || s.Forbidden {
-				t.Errorf("%s: state after the informer listed again = %+v, want nothing stale", tc.name, s)
+			if s, _ := c.State("r"); len(s.Stale) != 1 {
+				t.Errorf("%s: state just after the informer listed again = %+v, want %s still stale", tc.name, s, key)
 			}
+			time.Sleep(10 * time.Millisecond)
+			c.onWatchError(key, tc.err)
+			if s, _ := c.State("r"); len(s.Stale) != 1 {
+				t.Errorf("%s: state after its watch failed again = %+v, want %s stale", tc.name, s, key)
+			}
+			if got := c.watchErrors[key].logged; !got.Equal(logged) {
+				t.Errorf("%s: the failure that came back after a list was logged again at %v (first at %v), want once a minute", tc.name, got, logged)
+			}
+			// Once it lists and does not fail for watchSettle, the
+			// failure is forgotten.
+			c.onListed(key)
+			time.Sleep(watchSettle - time.Millisecond)
+			if s, _ := c.State("r"); len(s.Stale) != 1 {
+				t.Errorf("%s: state %v after the informer listed again = %+v, want %s still stale", tc.name, watchSettle-time.Millisecond, s, key)
+			}
+			time.Sleep(time.Millisecond)
+			if s, _ := c.State("r"); len(s.Stale) != 0 || s.Forbidden {
+				t.Errorf("%s: state %v after the informer listed again = %+v, want nothing stale", tc.name, watchSettle, s)
+			}
+			time.Sleep(watchErrorLogEvery)
 		}
 	})
 }
