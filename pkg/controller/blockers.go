@@ -158,10 +158,22 @@ func (b *blockers) follow(ctx context.Context, bl reconcile.Blocker, timeout tim
 
 // forget stops the watches for a parent that is no longer in Conflict.
 func (b *blockers) forget(key Key) {
+	b.forgetIf(func(k Key) bool { return k == key })
+}
+
+// forgetRule stops the watches for the parents of a rule that stopped (it
+// was removed, or waits for a kind): none of its parents is reconciled
+// until it runs again, and its watches would count against
+// maxBlockerWatches until they time out.
+func (b *blockers) forgetRule(rule string) {
+	b.forgetIf(func(k Key) bool { return k.Rule == rule })
+}
+
+func (b *blockers) forgetIf(match func(Key) bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k, w := range b.active {
-		if k.parent == key {
+		if match(k.parent) {
 			w.cancel()
 			delete(b.active, k)
 		}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -15,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 
 	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/rules"
 )
 
 // A parent in Conflict is woken as soon as the object in its way goes or
@@ -163,6 +166,43 @@ func TestBlockersKeptAndForgotten(t *testing.T) {
 		if n := len(b.active); n != 0 {
 			t.Errorf("%d watches after the conflict ended, want 0", n)
 		}
+		// A rule that stops forgets its parents' watches, not another
+		// rule's.
+		other := Key{Rule: "db", Namespace: "team", Name: "shop"}
+		b.watch(t.Context(), key, in, time.Minute)
+		b.watch(t.Context(), other, in, time.Minute)
+		b.forgetRule("webapp")
+		synctest.Wait()
+		if _, ok := b.active[keyOfBlocker(other, in[0])]; !ok || len(b.active) != 1 {
+			t.Errorf("watches after rule webapp stopped: %v, want only rule db's", b.active)
+		}
 		b.stop()
+	})
+}
+
+// A rule that stops (a kind it uses is no longer served) stops the watches
+// of the objects in its parents' children's way: its parents are not
+// reconciled meanwhile, and the watches would count against
+// maxBlockerWatches until they time out.
+func TestStoppedRuleForgetsBlockers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAgainCluster(false)
+		a.takeName(t)
+		c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild+blockedChild)}, Client: a.client, Mapper: a.mapper,
+			Recorder: record.NewFakeRecorder(10000), Workers: 1})
+		runController(t, c)
+		active := func() int {
+			c.blockers.mu.Lock()
+			defer c.blockers.mu.Unlock()
+			return len(c.blockers.active)
+		}
+		waitFor(t, "the object in the child's way to be watched", func() bool { return active() == 1 })
+		c.mu.Lock()
+		state := c.rules["r"]
+		c.mu.Unlock()
+		c.deactivate(state, errors.New("example.com/v1, Resource=gadgets is no longer served"))
+		if n := active(); n != 0 {
+			t.Errorf("%d watches of objects in the way after the rule stopped, want 0", n)
+		}
 	})
 }

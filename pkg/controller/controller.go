@@ -1533,7 +1533,14 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 	// waits: not an old one that retires, nor a new one whose previous
 	// version runs.
 	current := c.rules[rs.rule.Name] == rs
+	_, named := c.rules[rs.rule.Name]
 	c.mu.Unlock()
+	if current || !named {
+		// No version of the rule runs: its parents wait, so the objects
+		// in their children's way need no watch (a version that takes
+		// over reconciles every parent again).
+		c.blockers.forgetRule(rs.rule.Name)
+	}
 	for _, stop := range unassign {
 		stop()
 	}
