@@ -627,3 +627,51 @@ func TestHeldStatusLandsDespiteConflict(t *testing.T) {
 		}
 	})
 }
+
+// A parent in Conflict that a busy child wakes (another writer changes it
+// 20 times in 10 s) is reconciled each time, but its conflict backoff
+// steps, and its failure is logged, only at the backoff's own looks: once
+// per step, as contract §6 has it, not once per change of the child.
+func TestConflictWokenEarlyKeepsItsBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAgainCluster(false)
+		a.takeName(t)
+		c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild+blockedChild)}, Client: a.client, Mapper: a.mapper,
+			Recorder: record.NewFakeRecorder(10000), Workers: 1, Metrics: NewMetrics(prometheus.NewRegistry())})
+		runController(t, c)
+		clock := firstWrite(t, a, c.metrics)
+		key := Key{Rule: "r", Namespace: "ns", Name: "g"}
+		clock.advance(time.Second)
+		if n := c.conflicts.NumRequeues(key); n != 1 {
+			t.Fatalf("conflict backoff at %d steps after the first reconcile, want 1", n)
+		}
+		const changes = 20
+		for i := 1; i <= changes; i++ {
+			o, err := a.client.Tracker().Get(cmResource, "ns", "g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm := o.(*unstructured.Unstructured)
+			cm.Object["data"] = map[string]any{"by": "someone", "n": fmt.Sprint(i)}
+			a.mu.Lock()
+			a.rv++
+			cm.SetResourceVersion(fmt.Sprint(a.rv))
+			a.mu.Unlock()
+			if err := a.client.Tracker().Update(cmResource, cm, "ns"); err != nil {
+				t.Fatal(err)
+			}
+			clock.advance(500 * time.Millisecond)
+		}
+		if got := reconcilesOf(c.metrics); got < changes {
+			t.Fatalf("%d reconciles for %d changes of the child: the test does not wake the parent", got, changes)
+		}
+		if n := c.conflicts.NumRequeues(key); n != 1 {
+			t.Errorf("conflict backoff at %d steps after %d changes of a child in 10 s, want 1 (its first look, at 30 s, has not come)", n, changes)
+		}
+		// The backoff's own look still comes at 30 s, and steps it.
+		clock.advance(conflictBase)
+		if n := c.conflicts.NumRequeues(key); n != 2 {
+			t.Errorf("conflict backoff at %d steps after its first look, want 2", n)
+		}
+	})
+}

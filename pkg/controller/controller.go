@@ -165,6 +165,10 @@ type Controller struct {
 	// so their log is limited by time instead. A Conflict alone is
 	// logged once per step of its backoff.
 	conflictLogged logTimes
+	// conflictLook is when each parent in Conflict is next looked at by
+	// its backoff: a reconcile before then (a change of the parent or a
+	// child woke it) does not step the backoff, nor log again.
+	conflictLook logTimes
 	// again backs off reconciles that ask to run again (Result.Again)
 	// while the cache does not show what they wait for.
 	again workqueue.TypedRateLimiter[Key]
@@ -438,7 +442,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// logTimes holds, per parent, when something was last logged.
+// logTimes holds a time per parent: when something was last logged, or
+// is next due.
 type logTimes struct {
 	mu   sync.Mutex
 	last map[Key]time.Time
@@ -458,6 +463,28 @@ func (l *logTimes) due(key Key, every time.Duration) bool {
 	}
 	l.last[key] = now
 	return true
+}
+
+// until returns how long until the time noted for the parent, if that is
+// after now.
+func (l *logTimes) until(key Key, now time.Time) (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.last[key]
+	if !ok || !now.Before(at) {
+		return 0, false
+	}
+	return at.Sub(now), true
+}
+
+// note notes a time for the parent.
+func (l *logTimes) note(key Key, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = map[Key]time.Time{}
+	}
+	l.last[key] = at
 }
 
 func (l *logTimes) forget(key Key) {
@@ -490,9 +517,7 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	case err != nil && errors.Is(err, reconcile.ErrTerminal):
 		// Retrying will not help; the parent's status says why, and a
 		// change to it, its children or the rule queues it again.
-		c.conflicts.Forget(key)
-		c.conflictLogged.forget(key)
-		c.blockers.forget(key)
+		c.conflictEnded(key)
 		logger.Error(err, "Reconcile failed; waiting for a change to the parent, its children or the rule")
 		if result.RequeueAfter > 0 {
 			// Its status write must be made again (the parent changed
@@ -528,9 +553,16 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	case result.Conflict != "":
 		// Failed, but an object kgen does not cache is in the way: look
 		// again later, less often while it stays, and as soon as a watch
-		// of that object sees it go. Logged once per step.
+		// of that object sees it go. Logged once per step: a reconcile
+		// before the next look (a busy child's status woke it) neither
+		// steps the backoff nor logs; the look it came before stands.
 		c.queue.Forget(key)
-		delay := c.conflicts.When(key)
+		now := time.Now()
+		delay, early := c.conflictLook.until(key, now)
+		if !early {
+			delay = c.conflicts.When(key)
+			c.conflictLook.note(key, now.Add(delay))
+		}
 		c.queue.AddAfter(key, delay)
 		if result.RequeueAfter > 0 && result.RequeueAfter < delay {
 			// A status write the reconcile held for a few seconds
@@ -539,7 +571,9 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 			c.queue.AddAfter(key, result.RequeueAfter)
 		}
 		c.blockers.watch(stop, key, result.Blockers, delay)
-		logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
+		if !early {
+			logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
+		}
 	case result.Again:
 		// A child waits for children this reconcile wrote: reconcile
 		// again once the cache is likely to show them; one that still
@@ -547,25 +581,28 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// cache never shows costs a reconcile every againMax, not a
 		// busy loop).
 		c.queue.Forget(key)
-		c.conflicts.Forget(key)
-		c.conflictLogged.forget(key)
-		c.blockers.forget(key)
+		c.conflictEnded(key)
 		c.queue.AddAfter(key, c.again.When(key))
 	case result.RequeueAfter > 0:
 		// Done for now: reset the backoffs, and look again later.
 		c.queue.Forget(key)
-		c.conflicts.Forget(key)
-		c.conflictLogged.forget(key)
-		c.blockers.forget(key)
+		c.conflictEnded(key)
 		c.queue.AddAfter(key, result.RequeueAfter)
 	default:
 		// Done: reset the backoffs.
 		c.queue.Forget(key)
-		c.conflicts.Forget(key)
-		c.conflictLogged.forget(key)
-		c.blockers.forget(key)
+		c.conflictEnded(key)
 	}
 	return true
+}
+
+// conflictEnded forgets a parent's Conflict: its backoff, when it was
+// logged and looks next, and the watches of the objects in its way.
+func (c *Controller) conflictEnded(key Key) {
+	c.conflicts.Forget(key)
+	c.conflictLogged.forget(key)
+	c.conflictLook.forget(key)
+	c.blockers.forget(key)
 }
 
 // reconcileKey reconciles one parent, turning a panic into an error.
