@@ -1991,9 +1991,9 @@ func TestChangeWhileAChildFieldIsNotSet(t *testing.T) {
 }
 
 // Scenario: a rule whose only child is CreateOnly is renamed, and kgen
-// restarted twice. The child, never written again, keeps the old rule's
-// label; the parent is still the renamed rule's: it follows its own
-// changes, and it is deleted without getting stuck.
+// restarted twice. The child, whose content is never written again, is
+// the same object; the parent is still the renamed rule's: it follows its
+// own changes, and it is deleted without getting stuck.
 func TestChangeRuleRenamedCreateOnly(t *testing.T) {
 	const group = "renamedonce.example.com"
 	ns := newNamespace(t)
@@ -2040,4 +2040,97 @@ func TestChangeRuleRenamedCreateOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, gvr, ns, "x")
+}
+
+// Scenario (contract §8 per-child lifecycle, through a change of the rule;
+// an audit lost three generated passwords this way): CreateOnly Secrets
+// with generated passwords, one per user. Their child turns from Delete to
+// Orphan: the passwords lose their ownerReference, so the one whose user
+// goes stays, and so do the others when their parent is deleted, each
+// the same object with the same password. Back from Orphan to Delete, a
+// password gets its ownerReference and goes with its parent.
+func TestChangeCreateOnlyDeletionPolicy(t *testing.T) {
+	const group = "onceorphan.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	rule := func(policy string) string {
+		return gadgetRuleDoc("passwords", group, "Gadget", ns, `  children:
+  - id: pw
+    updatePolicy: CreateOnly
+    deletionPolicy: `+policy+`
+    forEach: [{u: "${parent.spec.users}"}]
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata: {name: "${parent.metadata.name}-pw-${u}"}
+      stringData: {password: "${randomString(12)}"}
+`)
+	}
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, rule("Delete"))
+	waitRuleStatus(t, "passwords", readyIs("True", "Running"))
+	create(t, gvr, gadget(group, ns, "x", map[string]any{"users": []any{"a", "b", "c"}}))
+	owned := func(want bool) func(*unstructured.Unstructured) error {
+		return func(o *unstructured.Unstructured) error {
+			ref := metav1.GetControllerOf(o)
+			orphan := o.GetAnnotations()["kgen.dev/deletion-policy"] == "Orphan"
+			if (ref != nil) != want || orphan == want {
+				return fmt.Errorf("%s: controller %v, deletion-policy annotation %t; want an ownerReference: %t", o.GetName(), ref, orphan, want)
+			}
+			return nil
+		}
+	}
+	passwords := map[string]*unstructured.Unstructured{}
+	for _, u := range []string{"a", "b", "c"} {
+		passwords[u] = waitFor(t, secretGVR, ns, "x-pw-"+u, owned(true))
+	}
+	waitFor(t, gvr, ns, "x", isReady)
+
+	applyRule(t, rule("Orphan"))
+	for _, u := range []string{"a", "b", "c"} {
+		waitFor(t, secretGVR, ns, "x-pw-"+u, owned(false))
+	}
+	same := func(u string, s *unstructured.Unstructured) {
+		t.Helper()
+		now := get(t, secretGVR, ns, s.GetName())
+		if now == nil || now.GetUID() != s.GetUID() || fmt.Sprint(now.Object["data"]) != fmt.Sprint(s.Object["data"]) {
+			t.Errorf("password of user %s: %v, want the same object and data as %v", u, now, s.Object["data"])
+		}
+	}
+	patchSpec(t, gvr, ns, "x", map[string]any{"users": []any{"a", "c"}})
+	waitFor(t, secretGVR, ns, "x-pw-b", func(o *unstructured.Unstructured) error {
+		if o.GetLabels()["kgen.dev/parent-uid"] != "" {
+			return fmt.Errorf("x-pw-b still carries kgen's labels %v", o.GetLabels())
+		}
+		return nil
+	})
+	same("b", passwords["b"])
+	x := get(t, gvr, ns, "x")
+	create(t, cmGVR, map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x-owned", "namespace": ns,
+		"ownerReferences": []any{map[string]any{"apiVersion": group + "/v1", "kind": "Gadget", "name": "x", "uid": string(x.GetUID())}}}})
+	if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), "x", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, gvr, ns, "x")
+	// Once the garbage collector has deleted an object x owned, it has
+	// handled x's deletion. (It learns a new CRD's kind from discovery,
+	// which may take a while.)
+	eventually(t, 2*time.Minute, func() (bool, error) {
+		return get(t, cmGVR, ns, "x-owned") == nil, nil
+	}, "the garbage collector to delete an object the deleted parent owned")
+	for _, u := range []string{"a", "b", "c"} {
+		same(u, passwords[u])
+	}
+
+	create(t, gvr, gadget(group, ns, "y", map[string]any{"users": []any{"a"}}))
+	kept := waitFor(t, secretGVR, ns, "y-pw-a", owned(false))
+	applyRule(t, rule("Delete"))
+	waitFor(t, secretGVR, ns, "y-pw-a", owned(true))
+	same("a", kept)
+	// Its prune deletes it now. (With its ownerReference, the garbage
+	// collector would delete it with its parent, once it knows the new
+	// CRD's kind: at its next discovery, up to 30 s after.)
+	patchSpec(t, gvr, ns, "y", map[string]any{"users": []any{}})
+	waitGone(t, secretGVR, ns, "y-pw-a")
 }

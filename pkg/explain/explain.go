@@ -583,7 +583,13 @@ func (e *explainer) step(ctx context.Context, step reconcile.Step) (Child, *unst
 	ch.Exists = true
 	ch.UpToDate = op == reconcile.OpKeep
 	if e.rule.Child(step.ID).UpdatePolicy == rules.UpdateCreateOnly {
-		ch.UpToDate = true // kgen never writes it again
+		// kgen never writes its content again; only its marks follow
+		// the rule (reconcile.OpMarks).
+		ch.Differences = reconcile.MarksDiffer(desired, live)
+		ch.UpToDate = len(ch.Differences) == 0
+		if !ch.UpToDate && ch.Action != ActionAdopt {
+			ch.Action, ch.Next = ActionUpdate, "kgen writes kgen's marks on it (its deletionPolicy, id or rule changed), never its content (updatePolicy CreateOnly)"
+		}
 		return ch, live
 	}
 	for _, d := range reconcile.Differences(desired.Object, live.Object, e.kind(desired.GroupVersionKind())) {

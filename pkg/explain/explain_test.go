@@ -757,3 +757,35 @@ func TestExplainObservedByAnotherWriter(t *testing.T) {
 		})
 	}
 }
+
+// A CreateOnly child is up to date whatever its content, unless kgen's
+// marks on it differ from what the rule says (its deletionPolicy changed):
+// explain names them, as the reconcile's next write (reconcile.OpMarks).
+func TestExplainCreateOnlyMarks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy rules.DeletionPolicy
+		want   []string
+	}{
+		{"same deletionPolicy", rules.DeletionDelete, nil},
+		{"deletionPolicy changed to Orphan", rules.DeletionOrphan, []string{"metadata.annotations[" + reconcile.AnnotationDeletionPolicy + "]", "metadata.ownerReferences"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _ := newConfig(t, shopCluster(t)...)
+			c := cfg.Rules[0].Child("config")
+			c.UpdatePolicy, c.DeletionPolicy = rules.UpdateCreateOnly, tc.policy
+			report, err := Explain(t.Context(), cfg, Ref{Kind: "webapp", Namespace: "team-a", Name: "shop"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range report.Children {
+				if ch.ID != "config" {
+					continue
+				}
+				if ch.UpToDate != (tc.want == nil) || !slices.Equal(ch.Differences, tc.want) {
+					t.Errorf("config: upToDate %t, differences %q; want %t, %q", ch.UpToDate, ch.Differences, tc.want == nil, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,10 +26,15 @@ const (
 	// OpRepair applies the child because a field kgen manages was changed
 	// by someone else (drift).
 	OpRepair
+	// OpMarks writes only kgen's marks on a CreateOnly child (its labels,
+	// annotations and controller ownerReference; see MarksDiffer), never
+	// its content: the child's deletionPolicy, id or rule changed since it
+	// was created, and its marks must say what happens to it.
+	OpMarks
 )
 
 func (o Op) String() string {
-	return [...]string{"keep", "create", "update", "repair"}[o]
+	return [...]string{"keep", "create", "update", "repair", "marks"}[o]
 }
 
 // Plan is what one reconcile of one parent must do, computed from the
@@ -235,9 +241,13 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 		case step.Live == nil:
 			step.Op = OpCreate
 		case rule.Child(step.ID).UpdatePolicy == rules.UpdateCreateOnly:
-			// Created once, never written again: not even to relabel
-			// it after its id changed (it is found by kind and name).
+			// Created once, its content never written again; only its
+			// marks follow the rule, so that a deletionPolicy changed
+			// to Orphan keeps it when it is pruned or its parent goes.
 			step.Op = OpKeep
+			if len(MarksDiffer(step.Object, step.Live)) > 0 {
+				step.Op = OpMarks
+			}
 		default:
 			step.Op = judge(step.Object, step.Live)
 		}
@@ -327,4 +337,40 @@ func readsChild(rule *rules.Rule, id, target string) bool {
 		}
 	}
 	return false
+}
+
+// markLabels and markAnnotations are kgen's marks on a child that say
+// whose it is and what happens to it: what a CreateOnly child's writes
+// (OpMarks, and its adoption) change.
+var (
+	markLabels      = []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild, LabelShard}
+	markAnnotations = []string{AnnotationParent, AnnotationDeletionPolicy, AnnotationServiceAccount}
+)
+
+// MarksDiffer returns the field paths of kgen's marks (its labels and
+// annotations, and the controller ownerReference) that differ between a
+// desired child and its live object; none when they agree.
+func MarksDiffer(desired, live *unstructured.Unstructured) []string {
+	var paths []string
+	for _, k := range markLabels {
+		if desired.GetLabels()[k] != live.GetLabels()[k] {
+			paths = append(paths, "metadata.labels["+k+"]")
+		}
+	}
+	for _, k := range markAnnotations {
+		if desired.GetAnnotations()[k] != live.GetAnnotations()[k] {
+			paths = append(paths, "metadata.annotations["+k+"]")
+		}
+	}
+	var want, has types.UID
+	if ref := metav1.GetControllerOfNoCopy(desired); ref != nil {
+		want = ref.UID
+	}
+	if ref := metav1.GetControllerOfNoCopy(live); ref != nil {
+		has = ref.UID
+	}
+	if want != has {
+		paths = append(paths, "metadata.ownerReferences")
+	}
+	return paths
 }

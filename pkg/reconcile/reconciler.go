@@ -646,6 +646,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		out.live, out.ok = live, true
 		return out, nil
 	}
+	if op == OpMarks {
+		return r.adoptCreateOnly(ctx, client, rule, parent, live, step, gvr, ref, "")
+	}
 
 	adopted := "" // why an object found at the child's name is taken
 	if live == nil {
@@ -790,8 +793,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 }
 
 // adoptCreateOnly takes over a CreateOnly child whose owner is gone, or
-// that this parent orphaned earlier (why says which), or gives its own
-// child back the ownerReference someone removed (why is ""), without
+// that this parent orphaned earlier (why says which), or brings its own
+// child's marks up to date (why is ""): the ownerReference someone
+// removed, or a deletionPolicy, id or rule that changed (OpMarks), without
 // writing its content: it was
 // created once (a generated password, which data kept elsewhere was set up
 // with) and is never written again. Only kgen's labels and annotations and
@@ -805,7 +809,7 @@ func (r *Reconciler) adoptCreateOnly(ctx context.Context, client dynamic.Resourc
 	out := outcome{step: step}
 	desired := step.Object
 	labels := map[string]any{}
-	for _, k := range []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild, LabelShard} {
+	for _, k := range markLabels {
 		if v, ok := desired.GetLabels()[k]; ok {
 			labels[k] = v
 		} else {
@@ -813,7 +817,7 @@ func (r *Reconciler) adoptCreateOnly(ctx context.Context, client dynamic.Resourc
 		}
 	}
 	annotations := map[string]any{AnnotationOrphanedFrom: nil}
-	for _, k := range []string{AnnotationParent, AnnotationDeletionPolicy, AnnotationServiceAccount} {
+	for _, k := range markAnnotations {
 		if v, ok := desired.GetAnnotations()[k]; ok {
 			annotations[k] = v
 		} else {
@@ -848,7 +852,8 @@ func (r *Reconciler) adoptCreateOnly(ctx context.Context, client dynamic.Resourc
 	r.cfg.Writes.Wrote(gvr, adopted)
 	out.live, out.ok = adopted, true
 	if why == "" {
-		klog.FromContext(ctx).V(2).Info("Gave a child its ownerReference back", "child", step.ID, "object", ref)
+		klog.FromContext(ctx).V(2).Info("Wrote kgen's marks on a CreateOnly child, not its content", "child", step.ID, "object", ref,
+			"marks", MarksDiffer(desired, live))
 		return out, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Adopted child", "child", step.ID, "object", ref)
@@ -1107,7 +1112,7 @@ func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *u
 // mark.
 func (r *Reconciler) orphan(ctx context.Context, client dynamic.ResourceInterface, parent, obj *unstructured.Unstructured, ref, id, why string) error {
 	labels := map[string]any{}
-	for _, k := range []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild, LabelShard} {
+	for _, k := range markLabels {
 		labels[k] = nil
 	}
 	annotations := map[string]any{}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -1581,13 +1582,15 @@ func TestChildIDRenamedKeepsTheObject(t *testing.T) {
 		keep:       []string{"web-config"},
 		configName: "web-config",
 	}, {
-		// Its reader, the Deployment, reads it under the new id at once,
-		// though it keeps its old label.
+		// Its reader, the Deployment, reads it under the new id at once;
+		// its label follows by a patch of kgen's marks alone (OpMarks),
+		// its content kept.
 		name: "renamed id of a CreateOnly child",
 		from: strings.NewReplacer("  - id: config\n", "  - id: config\n    updatePolicy: CreateOnly\n",
 			`metadata: {name: "${parent.metadata.name}"}`, `metadata: {name: "${parent.metadata.name}", annotations: {config: "${children.config.metadata.name}"}}`).Replace(appRule),
 		to: strings.NewReplacer("  - id: config\n", "  - id: settings\n    updatePolicy: CreateOnly\n", "children.config.", "children.settings.",
 			`metadata: {name: "${parent.metadata.name}"}`, `metadata: {name: "${parent.metadata.name}", annotations: {config: "${children.settings.metadata.name}"}}`).Replace(appRule),
+		writes:     []string{"patch configmaps team/web-config"},
 		keep:       []string{"web-config"},
 		configName: "web-config",
 	}, {
@@ -2098,4 +2101,78 @@ func TestStatusFollowsChildAtBoundedRate(t *testing.T) {
 			t.Errorf("Ready observedGeneration = %v right after the spec change, want 2", got)
 		}
 	})
+}
+
+// A CreateOnly child (a generated password) whose deletionPolicy changes
+// gets kgen's marks rewritten by one merge patch, and never its content:
+// changed to Orphan, it loses the parent's ownerReference (so neither its
+// prune nor its parent's deletion deletes it); changed to Delete, it gets
+// it back, and its prune deletes it. An audit lost three generated
+// passwords this way: the marks stayed as they were at creation.
+func TestCreateOnlyFollowsDeletionPolicy(t *testing.T) {
+	createOnly := strings.Replace(appRule, "  - id: config\n", "  - id: config\n    updatePolicy: CreateOnly\n", 1)
+	orphan := strings.Replace(createOnly, "    updatePolicy: CreateOnly\n", "    updatePolicy: CreateOnly\n    deletionPolicy: Orphan\n", 1)
+	for _, tc := range []struct {
+		name, from, to string
+		owned          bool // the ownerReference after the change
+		pruned         bool // whether the prune deletes it
+	}{
+		{"Delete to Orphan", createOnly, orphan, false, false},
+		{"Orphan to Delete", orphan, createOnly, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.from)
+			h.converge(appParent(nil))
+			before := h.api.get(cmGVK, "team", "web-config")
+			// A parent change CreateOnly does not follow, with the rule's.
+			p := h.api.get(appGVK, "team", "web")
+			p.Object["spec"].(map[string]any)["data"] = map[string]any{"a": "2"}
+			h.api.add(p)
+			h.rule = parseRule(t, tc.to)
+			h.api.resetRequests()
+			if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+				t.Fatal(err)
+			}
+			var writes []string
+			for _, w := range h.api.writes() {
+				if strings.Contains(w, "configmaps") {
+					writes = append(writes, w)
+				}
+			}
+			if !slices.Equal(writes, []string{"patch configmaps team/web-config"}) {
+				t.Errorf("writes of the child = %q, want one patch of its marks", writes)
+			}
+			after := h.api.get(cmGVK, "team", "web-config")
+			if after.GetUID() != before.GetUID() || !reflect.DeepEqual(after.Object["data"], before.Object["data"]) {
+				t.Errorf("child after the change = %v, want the same object and data as %v", after.Object, before.Object)
+			}
+			if got := hasOwner(after, "uid-parent"); got != tc.owned {
+				t.Errorf("ownerReference to the parent: %t, want %t", got, tc.owned)
+			}
+			if got := after.GetAnnotations()[AnnotationDeletionPolicy] == "Orphan"; got == tc.owned {
+				t.Errorf("annotation %s = %q with the ownerReference %t", AnnotationDeletionPolicy, after.GetAnnotations()[AnnotationDeletionPolicy], tc.owned)
+			}
+			h.converge(h.api.get(appGVK, "team", "web"))
+			h.api.resetRequests()
+			if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+				t.Fatal(err)
+			}
+			if w := h.api.writes(); len(w) > 0 {
+				t.Errorf("writes once converged = %q, want none", w)
+			}
+
+			// Pruned (the parent no longer wants it).
+			p = h.api.get(appGVK, "team", "web")
+			p.Object["spec"].(map[string]any)["config"] = false
+			h.api.add(p)
+			h.converge(h.api.get(appGVK, "team", "web"))
+			left := h.api.get(cmGVK, "team", "web-config")
+			if (left == nil) != tc.pruned {
+				t.Errorf("after its prune the child exists: %t, want %t", left != nil, !tc.pruned)
+			}
+			if left != nil && (hasOwner(left, "uid-parent") || !reflect.DeepEqual(left.Object["data"], before.Object["data"])) {
+				t.Errorf("orphaned child = %v, want no ownerReference and its data kept", left.Object)
+			}
+		})
+	}
 }
