@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -908,7 +909,7 @@ spec:
 	waitCan(t, user, true, authorizationv1.ResourceAttributes{Verb: "patch", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: crdName})
 
 	start := time.Now()
-	startKgenWith(t, "managed", serviceAccountKubeconfig(t, ns, "kgen"), "--rules", file, "--manage-crds", "--rule-objects=false", "-n", ns)
+	p := startKgenWith(t, "managed", serviceAccountKubeconfig(t, ns, "kgen"), "--rules", file, "--manage-crds", "--rule-objects=false", "-n", ns)
 	var crd *apiextensionsv1.CustomResourceDefinition
 	eventually(t, 60*time.Second, func() (bool, error) {
 		crd, err = env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crdName, metav1.GetOptions{})
@@ -955,6 +956,29 @@ spec:
 		})
 		return err == nil, fmt.Errorf("the child = %v", o)
 	}, "the child to read the new field")
+
+	// A field's type changed: the parents that hold it could no longer be
+	// written, their status neither (every status write failed, and their
+	// Ready stayed as it was, when kgen applied it). kgen does not apply
+	// it, says why, and the previous version keeps running.
+	if err := os.WriteFile(file, []byte(strings.Replace(rule("      size: string | default=\"m\"\n", "        size: ${parent.spec.size}\n"),
+		"replicas: integer | default=1 minimum=0", "replicas: string | default=\"1\"", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() (bool, error) {
+		ok := strings.Contains(p.output.String(), "changes the type of spec.replicas from integer to string")
+		return ok, errors.New("no such log line yet")
+	}, "kgen to refuse the type change")
+	crd, err = env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crdName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["replicas"].Type; got != "integer" {
+		t.Errorf("spec.replicas of the CRD is of type %q, want integer still", got)
+	}
+	patchSpec(t, widgets, ns, "w", map[string]any{"image": "nginx:changed"})
+	waitFor(t, widgets, ns, "w", func(p *unstructured.Unstructured) error { return expect(p, "nginx:changed", "status", "image") })
+
 	// What kgenctl rbac printed was enough: the authorizer refused nothing.
 	// (The child's first create may be refused by the server's admission
 	// for up to 30 s after the CRD is served; kgen retries it.)

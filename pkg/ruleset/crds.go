@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -144,7 +147,11 @@ func (c *CRDs) Prepare(ctx context.Context, rule *rules.Rule) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.Client.Resource(CRDGVR).Apply(ctx, crd.GetName(), crd, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+	err = c.compatible(ctx, rule, crd)
+	if err == nil {
+		_, err = c.Client.Resource(CRDGVR).Apply(ctx, crd.GetName(), crd, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	}
+	if err != nil {
 		err = fmt.Errorf("apply CustomResourceDefinition %s of the rule's parent kind (--manage-crds): %w", crd.GetName(), err)
 		tries := failed.tries + 1
 		wait := min(FirstApplyBackoff<<min(tries-1, 16), MaxApplyBackoff)
@@ -167,6 +174,97 @@ func (c *CRDs) Prepare(ctx context.Context, rule *rules.Rule) error {
 		klog.FromContext(ctx).Info("Applied the CustomResourceDefinition of the rule's parent kind", "rule", rule.Name, "crd", crd.GetName())
 	}
 	return nil
+}
+
+// compatible refuses a CRD that would change the type of a field of the
+// CRD served now: the objects that hold the field keep their values, which
+// no longer fit, and from then on every server-side apply to them fails
+// (kgen's status writes too: "failed to create typed live object"), so
+// their parents would keep a Ready condition that says nothing of it. The
+// version compared is the rule's, or the stored one if the CRD has no
+// such version yet. A CRD kgen may not read is applied unchecked.
+func (c *CRDs) compatible(ctx context.Context, rule *rules.Rule, desired *unstructured.Unstructured) error {
+	obj, err := c.Client.Resource(CRDGVR).Get(ctx, desired.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read it to compare the schemas: %w", err)
+	}
+	live, want := &apiextensionsv1.CustomResourceDefinition{}, &apiextensionsv1.CustomResourceDefinition{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, live); err != nil {
+		return fmt.Errorf("read it: %w", err)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(desired.Object, want); err != nil {
+		return err
+	}
+	version := rule.Parent.GroupVersionKind.Version
+	old := versionSchema(live, version)
+	if old == nil {
+		for _, v := range live.Spec.Versions {
+			if v.Storage && v.Schema != nil {
+				old = v.Schema.OpenAPIV3Schema
+			}
+		}
+	}
+	changes := typeChanges(old, versionSchema(want, version), "")
+	if len(changes) == 0 {
+		return nil
+	}
+	return fmt.Errorf("spec.parent.schema changes the type of %s: the %s objects that hold it could no longer be written (not even their status), so kgen does not apply it; "+
+		"give the field a new name, or migrate those objects and apply the CustomResourceDefinition yourself (kgenctl crd prints it)",
+		strings.Join(changes, ", "), rule.Parent.GroupVersionKind.Kind)
+}
+
+// typeChanges returns "PATH from OLD to NEW" for each field, at the same
+// path in both schemas, whose values of the old type the new type does not
+// take (an integer field that becomes a number is no change). A field
+// only one of them has, or an old one of no declared type, is none.
+func typeChanges(old, next *apiextensionsv1.JSONSchemaProps, path string) []string {
+	if old == nil || next == nil {
+		return nil
+	}
+	var out []string
+	if from, to := typeOf(old), typeOf(next); from != "" && to != "" && !takes(to, from) {
+		name := path
+		if name == "" {
+			name = "the object"
+		}
+		out = append(out, fmt.Sprintf("%s from %s to %s", name, from, to))
+		return out // what is under it changed with it
+	}
+	join := func(name string) string {
+		if path == "" {
+			return name
+		}
+		return path + "." + name
+	}
+	for _, name := range slices.Sorted(maps.Keys(old.Properties)) {
+		if n, ok := next.Properties[name]; ok {
+			o := old.Properties[name]
+			out = append(out, typeChanges(&o, &n, join(name))...)
+		}
+	}
+	if old.Items != nil && next.Items != nil {
+		out = append(out, typeChanges(old.Items.Schema, next.Items.Schema, path+"[*]")...)
+	}
+	if old.AdditionalProperties != nil && next.AdditionalProperties != nil {
+		out = append(out, typeChanges(old.AdditionalProperties.Schema, next.AdditionalProperties.Schema, join("*"))...)
+	}
+	return out
+}
+
+// typeOf is a schema's type, "int-or-string" for x-kubernetes-int-or-string.
+func typeOf(p *apiextensionsv1.JSONSchemaProps) string {
+	if p.XIntOrString {
+		return "int-or-string"
+	}
+	return p.Type
+}
+
+// takes tells whether every value of type from is a value of type to.
+func takes(to, from string) bool {
+	return to == from || to == "number" && from == "integer" || to == "int-or-string" && (from == "integer" || from == "string")
 }
 
 // Forget drops what c remembers of rule versions that are not in set.

@@ -863,3 +863,55 @@ func TestManagedCRDsConflict(t *testing.T) {
 		})
 	}
 }
+
+// With --manage-crds, a new version of a rule whose schema changes the
+// type of a field of the CRD served now is not applied: the objects that
+// hold the field could no longer be written, their status neither (an
+// audit saw every status write fail, and Ready stay as it was). Other
+// changes are applied.
+func TestCRDsPrepareRefusesTypeChange(t *testing.T) {
+	withSchema := func(t *testing.T, schema string) *rules.Rule {
+		doc := strings.Replace(ruleDoc("r", "parent.spec.image"), "namespaces: [r]}", "namespaces: [r], schema: {"+schema+"}}", 1)
+		rs, err := rules.Parse("rules.yaml", []byte(doc), rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs[0]
+	}
+	const was = `image: string, replicas: integer, size: integer, tags: "[]string"`
+	for _, tc := range []struct {
+		name, schema string
+		refused      string // what the error names; "" when applied
+	}{
+		{"a field added", was + ", zone: string", ""},
+		{"a field removed", `image: string, replicas: integer, tags: "[]string"`, ""},
+		{"an integer becomes a number", `image: string, replicas: integer, size: number, tags: "[]string"`, ""},
+		{"a string becomes an integer", `image: integer, replicas: integer, size: integer, tags: "[]string"`, "spec.image from string to integer"},
+		{"a list's items change type", `image: string, replicas: integer, size: integer, tags: "[]integer"`, "spec.tags[*] from string to integer"},
+		{"an integer becomes a string", `image: string, replicas: string, size: integer, tags: "[]string"`, "spec.replicas from integer to string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fakeClient()
+			live, err := withSchema(t, was).CRD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.Resource(CRDGVR).Create(context.Background(), live, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			applies := 0
+			client.PrependReactor("patch", "customresourcedefinitions", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				applies++
+				return true, live, nil
+			})
+			c := &CRDs{Client: client, Resources: serveApps, Manage: true}
+			err = c.Prepare(context.Background(), withSchema(t, tc.schema))
+			switch {
+			case tc.refused == "" && (err != nil || applies != 1):
+				t.Errorf("error %v, %d applies; want it applied", err, applies)
+			case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused) || applies != 0):
+				t.Errorf("error %v, %d applies; want it refused, naming %q", err, applies, tc.refused)
+			}
+		})
+	}
+}
