@@ -36,6 +36,10 @@ const (
 	// ReasonStatusLoop: kgen rewrote the status many times while nothing it
 	// is computed from changed (a rule whose status reads the status).
 	ReasonStatusLoop = "StatusLoop"
+	// ReasonStatusFailed: the API server refused the status write, and
+	// the Ready condition could not say so (its parent's stored object
+	// no longer fits its CRD's schema, say); kgen retries with backoff.
+	ReasonStatusFailed = "StatusWriteFailed"
 )
 
 // Limits of the status guard.
@@ -154,7 +158,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 		if !sameStatus(only, have) || len(stale) > 0 {
 			var fallbackErr error
 			if updated, fallbackErr = r.sendStatus(ctx, mapping, parent, keyed, current, index, only, fallback, kept, stale); fallbackErr != nil {
-				return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), errors.Join(err, fallbackErr))
+				return Result{}, r.statusFailed(mapping, parent, errors.Join(err, fallbackErr))
 			}
 			r.status.wrote(parent.GetUID(), only.digest(), inputs)
 			r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
@@ -169,11 +173,20 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 			// reconcile.
 			return Result{RequeueAfter: time.Second}, nil
 		}
-		return Result{}, fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
+		return Result{}, r.statusFailed(mapping, parent, err)
 	}
 	r.status.wrote(parent.GetUID(), want.digest(), inputs)
 	r.cfg.Writes.Wrote(mapping.GroupVersionResource(), updated)
 	return Result{}, nil
+}
+
+// statusFailed reports a status write the API server refused: the
+// parent's Ready condition cannot say so, so a Warning event does (the
+// recorder counts repeats of one message in one event).
+func (r *Reconciler) statusFailed(mapping mapper.Mapping, parent *unstructured.Unstructured, err error) error {
+	err = fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
+	r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonStatusFailed, "kgen cannot write this object's status, so its Ready condition may be out of date; it retries with backoff: "+err.Error())
+	return err
 }
 
 // stamp completes a Ready condition about to be written: the parent's

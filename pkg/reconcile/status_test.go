@@ -85,6 +85,10 @@ func TestStatusRefused(t *testing.T) {
 				if c["status"] != "True" || c["observedGeneration"] != int64(1) {
 					t.Errorf("Ready = %v, want the one written before (no second write)", c)
 				}
+				// Ready cannot say so: a Warning event does.
+				if got := h.drain(); !slices.ContainsFunc(got, func(e string) bool { return strings.HasPrefix(e, "Warning "+ReasonStatusFailed) }) {
+					t.Errorf("events = %q, want a Warning %s", got, ReasonStatusFailed)
+				}
 				return
 			}
 			if c["status"] != "False" || c["reason"] != ReasonInvalid || !strings.Contains(c["message"].(string), tt.want) || c["observedGeneration"] != int64(2) {
