@@ -182,9 +182,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 
 // statusFailed reports a status write the API server refused: the
 // parent's Ready condition cannot say so, so a Warning event does (the
-// recorder counts repeats of one message in one event).
+// recorder counts repeats of one message in one event). Not a race the
+// next reconcile settles: the parent deleted, or replaced, meanwhile.
 func (r *Reconciler) statusFailed(mapping mapper.Mapping, parent *unstructured.Unstructured, err error) error {
 	err = fmt.Errorf("write status of %s: %w", describeObject(mapping, parent), err)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return err
+	}
 	r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonStatusFailed, "kgen cannot write this object's status, so its Ready condition may be out of date; it retries with backoff: "+err.Error())
 	return err
 }
