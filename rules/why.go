@@ -57,6 +57,89 @@ func (e *Expression) Why(v *Vars, evalErr error) string {
 	return msg
 }
 
+// Read says what an expression read, for a message about an evaluation Why
+// does not explain: "data.port is \"8080\"", each field it reads (its
+// longest paths, in reading order, at most 5) with its value, or "is not
+// set"; "" when it reads no field. Paths of self are named without
+// "self.", as in Why.
+func (e *Expression) Read(v *Vars) string {
+	if e.ast == nil || v == nil {
+		return ""
+	}
+	w := &why{act: v.act, info: e.ast.SourceInfo(), shadow: map[string]int{}}
+	var seen []string
+	var parts []string
+	const most = 5
+	w.paths(e.ast.Expr(), func(p fieldPath) {
+		name := p.String()
+		if slices.Contains(seen, name) {
+			return
+		}
+		seen = append(seen, name)
+		switch val, st := w.lookup(p); st {
+		case found:
+			parts = append(parts, p.is(val))
+		case missing:
+			parts = append(parts, name+" is not set")
+		}
+	})
+	if len(parts) > most {
+		parts = append(parts[:most], fmt.Sprintf("and %d more", len(parts)-most))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// paths calls f with each field path an expression reads, longest first
+// along one chain (self.data.port, not self.data), in reading order; not
+// the paths of comprehension variables.
+func (w *why) paths(e celast.Expr, f func(fieldPath)) {
+	if p, ok := w.pathOf(e); ok {
+		if w.shadow[p.root] == 0 && len(p.segs) > 0 {
+			f(p)
+		}
+		return
+	}
+	if p, ok := w.optionalPathOf(e); ok {
+		if w.shadow[p.root] == 0 {
+			f(p)
+		}
+		return
+	}
+	var next []celast.Expr
+	switch e.Kind() {
+	case celast.SelectKind:
+		next = []celast.Expr{e.AsSelect().Operand()}
+	case celast.CallKind:
+		call := e.AsCall()
+		if call.IsMemberFunction() {
+			next = append(next, call.Target())
+		}
+		next = append(next, call.Args()...)
+	case celast.ListKind:
+		next = e.AsList().Elements()
+	case celast.MapKind:
+		for _, entry := range e.AsMap().Entries() {
+			next = append(next, entry.AsMapEntry().Key(), entry.AsMapEntry().Value())
+		}
+	case celast.ComprehensionKind:
+		comp := e.AsComprehension()
+		w.paths(comp.IterRange(), f)
+		vars := []string{comp.IterVar(), comp.IterVar2(), comp.AccuVar()}
+		for _, v := range vars {
+			w.shadow[v]++
+		}
+		defer func() {
+			for _, v := range vars {
+				w.shadow[v]--
+			}
+		}()
+		next = []celast.Expr{comp.AccuInit(), comp.LoopCondition(), comp.LoopStep(), comp.Result()}
+	}
+	for _, n := range next {
+		w.paths(n, f)
+	}
+}
+
 // why explains one evaluation of an expression.
 type why struct {
 	act  interpreter.Activation

@@ -906,14 +906,25 @@ func CheckReady(rule *rules.Rule, c Child, parent, self *unstructured.Unstructur
 		if why := e.Why(vars, err); why != "" {
 			return notReady(why)
 		}
+		// A shape Why does not explain: what the expression read, so a
+		// person sees the value that makes it false, or that it cannot
+		// take (CEL's error alone names neither).
+		read := ""
+		if r := e.Read(vars); r != "" {
+			read = " (" + r + ")"
+		}
 		if err != nil {
 			var re *rules.Error
 			if errors.As(err, &re) && re.Err != nil {
 				err = re.Err
 			}
-			return notReady(fmt.Sprintf("readyWhen %s: %v", e, err))
+			msg := err.Error()
+			if msg == "no such overload" {
+				msg = "the values are not of the types the expression takes (no such overload)"
+			}
+			return notReady(fmt.Sprintf("readyWhen %s cannot be evaluated on what it read%s: %s", e, read, msg))
 		}
-		return notReady(fmt.Sprintf("readyWhen %s is false", e))
+		return notReady(fmt.Sprintf("readyWhen %s is false%s", e, read))
 	}
 	return Readiness{Ready: true}, nil
 }

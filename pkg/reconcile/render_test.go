@@ -548,8 +548,14 @@ func TestReady(t *testing.T) {
   - id: svc
     readyWhen: ["${has(children.cm.data) && self.spec.type == 'ClusterIP'}"]
     template: {apiVersion: v1, kind: Service, metadata: {name: web}}
+  - id: port
+    readyWhen: ["${int(self.data.port) > 9000}"]
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: port}}
 `))
 	parent := object(t, app)
+	port := func(v string) *unstructured.Unstructured {
+		return object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: port}\ndata: {port: \""+v+"\"}\n")
+	}
 	deploy := func(status string) *unstructured.Unstructured {
 		return object(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nstatus: "+status+"\n")
 	}
@@ -567,13 +573,20 @@ func TestReady(t *testing.T) {
 		{name: "first condition false", id: "deploy", self: deploy("{availableReplicas: 1}"),
 			wantMsg: "status.availableReplicas is 1, wants >= 2 (parent.spec.replicas)"},
 		{name: "second condition false", id: "deploy", self: deploy("{availableReplicas: 2}"),
-			wantMsg: `readyWhen ${self.status.?conditions.orValue([]).exists(c, c.type == "Available")} is false`},
+			wantMsg: `readyWhen ${self.status.?conditions.orValue([]).exists(c, c.type == "Available")} is false (status.conditions is not set)`},
 		{name: "field not set yet", id: "deploy", self: deploy("{}"),
 			wantMsg: "waiting for status.availableReplicas (not set yet)"},
 		{name: "status not set yet", id: "deploy", self: object(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"),
 			wantMsg: "waiting for status.availableReplicas (not set yet)"},
 		{name: "an error no missing field explains", id: "deploy", self: deploy("{availableReplicas: two}"),
-			wantMsg: "readyWhen ${self.status.availableReplicas >= parent.spec.replicas}: no such overload"},
+			wantMsg: `readyWhen ${self.status.availableReplicas >= parent.spec.replicas} cannot be evaluated on what it read (status.availableReplicas is "two", parent.spec.replicas is 2): the values are not of the types the expression takes (no such overload)`},
+		// A shape Why does not explain: the values read, not CEL's error
+		// alone (an audit saw "type conversion error from 'string' to
+		// 'int'" with nothing of the value).
+		{name: "a shape Why does not explain", id: "port", self: port("8080"),
+			wantMsg: `readyWhen ${int(self.data.port) > 9000} is false (data.port is "8080")`},
+		{name: "a value the expression cannot take", id: "port", self: port("http"),
+			wantMsg: `readyWhen ${int(self.data.port) > 9000} cannot be evaluated on what it read (data.port is "http"): type conversion error from 'string' to 'int'`},
 		{name: "does not exist", id: "deploy", wantMsg: "child deploy does not exist yet"},
 		{name: "no readyWhen", id: "cm", self: cm, want: true},
 		{name: "reads another child", id: "svc", self: svc, observed: map[string][]*unstructured.Unstructured{"cm": {cm}}, want: true},
