@@ -268,7 +268,7 @@ func TestLanguageInputs(t *testing.T) {
 
 	// A named input that does not exist: the child waits.
 	create(t, gvr, gadget(group, ns1, "c", map[string]any{"config": "cm-c"}))
-	waitReason(t, gvr, ns1, "c", reconcile.ReasonInputMissing, "input config")
+	waitReason(t, gvr, ns1, "c", reconcile.ReasonInputMissing, "input config (ConfigMap "+shared+"/cm-c, which does not exist)")
 	if get(t, cmGVR, ns1, "c-out") != nil {
 		t.Error("a child that reads a missing input was made")
 	}

@@ -255,7 +255,7 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 			continue
 		}
 		if missing := r.missingInput(c.Inputs); len(missing) > 0 {
-			out.Waiting[c.ID] = Wait{Reason: ReasonInputMissing, Message: waitingForInputs(missing)}
+			out.Waiting[c.ID] = Wait{Reason: ReasonInputMissing, Message: r.waitingForInputs(missing)}
 			continue
 		}
 		var refs []string
@@ -487,6 +487,31 @@ func notSet(err error) (Wait, bool) {
 		return Wait{}, false
 	}
 	return Wait{Reason: ReasonWaiting, Message: "waiting for " + ns.Path + " (not set yet)", Field: ns.Path, Child: ns.Child}, true
+}
+
+// waitingForInputs is waitingForInputs, naming the object each input
+// reads, which does not exist: "waiting for input shared (ConfigMap
+// team/cfg-p3, which does not exist)".
+func (r *renderer) waitingForInputs(ids []string) string {
+	refs, err := r.rule.InputRefs(r.parent, r.scope)
+	if err != nil {
+		return waitingForInputs(ids)
+	}
+	named := make([]string, 0, len(ids))
+	for _, id := range ids {
+		for _, ref := range refs {
+			if ref.ID == id && ref.Name != "" {
+				obj := ref.Name
+				if ref.Namespace != "" {
+					obj = ref.Namespace + "/" + obj
+				}
+				id = fmt.Sprintf("%s (%s %s, which does not exist)", id, ref.GroupVersionKind.Kind, obj)
+				break
+			}
+		}
+		named = append(named, id)
+	}
+	return waitingForInputs(named)
 }
 
 func waitingForInputs(ids []string) string {
@@ -774,7 +799,7 @@ func (r *renderer) status(out *Rendered, excluded map[string]bool) error {
 			continue
 		}
 		if missing := r.missingInput(f.Value.Inputs()); len(missing) > 0 {
-			out.StatusOmitted[f.Name] = waitingForInputs(missing)
+			out.StatusOmitted[f.Name] = r.waitingForInputs(missing)
 			continue
 		}
 		val, ok, err := f.Value.Evaluate(r.vars)

@@ -170,10 +170,13 @@ func TestRenderInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := got.Waiting["cm"]; w.Reason != ReasonInputMissing || w.Message != "waiting for input shared" {
+	// The message names the object the input reads (an audit could not
+	// tell which object to create).
+	const waiting = "waiting for input shared (ConfigMap team-a/shared-config, which does not exist)"
+	if w := got.Waiting["cm"]; w.Reason != ReasonInputMissing || w.Message != waiting {
 		t.Errorf("Waiting[cm] = %+v", w)
 	}
-	if !reflect.DeepEqual(names(got.Children), []string{"plain/y"}) || got.StatusOmitted["level"] != "waiting for input shared" {
+	if !reflect.DeepEqual(names(got.Children), []string{"plain/y"}) || got.StatusOmitted["level"] != waiting {
 		t.Errorf("children %q, omitted %v", names(got.Children), got.StatusOmitted)
 	}
 	observed := Observed{Inputs: map[string][]*unstructured.Unstructured{
