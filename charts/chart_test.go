@@ -680,6 +680,28 @@ func TestTemplateErrors(t *testing.T) {
 			want: "--profiling in controller.extraArgs needs metrics.secure",
 		},
 		{
+			// The last of a flag wins: an audit ran two replicas
+			// without leader election past the chart's check.
+			name: "extraArgs turning leader election off",
+			args: []string{"--set", "controller.extraArgs[0]=--leader-elect=false"},
+			want: "controller.extraArgs sets --leader-elect to false, but leaderElection.enabled is true",
+		},
+		{
+			name: "extraArgs turning sharding on",
+			args: []string{"--set", "controller.extraArgs[0]=--shards=true"},
+			want: "controller.extraArgs sets --shards to true, but sharding.enabled is false",
+		},
+		{
+			name: "profiling turned on with a value, without secure metrics",
+			args: []string{"--set", "metrics.secure=false", "--set", "controller.extraArgs[0]=--profiling=true"},
+			want: "--profiling in controller.extraArgs needs metrics.secure",
+		},
+		{
+			name: "extraArgs turning secure metrics off",
+			args: []string{"--set", "controller.extraArgs[0]=--metrics-secure=false"},
+			want: "controller.extraArgs sets --metrics-secure to false, but metrics.secure is true",
+		},
+		{
 			name: "a Lease in two arguments of extraArgs",
 			args: []string{"--set", "controller.extraArgs[0]=--leader-elect-id", "--set", "controller.extraArgs[1]=other"},
 			want: "controller.extraArgs holds --leader-elect-id without =VALUE: write --leader-elect-id=VALUE as one argument",

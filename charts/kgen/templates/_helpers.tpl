@@ -135,6 +135,16 @@ write; sharding needs at least two, and excludes leader election.
 */}}
 {{- define "kgen.checkReplicas" -}}
 {{- $replicas := int .Values.replicaCount }}
+{{- /* What kgen runs with: the values' flags, then controller.extraArgs (the last of a flag wins). */}}
+{{- $args := include "kgen.writerArgs" . | fromJsonArray }}
+{{- $leader := include "kgen.flagOn" (list $args "--leader-elect") }}
+{{- $shards := include "kgen.flagOn" (list $args "--shards") }}
+{{- if ne (toString .Values.leaderElection.enabled) (toString (eq $leader "true")) }}
+{{- fail (printf "controller.extraArgs sets --leader-elect to %s, but leaderElection.enabled is %t: set leaderElection.enabled instead (the chart's checks, Lease grant and upgrade hook follow it)" (eq $leader "true" | toString) .Values.leaderElection.enabled) }}
+{{- end }}
+{{- if ne (toString .Values.sharding.enabled) (toString (eq $shards "true")) }}
+{{- fail (printf "controller.extraArgs sets --shards to %s, but sharding.enabled is %t: set sharding.enabled instead (the chart's checks and grants follow it)" (eq $shards "true" | toString) .Values.sharding.enabled) }}
+{{- end }}
 {{- if .Values.sharding.enabled }}
 {{- if .Values.leaderElection.enabled }}
 {{- fail "sharding.enabled and leaderElection.enabled are exclusive: with sharding every replica works, each on its own parents. Set leaderElection.enabled=false" }}
@@ -145,6 +155,26 @@ write; sharding needs at least two, and excludes leader election.
 {{- else if and (gt $replicas 1) (not .Values.leaderElection.enabled) }}
 {{- fail (printf "replicaCount is %d but leaderElection.enabled is false: every replica would write. Enable leader election or sharding, or run one replica" $replicas) }}
 {{- end }}
+{{- end }}
+
+{{/*
+kgen.flagOn is "true" when a boolean flag is on at the end of a list of
+arguments, as kgenctl parses them: the last "--NAME" or "--NAME=VALUE"
+wins, and VALUE is true as Go's strconv.ParseBool reads it. Call it with
+(list $args "--NAME").
+*/}}
+{{- define "kgen.flagOn" -}}
+{{- $name := index . 1 }}
+{{- $on := false }}
+{{- range $arg := index . 0 }}
+{{- $a := toString $arg }}
+{{- if eq $a $name }}
+{{- $on = true }}
+{{- else if hasPrefix (printf "%s=" $name) $a }}
+{{- $on = has (trimPrefix (printf "%s=" $name) $a) (list "1" "t" "T" "true" "TRUE" "True") }}
+{{- end }}
+{{- end }}
+{{- if $on }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -193,11 +223,16 @@ kgen.checkMetrics fails the release on metrics values that do not go
 together, with the message kgenctl run would give at start.
 */}}
 {{- define "kgen.checkMetrics" -}}
+{{- $extra := .Values.controller.extraArgs | default list }}
+{{- $secure := include "kgen.flagOn" (list (prepend $extra (printf "--metrics-secure=%t" .Values.metrics.secure)) "--metrics-secure") }}
+{{- if ne (toString .Values.metrics.secure) (toString (eq $secure "true")) }}
+{{- fail (printf "controller.extraArgs sets --metrics-secure to %s, but metrics.secure is %t: set metrics.secure instead (the Service, the ServiceMonitor and the grants follow it)" (eq $secure "true" | toString) .Values.metrics.secure) }}
+{{- end }}
 {{- if not .Values.metrics.secure }}
 {{- if .Values.metrics.certSecret }}
 {{- fail "metrics.certSecret needs metrics.secure: without it /metrics is plain HTTP" }}
 {{- end }}
-{{- if has "--profiling" (.Values.controller.extraArgs | default list) }}
+{{- if include "kgen.flagOn" (list $extra "--profiling") }}
 {{- fail "--profiling in controller.extraArgs needs metrics.secure: /debug/pprof is never served without authentication and authorization" }}
 {{- end }}
 {{- end }}
