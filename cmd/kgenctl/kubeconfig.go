@@ -193,6 +193,10 @@ type refusalRecorder struct {
 	last *atomic.Pointer[metav1.Status]
 }
 
+// WrappedRoundTripper lets client-go see the transport under it (to
+// cancel a request at --request-timeout without warning that it cannot).
+func (r *refusalRecorder) WrappedRoundTripper() http.RoundTripper { return r.next }
+
 func (r *refusalRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := r.next.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {

@@ -188,6 +188,7 @@ func New(opts Options) (*Manager, error) {
 		opts.UserAgent = "kgen/" + version.Version
 	}
 	config := rest.CopyConfig(opts.Config)
+	timeoutExceptWatches(config)
 	config.QPS, config.Burst = opts.QPS, opts.Burst
 	config.UserAgent = opts.UserAgent
 	kube, err := kubernetes.NewForConfig(config)
