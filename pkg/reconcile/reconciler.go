@@ -292,8 +292,9 @@ type outcome struct {
 // After a child fails, the others are still tried and the parent's status is
 // still written; the errors are returned joined.
 func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured) (Result, error) {
-	// The cache may not show kgen's own last writes yet.
-	parent = r.cfg.Writes.Latest(parent)
+	// The cache may not show kgen's own last writes yet, nor, for a parent
+	// read before its CRD gained a defaulted field, the default.
+	parent = rule.WithDefaults(r.cfg.Writes.Latest(parent))
 	observed := r.observed(rule, parent)
 	if parent.GetDeletionTimestamp() != nil {
 		return r.finalize(ctx, rule, mapping, parent, observed)
