@@ -106,7 +106,8 @@ func MakePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 	// two children swapped, or not at all. The rule is rendered again with
 	// it under the id it now has, as the cache will show it once it is
 	// relabelled; the relabel is kgen's own write, which wakes no parent.
-	// A CreateOnly child is never relabelled: it is read so every time.
+	// A CreateOnly child is relabelled by a patch of its marks (OpMarks),
+	// which wakes no parent either.
 	moved := map[types.UID]string{}
 	for _, st := range p.Steps {
 		if st.Live != nil && st.Live.GetLabels()[LabelChild] != st.ID {
