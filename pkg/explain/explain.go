@@ -212,7 +212,7 @@ func Explain(ctx context.Context, cfg Config, ref Ref) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &explainer{cfg: cfg, rule: rule, parent: parent, scope: scoper{cfg.Resources}, report: &Report{
+	e := &explainer{cfg: cfg, rule: rule, parent: parent, scope: scoper{cfg.Resources, rule.Parent.GroupVersionKind}, report: &Report{
 		Rule: rule.Name, Conditions: []metav1.Condition{}, Children: []Child{}, Events: []Event{},
 	}}
 	e.describeParent()
@@ -554,6 +554,9 @@ func (e *explainer) step(ctx context.Context, step reconcile.Step) (Child, *unst
 	if live == nil {
 		found, claim, why, err := e.inTheWay(ctx, desired)
 		switch {
+		case errors.Is(err, mapper.ErrNotFound):
+			ch.Action, ch.Next = ActionWait, fmt.Sprintf("kgen creates it once the API server serves %s %s: its rule waits for the kind (KindNotServed)", desired.GetAPIVersion(), desired.GetKind())
+			return ch, nil
 		case err != nil:
 			ch.Action, ch.Next = ActionCreate, "kgen creates it (reading the object at its name failed: "+err.Error()+")"
 			return ch, nil
@@ -836,11 +839,20 @@ func (e *explainer) events(ctx context.Context) {
 	slices.SortStableFunc(e.report.Events, func(a, b Event) int { return a.LastTimestamp.Compare(b.LastTimestamp) })
 }
 
-// scoper answers scope questions from discovery, as kinds.Scoper.
-type scoper struct{ r Resources }
+// scoper answers scope questions from discovery, as kinds.Scoper. A kind
+// the API server does not serve is taken as namespaced when parent is set:
+// the rule waits for such a child kind (KindNotServed), no object of it
+// exists, and the tree still shows its other children.
+type scoper struct {
+	r      Resources
+	parent schema.GroupVersionKind
+}
 
 func (s scoper) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	m, err := s.r.ResourceFor(gvk)
+	if errors.Is(err, mapper.ErrNotFound) && !s.parent.Empty() && gvk != s.parent {
+		return true, nil
+	}
 	return m.Namespaced, err
 }
 

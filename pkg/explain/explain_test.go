@@ -127,7 +127,7 @@ status:
 func children(t *testing.T, rule *rules.Rule, parent *unstructured.Unstructured, observed ...*unstructured.Unstructured) map[string]*unstructured.Unstructured {
 	t.Helper()
 	plan, err := reconcile.MakePlan(rule, parent, observed, map[string][]*unstructured.Unstructured{"defaults": {load(t, defaults)}},
-		scoper{discovery()}, func(_, _ *unstructured.Unstructured) reconcile.Op { return reconcile.OpKeep })
+		scoper{r: discovery()}, func(_, _ *unstructured.Unstructured) reconcile.Op { return reconcile.OpKeep })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +526,7 @@ spec:
 	// The objects kgen made when the regions were us and ap.
 	var all []runtime.Object
 	all = append(all, parent)
-	plan, err := reconcile.MakePlan(rs[0], was, nil, nil, scoper{discovery()}, func(_, _ *unstructured.Unstructured) reconcile.Op { return reconcile.OpKeep })
+	plan, err := reconcile.MakePlan(rs[0], was, nil, nil, scoper{r: discovery()}, func(_, _ *unstructured.Unstructured) reconcile.Op { return reconcile.OpKeep })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -788,4 +788,52 @@ func TestExplainCreateOnlyMarks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A rule with a child kind the API server does not serve (its rule waits,
+// KindNotServed) is still explained: the tree shows its other children,
+// and that one waits for its kind. (explain failed with "child widget: ...
+// is not served", showing nothing, in an audit.)
+func TestExplainChildKindNotServed(t *testing.T) {
+	rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: webapp}
+spec:
+  parent:
+    apiVersion: example.com/v1alpha1
+    kind: WebApp
+    selector:
+      matchLabels: {tier: web}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-config"}
+  - id: widget
+    template:
+      apiVersion: example.com/v1
+      kind: Widget
+      metadata: {name: "${parent.metadata.name}"}
+`), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, client := newConfig(t, shopCluster(t)...)
+	cfg.Rules = rs
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "webapp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Child{}
+	for _, ch := range report.Children {
+		got[ch.ID] = ch
+	}
+	if w := got["widget"]; w.Action != ActionWait || !strings.Contains(w.Next, "once the API server serves example.com/v1 Widget") {
+		t.Errorf("widget: action %q, next %q; want it waiting for its kind", w.Action, w.Next)
+	}
+	if c, ok := got["config"]; !ok || !c.Exists {
+		t.Errorf("config = %+v, want it shown, existing", c)
+	}
+	noWrites(t, client)
 }
