@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/csaupgrade"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // Who an existing object that stands where a child should be belongs to.
@@ -389,11 +390,26 @@ func Removed(desired, live *unstructured.Unstructured) []string {
 			continue
 		}
 		set.Leaves().Iterate(func(p fieldpath.Path) {
-			if i := absentAt(desired.Object, p); i >= 0 {
+			if i, keys := absentAt(desired.Object, p); i >= 0 {
 				if p[i].Value != nil {
 					i-- // a set's value: the set is named, as Differences does
 				}
-				out = append(out, pathString(p[:i+1]))
+				named := slices.Clone(p[:i+1])
+				if pe := named[i]; pe.Key != nil && keys != nil {
+					// By the key fields the template's entries set, as
+					// Differences names its entries ("[port=8081]"),
+					// not those the server defaulted ("protocol=TCP").
+					var kept value.FieldList
+					for _, f := range *pe.Key {
+						if slices.Contains(keys, f.Name) {
+							kept = append(kept, f)
+						}
+					}
+					if len(kept) > 0 {
+						named[i] = fieldpath.PathElement{Key: &kept}
+					}
+				}
+				out = append(out, pathString(named))
 			}
 		})
 	}
@@ -402,15 +418,17 @@ func Removed(desired, live *unstructured.Unstructured) []string {
 }
 
 // absentAt returns the index of the first element of a managed-fields
-// path that obj does not have, or -1 when it has the whole path.
-func absentAt(obj any, p fieldpath.Path) int {
+// path that obj does not have, or -1 when it has the whole path; for an
+// entry of a keyed list, also the key fields that obj's entries of that
+// list set (nil when it has no such list).
+func absentAt(obj any, p fieldpath.Path) (int, []string) {
 	for i, pe := range p {
 		switch {
 		case pe.FieldName != nil:
 			m, _ := obj.(map[string]any)
 			v, ok := m[*pe.FieldName]
 			if !ok {
-				return i
+				return i, nil
 			}
 			obj = v
 		case pe.Key != nil:
@@ -430,23 +448,32 @@ func absentAt(obj any, p fieldpath.Path) int {
 				return true
 			})
 			if j < 0 {
-				return i
+				var keys []string
+				for _, el := range list {
+					m, _ := el.(map[string]any)
+					for _, f := range *pe.Key {
+						if _, set := m[f.Name]; set && !slices.Contains(keys, f.Name) {
+							keys = append(keys, f.Name)
+						}
+					}
+				}
+				return i, keys
 			}
 			obj = list[j]
 		case pe.Value != nil:
 			list, _ := obj.([]any)
 			j := slices.IndexFunc(list, func(el any) bool { return fmt.Sprint(el) == fmt.Sprint((*pe.Value).Unstructured()) })
 			if j < 0 {
-				return i
+				return i, nil
 			}
 			obj = list[j]
 		case pe.Index != nil:
 			list, _ := obj.([]any)
 			if *pe.Index >= len(list) {
-				return i
+				return i, nil
 			}
 			obj = list[*pe.Index]
 		}
 	}
-	return -1
+	return -1, nil
 }

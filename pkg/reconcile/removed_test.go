@@ -19,7 +19,7 @@ func TestRemoved(t *testing.T) {
 		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{},"f:old":{}}},` +
 			`"f:spec":{"f:replicas":{},"f:template":{"f:spec":{"f:containers":{` +
 			`"k:{\"name\":\"app\"}":{".":{},"f:image":{},"f:name":{},"f:ports":{"k:{\"containerPort\":8080,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{}}}},` +
-			`"k:{\"name\":\"main\"}":{".":{},"f:image":{},"f:name":{}},` +
+			`"k:{\"name\":\"main\"}":{".":{},"f:image":{},"f:name":{},"f:ports":{"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{}}}},` +
 			`"k:{\"name\":\"side\"}":{".":{},"f:ports":{"k:{\"containerPort\":7070,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{}}}}}}},` +
 			`"f:strategy":{"f:type":{}},"f:finalizers":{"v:\"a\"":{},"v:\"b\"":{}}}}`)},
 	}, {
@@ -30,7 +30,11 @@ func TestRemoved(t *testing.T) {
 		"metadata": map[string]any{"labels": map[string]any{"app": "x"}},
 		"spec": map[string]any{"replicas": int64(2), "finalizers": []any{"a"},
 			"template": map[string]any{"spec": map[string]any{"containers": []any{
-				map[string]any{"name": "main", "image": "x"},
+				// Its port changed 80 to 81: the old one is named by
+				// the key fields the template sets, as Differences
+				// names the new one ("[containerPort=81]"), not with
+				// the protocol the server defaulted.
+				map[string]any{"name": "main", "image": "x", "ports": []any{map[string]any{"containerPort": int64(81)}}},
 				map[string]any{"name": "app", "image": "y", "ports": []any{map[string]any{"containerPort": int64(9090), "protocol": "TCP"}}},
 				// A key field the template leaves out, which the server
 				// defaults, matches: nothing of this one is removed.
@@ -42,6 +46,7 @@ func TestRemoved(t *testing.T) {
 		"spec.finalizers",
 		"spec.strategy",
 		"spec.template.spec.containers[name=app].ports[containerPort=8080,protocol=TCP]",
+		"spec.template.spec.containers[name=main].ports[containerPort=80]",
 	}
 	if got := Removed(desired, live); !slices.Equal(got, want) {
 		t.Errorf("Removed() = %q, want %q", got, want)
