@@ -78,7 +78,7 @@ func (e *Expression) Read(v *Vars) string {
 		seen = append(seen, name)
 		switch val, st := w.lookup(p); st {
 		case found:
-			parts = append(parts, p.is(val))
+			parts = append(parts, w.hidden(p).is(val))
 		case missing:
 			parts = append(parts, name+" is not set")
 		}
@@ -157,10 +157,12 @@ type fieldPath struct {
 	// defaulted is set on the path of an optional read with a default
 	// (x.?f.orValue(d)) that found the field not set: its value is d.
 	defaulted bool
+	// secret is set on a path into a Secret's data (see why.hidden).
+	secret bool
 }
 
 func (p fieldPath) with(seg any) fieldPath {
-	return fieldPath{root: p.root, segs: append(slices.Clone(p.segs), seg)}
+	return fieldPath{root: p.root, segs: append(slices.Clone(p.segs), seg), secret: p.secret}
 }
 
 // withKey returns the path followed by an index or a key, given as a
@@ -178,15 +180,57 @@ func (p fieldPath) withKey(lit celast.Expr) (fieldPath, bool) {
 }
 
 // is says what a comparison saw at the path: "status.ready is 1", or for a
-// default, "status.ready is not set yet (0 by default)".
+// default, "status.ready is not set yet (0 by default)". The value of a
+// Secret's data is not shown (see why.hidden).
 func (p fieldPath) is(v any) string {
+	shown := show(v)
+	if p.secret {
+		shown = hiddenValue
+	}
 	if !p.defaulted {
-		return p.String() + " is " + show(v)
+		return p.String() + " is " + shown
 	}
 	if p.root == varSelf || p.root == varChildren {
-		return p.String() + " is not set yet (" + show(v) + " by default)"
+		return p.String() + " is not set yet (" + shown + " by default)"
 	}
-	return p.String() + " is not set (" + show(v) + " by default)"
+	return p.String() + " is not set (" + shown + " by default)"
+}
+
+// hiddenValue stands for a value read from a Secret's data: the parent's
+// status, where messages go, is read by many who may not read Secrets.
+const hiddenValue = "(a Secret's data, not shown)"
+
+// hidden marks a path that reads a Secret's data or stringData: of self,
+// of a child or an input (any of its objects, for a list), or of the
+// parent.
+func (w *why) hidden(p fieldPath) fieldPath {
+	obj, ok := w.act.ResolveName(p.root)
+	if !ok {
+		return p
+	}
+	segs := p.segs
+	if p.root == varChildren || p.root == varInputs {
+		if len(segs) == 0 {
+			return p
+		}
+		m, _ := obj.(map[string]any)
+		obj, segs = m[fmt.Sprint(segs[0])], segs[1:]
+		if l, isList := obj.([]any); isList {
+			if len(segs) > 0 {
+				if i, isIndex := segs[0].(int64); isIndex && i >= 0 && i < int64(len(l)) {
+					obj, segs = l[i], segs[1:]
+				}
+			}
+			if l, isList := obj.([]any); isList && len(l) > 0 {
+				obj = l[0] // the objects of one child or input are of one kind
+			}
+		}
+	}
+	m, _ := obj.(map[string]any)
+	if m["apiVersion"] == "v1" && m["kind"] == "Secret" && len(segs) > 0 && (segs[0] == "data" || segs[0] == "stringData") {
+		p.secret = true
+	}
+	return p
 }
 
 // source names the path as the other side of a comparison: "(parent.spec.replicas)",
@@ -463,7 +507,7 @@ func (w *why) whyFalse(e celast.Expr) (string, bool) {
 	}
 	if v, p, ok := w.withDefault(e); ok {
 		if v == false {
-			return p.is(v) + ", wants true", true
+			return w.hidden(p).is(v) + ", wants true", true
 		}
 		return "", false
 	}
@@ -533,7 +577,7 @@ func (w *why) whyNone(c celast.ComprehensionExpr) (string, bool) {
 	}
 	v, st := w.lookup(p)
 	list, isList := v.([]any)
-	if st != found || !isList {
+	if st != found || !isList || w.hidden(p).secret {
 		return "", false
 	}
 	// exists(x, P): the step is accu || P; all(x, P): accu && P.
@@ -660,7 +704,11 @@ func (w *why) comparison(fn string, l, r celast.Expr) (string, bool) {
 	if holds, known := compare(fn, lv, rv); !known || holds {
 		return "", false // not what CEL found: say nothing rather than something wrong
 	}
-	msg := fmt.Sprintf("%s, wants %s %s", lp.is(lv), comparisons[fn], show(rv))
+	right := show(rv)
+	if rp != nil && w.hidden(*rp).secret {
+		right = hiddenValue
+	}
+	msg := fmt.Sprintf("%s, wants %s %s", w.hidden(*lp).is(lv), comparisons[fn], right)
 	if rp != nil {
 		msg += " " + rp.source()
 	}
@@ -802,8 +850,14 @@ func number(v any) (float64, bool) {
 
 // show writes a value as it would appear in JSON, cut short when long.
 func show(v any) string {
+	const limit = 60
 	switch v := v.(type) {
 	case string:
+		if len(v) > limit {
+			// As JSON values are: a message stays short whatever the
+			// field holds (a whole configuration file, say).
+			return strconv.Quote(strings.ToValidUTF8(v[:limit], "")) + "…"
+		}
 		return strconv.Quote(v)
 	case float64:
 		return strconv.FormatFloat(v, 'g', -1, 64)
@@ -812,7 +866,6 @@ func show(v any) string {
 	if err != nil {
 		return fmt.Sprint(v)
 	}
-	const limit = 60
 	if len(b) > limit {
 		return string(b[:limit]) + "…"
 	}

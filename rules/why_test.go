@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -158,5 +159,34 @@ func TestShow(t *testing.T) {
 	}
 	if got := show([]any{long}); len(got) > 64 {
 		t.Errorf("show(a long list) = %s: not cut short", got)
+	}
+}
+
+// Read and Why name what an expression read, but never a Secret's data:
+// the parent's status, where their messages go, is read by many who may
+// not read Secrets; and a long string is cut short (a whole configuration
+// file would make the message larger than a condition may be).
+func TestWhyHidesSecretsAndCutsLongValues(t *testing.T) {
+	doc := header + "  - id: a\n    readyWhen: [\"${size(self.data.token) > 100}\", \"${self.data.token == 'x'}\", \"${self.data.cfg.contains('ready')}\"]\n" + cm("a")
+	rs, err := Parse("rules.yaml", []byte(doc), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs := rs[0].Child("a").ReadyWhen
+	secret := map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"token": "c2VjcmV0"}}
+	vars := NewVars(map[string]any{}, map[string]any{}, secret)
+	if got := exprs[0].Read(vars); got != "data.token is "+hiddenValue {
+		t.Errorf("Read of a Secret's data = %q", got)
+	}
+	if got := exprs[1].Why(vars, nil); got != "data.token is "+hiddenValue+", wants == \"x\"" {
+		t.Errorf("Why of a Secret's data = %q", got)
+	}
+	cm := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": map[string]any{"token": "abc", "cfg": strings.Repeat("line\n", 10000)}}
+	vars = NewVars(map[string]any{}, map[string]any{}, cm)
+	if got := exprs[0].Read(vars); got != `data.token is "abc"` {
+		t.Errorf("Read of a ConfigMap's data = %q", got)
+	}
+	if got := exprs[2].Read(vars); len(got) > 100 || !strings.HasSuffix(got, "…") {
+		t.Errorf("Read of a 50 KB value = %d bytes: %.100s", len(got), got)
 	}
 }

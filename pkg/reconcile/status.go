@@ -193,11 +193,24 @@ func (r *Reconciler) statusFailed(mapping mapper.Mapping, parent *unstructured.U
 	return err
 }
 
+// maxConditionMessage is metav1.Condition's limit on a message, and
+// messageCut what ends one cut to it.
+const (
+	maxConditionMessage = 32768
+	messageCut          = "… (cut)"
+)
+
 // stamp completes a Ready condition about to be written: the parent's
 // generation, and the time of its last transition, which stays that of
 // the parent's current Ready condition while the status is unchanged.
 func stamp(ready metav1.Condition, currentReady map[string]any, gen int64, now time.Time) metav1.Condition {
 	ready.ObservedGeneration = gen
+	if len(ready.Message) > maxConditionMessage {
+		// metav1.Condition's limit, which CRDs declare (kgenctl crd's
+		// too): past it the API server refuses the whole status.
+		cut := strings.ToValidUTF8(ready.Message[:maxConditionMessage-len(messageCut)], "")
+		ready.Message = cut + messageCut
+	}
 	ready.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
 	if currentReady != nil && currentReady["status"] == string(ready.Status) {
 		// metav1.Condition: the time changes only on a transition.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -295,5 +296,19 @@ func TestRefusedFallback(t *testing.T) {
 				t.Errorf("Ready = %+v, want False, %s, keeping %q and naming the refusal", c, tt.reason, tt.msgKeeps)
 			}
 		})
+	}
+}
+
+// A Ready message longer than metav1.Condition allows is cut to it: the
+// API server would otherwise refuse the whole status, and the parent keep
+// a Ready condition it no longer earns.
+func TestStampCutsALongMessage(t *testing.T) {
+	long := strings.Repeat("é", maxConditionMessage)
+	got := stamp(readyCondition(ReasonNotReady, long), nil, 1, time.Now())
+	if len(got.Message) > maxConditionMessage || !strings.HasSuffix(got.Message, messageCut) || !utf8.ValidString(got.Message) {
+		t.Errorf("message of %d bytes, ends %q, valid UTF-8 %t; want at most %d, ending %q", len(got.Message), got.Message[len(got.Message)-12:], utf8.ValidString(got.Message), maxConditionMessage, messageCut)
+	}
+	if short := stamp(readyCondition(ReasonNotReady, "short"), nil, 1, time.Now()); short.Message != "short" {
+		t.Errorf("a short message became %q", short.Message)
 	}
 }
