@@ -12,7 +12,7 @@ import (
 // WithDefaults returns the parent with the defaults of spec.parent.schema
 // set where its spec lacks them, as the API server sets them when it reads
 // an object of the CRD made from that schema (kgenctl crd, run
-// --manage-crds). A parent decoded before its CRD gained a defaulted field
+// --manage-crds; only there is the schema the served one). A parent decoded before its CRD gained a defaulted field
 // lacks it until it is read again: a watch opened before the CRD changed
 // delivers such objects until it is reopened, and a new version of a rule
 // that reads the field would otherwise fail on them ("no such key"),
@@ -57,7 +57,9 @@ func withDefaults(v any, s *apiextensionsv1.JSONSchemaProps) (any, bool) {
 		for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
 			p := s.Properties[k]
 			val, ok := v[k]
-			if !ok {
+			if !ok || val == nil && !p.Nullable {
+				// Missing, or null where null is not allowed: the
+				// server sets the default there too.
 				if p.Default == nil {
 					continue
 				}

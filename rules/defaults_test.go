@@ -37,6 +37,8 @@ func TestWithDefaults(t *testing.T) {
 	}{
 		{"no spec", "", ""},
 		{"every default missing", "spec: {image: redis}", "spec: {image: redis, replicas: 1, memory: 256Mi, mode: lru}"},
+		{"a null where null is not allowed", "spec: {image: redis, replicas: null, memory: 1Gi, mode: lfu}",
+			"spec: {image: redis, replicas: 1, memory: 1Gi, mode: lfu}"},
 		{"a nested object that exists", "spec: {image: redis, replicas: 2, memory: 1Gi, mode: lfu, tls: {secretName: s}}",
 			"spec: {image: redis, replicas: 2, memory: 1Gi, mode: lfu, tls: {secretName: s, enabled: false}}"},
 	} {

@@ -137,8 +137,6 @@ func (o *renderOptions) render(out, notes io.Writer) error {
 	var children []unstructured.Unstructured
 	for _, r := range selected {
 		obs := observed[r.Name]
-		// As the API server would serve it: with its schema's defaults.
-		parent := r.WithDefaults(parent)
 		if obs.Inputs, err = matchInputs(r, parent, scope, inputs); err != nil {
 			return err
 		}

@@ -86,6 +86,11 @@ type Config struct {
 	// restarts, so that children of kinds that left a rule are pruned
 	// (see record.go); without it, only while kgen runs.
 	Record Record
+	// SchemaDefaults reads each parent with the defaults of its rule's
+	// spec.parent.schema set where it lacks them (rules.Rule.WithDefaults):
+	// for kgenctl run --manage-crds, whose CRDs are made from those
+	// schemas, so the API server serves those defaults.
+	SchemaDefaults bool
 	// Prepare, when set, is called each time kgen tries to start a rule,
 	// before it looks up the rule's kinds: it may make the parent kind
 	// served (kgenctl run --manage-crds applies its CRD). An error keeps
@@ -357,6 +362,7 @@ func New(cfg Config) *Controller {
 	c.reconciler = reconcile.New(reconcile.Config{
 		Client: cfg.Client, Resources: cfg.Mapper, Schemas: cfg.Schemas, Children: c, Inputs: c, Writes: c.watches.Writes(),
 		Recorder: cfg.Recorder, Events: cfg.Events, Observer: c.metrics, Impersonate: cfg.Impersonate,
+		SchemaDefaults: cfg.SchemaDefaults,
 	})
 	for _, r := range cfg.Rules {
 		c.rules[r.Name] = newRuleState(r)

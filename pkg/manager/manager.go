@@ -279,7 +279,7 @@ func New(opts Options) (*Manager, error) {
 		Schemas: schemas, Events: opts.Events, Sharding: sharding,
 		Impersonate: impersonator(config),
 		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace(), Name: opts.StateName, Resource: controller.GroupResourceOf(resources)},
-		Prepare:     crds.Prepare, Admit: admit, Recheck: recheck,
+		Prepare:     crds.Prepare, Admit: admit, Recheck: recheck, SchemaDefaults: opts.ManageCRDs,
 		RulesLoaded: func() bool { return m.rules == nil || m.rules.Settled() },
 	})
 	meta, err := metadata.NewForConfig(config)

@@ -195,6 +195,12 @@ type Config struct {
 	Children ChildLister
 	// Inputs reads rules' inputs; rules with inputs wait for them without.
 	Inputs InputReader
+	// SchemaDefaults reads each parent with the defaults of its rule's
+	// spec.parent.schema set where it lacks them (rules.Rule.WithDefaults),
+	// as the API server serves it when the CRD is made from that schema
+	// (kgenctl run --manage-crds): a parent in the cache decoded before
+	// the CRD gained a defaulted field then reads as the default.
+	SchemaDefaults bool
 	// Impersonate returns a client acting as a ServiceAccount, for the
 	// writes of the children of a rule with spec.serviceAccount; without
 	// it such a rule's writes fail. Reads stay on kgen's own identity.
@@ -294,7 +300,10 @@ type outcome struct {
 func (r *Reconciler) Reconcile(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured) (Result, error) {
 	// The cache may not show kgen's own last writes yet, nor, for a parent
 	// read before its CRD gained a defaulted field, the default.
-	parent = rule.WithDefaults(r.cfg.Writes.Latest(parent))
+	parent = r.cfg.Writes.Latest(parent)
+	if r.cfg.SchemaDefaults {
+		parent = rule.WithDefaults(parent)
+	}
 	observed := r.observed(rule, parent)
 	if parent.GetDeletionTimestamp() != nil {
 		return r.finalize(ctx, rule, mapping, parent, observed)

@@ -2176,3 +2176,30 @@ func TestCreateOnlyFollowsDeletionPolicy(t *testing.T) {
 		})
 	}
 }
+
+// With SchemaDefaults (kgenctl run --manage-crds, whose CRDs are made from
+// the rules' schemas), a parent read before its CRD gained a defaulted
+// field is read with the default, as the API server serves it now;
+// without, the served CRD is someone else's, and the rule's schema says
+// nothing of what the server defaults.
+func TestSchemaDefaults(t *testing.T) {
+	doc := strings.Replace(appRule, "  parent: {apiVersion: example.com/v1, kind: App}\n",
+		"  parent: {apiVersion: example.com/v1, kind: App, schema: {image: string, replicas: integer, data: 'map[string]string', config: boolean, cmName: string, labels: 'map[string]string', size: 'string | default=m'}}\n", 1)
+	doc = strings.Replace(doc, "      data: ${parent.spec.data}\n", "      data: {size: \"${parent.spec.size}\"}\n", 1)
+	if doc == appRule {
+		t.Fatal("rule unchanged")
+	}
+	for _, defaults := range []bool{true, false} {
+		t.Run(fmt.Sprint(defaults), func(t *testing.T) {
+			h := newHarness(t, doc, func(c *Config) { c.SchemaDefaults = defaults })
+			_, err := h.reconcile(appParent(nil))
+			cm := h.api.get(cmGVK, "team", "web-config")
+			switch {
+			case defaults && (err != nil || cm == nil || cm.Object["data"].(map[string]any)["size"] != "m"):
+				t.Errorf("with defaults: error %v, child %v; want size m", err, cm)
+			case !defaults && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no such key: size")):
+				t.Errorf("without: error %v; want no such key", err)
+			}
+		})
+	}
+}
