@@ -204,5 +204,12 @@ func TestStoppedRuleForgetsBlockers(t *testing.T) {
 		if n := active(); n != 0 {
 			t.Errorf("%d watches of objects in the way after the rule stopped, want 0", n)
 		}
+		// A reconcile that was running when the rule stopped, and ends
+		// in Conflict after, opens none again.
+		c.watchBlockers(t.Context(), Key{Rule: "r", Namespace: "ns", Name: "g"},
+			[]reconcile.Blocker{{GVR: cmResource, Namespace: "ns", Name: "taken", Marks: "x"}}, time.Minute)
+		if n := active(); n != 0 {
+			t.Errorf("%d watches opened by a reconcile that ended after its rule stopped, want 0", n)
+		}
 	})
 }

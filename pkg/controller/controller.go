@@ -219,6 +219,7 @@ type Controller struct {
 
 type watchError struct {
 	err    error
+	at     time.Time // when it last failed
 	logged time.Time
 	// gone says, for a refused list in a namespace, that the namespace
 	// does not exist or is being deleted (namespaceGone); "" otherwise.
@@ -552,7 +553,7 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// steps it. Logged at most every conflictBase meanwhile.
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.again.When(key))
-		c.blockers.watch(stop, key, result.Blockers, conflictBase)
+		c.watchBlockers(stop, key, result.Blockers, conflictBase)
 		if c.conflictLogged.due(key, conflictBase) {
 			logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again")
 		}
@@ -576,7 +577,7 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 			// conflict's next look; the queue keeps the earlier time.
 			c.queue.AddAfter(key, result.RequeueAfter)
 		}
-		c.blockers.watch(stop, key, result.Blockers, delay)
+		c.watchBlockers(stop, key, result.Blockers, delay)
 		if !early {
 			logger.Error(errors.New(result.Conflict), "Reconcile failed: an object kgen may not take over is in the way; will look again", "after", delay)
 		}
@@ -600,6 +601,19 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		c.conflictEnded(key)
 	}
 	return true
+}
+
+// watchBlockers watches the objects in a parent's way (see blockers.watch)
+// while its rule runs: a reconcile that ends after its rule stopped, which
+// forgot its watches (deactivate), opens none again.
+func (c *Controller) watchBlockers(stop context.Context, key Key, in []reconcile.Blocker, next time.Duration) {
+	c.mu.Lock()
+	rs := c.rules[key.Rule]
+	runs := rs != nil && rs.active
+	c.mu.Unlock()
+	if runs {
+		c.blockers.watch(stop, key, in, next)
+	}
 }
 
 // conflictEnded forgets a parent's Conflict: its backoff, when it was
@@ -1469,10 +1483,11 @@ func (c *Controller) onWatchError(key watch.Key, err error) {
 	// A new cause is logged at once: the first answer of a failing server
 	// may not say why ("storage is (re)initializing"), a later one does.
 	log := time.Since(prev.logged) >= watchErrorLogEvery || prev.err == nil || causeOf(prev.err) != causeOf(err) || prev.gone != gone
-	e := watchError{err: err, logged: prev.logged, gone: gone}
+	e := watchError{err: err, at: time.Now(), logged: prev.logged, gone: gone}
 	if log {
 		e.logged = time.Now()
 	}
+	c.pruneWatchErrorsLocked()
 	c.watchErrors[key] = e
 	var names []string
 	for _, rs := range c.statesLocked() {
@@ -1512,6 +1527,29 @@ func (c *Controller) listedLocked(key watch.Key) {
 	if e, ok := c.watchErrors[key]; ok && e.listed.IsZero() {
 		e.listed = time.Now()
 		c.watchErrors[key] = e
+	}
+	c.pruneWatchErrorsLocked()
+}
+
+// pruneWatchErrorsLocked forgets the failures that no longer count: healed
+// ones logged longer than watchErrorLogEvery ago (none left to throttle),
+// and those of informers no rule uses any more (a namespace that is gone)
+// that have not failed for as long (a rule that is starting may not hold
+// the registration of its failing informer yet), so the entries do not
+// pile up over a long run. The caller holds c.mu.
+func (c *Controller) pruneWatchErrorsLocked() {
+	now := time.Now()
+	used := map[watch.Key]bool{}
+	for _, rs := range c.statesLocked() {
+		for _, r := range rs.registrations() {
+			used[r.Informer().Key()] = true
+		}
+	}
+	for key, e := range c.watchErrors {
+		healed := e.current(now).err == nil && now.Sub(e.logged) >= watchErrorLogEvery
+		if healed || !used[key] && now.Sub(e.at) >= watchErrorLogEvery {
+			delete(c.watchErrors, key)
+		}
 	}
 }
 
@@ -1757,8 +1795,8 @@ func (c *Controller) stateLocked(rs *ruleState) RuleState {
 		case !reg.HasSynced():
 			s.Unsynced = append(s.Unsynced, u)
 		case u.Err != nil:
-			// Synced, but its list or watch fails since (onListed
-			// forgets the failure once it lists again).
+			// Synced, but its list or watch fails since (forgotten
+			// once it lists again and does not fail for watchSettle).
 			s.Stale = append(s.Stale, u)
 		default:
 			continue

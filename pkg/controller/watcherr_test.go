@@ -260,6 +260,19 @@ func TestWatchErrorAfterSyncShows(t *testing.T) {
 			}
 			time.Sleep(watchErrorLogEvery)
 		}
+		// A healed failure, and one of an informer no rule uses (a
+		// namespace that went), are forgotten once nothing is left to
+		// throttle: the entries do not pile up over a long run.
+		gone := watch.Key{GVR: cmResource, Namespace: "gone"}
+		c.onWatchError(gone, apierrors.NewForbidden(cmResource.GroupResource(), "", nil))
+		time.Sleep(watchErrorLogEvery)
+		c.onListed(key)
+		c.mu.Lock()
+		left := len(c.watchErrors)
+		c.mu.Unlock()
+		if left != 0 {
+			t.Errorf("%d failures kept, want none: %v", left, c.watchErrors)
+		}
 	})
 }
 

@@ -211,9 +211,15 @@ func (c *CRDs) compatible(ctx context.Context, rule *rules.Rule, desired *unstru
 	if len(changes) == 0 {
 		return nil
 	}
-	return fmt.Errorf("spec.parent.schema changes the type of %s: the %s objects that hold it could no longer be written (not even their status), so kgen does not apply it; "+
+	// A status field's type comes from its expression (spec.status), not
+	// from spec.parent.schema.
+	from := "spec.parent.schema changes"
+	if !slices.ContainsFunc(changes, func(c string) bool { return !strings.HasPrefix(c, "status.") }) {
+		from = "the rule's status fields (spec.status) change"
+	}
+	return fmt.Errorf("%s the type of %s: the %s objects that hold it could no longer be written (not even their status), so kgen does not apply it; "+
 		"give the field a new name, or migrate those objects and apply the CustomResourceDefinition yourself (kgenctl crd prints it)",
-		strings.Join(changes, ", "), rule.Parent.GroupVersionKind.Kind)
+		from, strings.Join(changes, ", "), rule.Parent.GroupVersionKind.Kind)
 }
 
 // typeChanges returns "PATH from OLD to NEW" for each field, at the same

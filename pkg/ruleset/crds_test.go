@@ -870,8 +870,15 @@ func TestManagedCRDsConflict(t *testing.T) {
 // audit saw every status write fail, and Ready stay as it was). Other
 // changes are applied.
 func TestCRDsPrepareRefusesTypeChange(t *testing.T) {
+	// SCHEMA, or SCHEMA|EXPR with a status field size of that expression
+	// (a string field otherwise).
 	withSchema := func(t *testing.T, schema string) *rules.Rule {
-		doc := strings.Replace(ruleDoc("r", "parent.spec.image"), "namespaces: [r]}", "namespaces: [r], schema: {"+schema+"}}", 1)
+		schema, status, _ := strings.Cut(schema, "|")
+		if status == "" {
+			status = "parent.metadata.name"
+		}
+		doc := strings.Replace(ruleDoc("r", "parent.spec.image"), "namespaces: [r]}", "namespaces: [r], schema: {"+schema+"}}", 1) +
+			"  status: {size: \"${" + status + "}\"}\n"
 		rs, err := rules.Parse("rules.yaml", []byte(doc), rules.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -888,6 +895,7 @@ func TestCRDsPrepareRefusesTypeChange(t *testing.T) {
 		{"an integer becomes a number", `image: string, replicas: integer, size: number, tags: "[]string"`, ""},
 		{"a string becomes an integer", `image: integer, replicas: integer, size: integer, tags: "[]string"`, "spec.image from string to integer"},
 		{"a list's items change type", `image: string, replicas: integer, size: integer, tags: "[]integer"`, "spec.tags[*] from string to integer"},
+		{"a status field's expression changes type", was + "|size(parent.spec.image)", "the rule's status fields (spec.status) change the type of status.size from string to integer"},
 		{"an integer becomes a string", `image: string, replicas: string, size: integer, tags: "[]string"`, "spec.replicas from integer to string"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
