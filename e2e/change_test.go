@@ -2134,3 +2134,47 @@ func TestChangeCreateOnlyDeletionPolicy(t *testing.T) {
 	patchSpec(t, gvr, ns, "y", map[string]any{"users": []any{}})
 	waitGone(t, secretGVR, ns, "y-pw-a")
 }
+
+// Scenario (contract §6 "Renames never lose the old child first", through
+// one rule edit; a soak audit): a child's id and name change together, and
+// its new name is taken by an object that is not the parent's. The old
+// object stays (it was pruned as the object of an id the rule no longer
+// has, leaving the parent without the child and its Deployment pointing
+// at nothing), the parent reports Conflict; once the object in the way is
+// deleted, the new child is made and the old one goes.
+func TestChangeRenamedIdIntoTakenName(t *testing.T) {
+	const group = "renametaken.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	rule := func(id, suffix string) string {
+		return gadgetRuleDoc("renametaken", group, "Gadget", ns, `  children:
+  - id: `+id+`
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-`+suffix+`"}
+      data: {k: v}
+`)
+	}
+	startControllerWith(t, controllerOptions{RuleObjects: true})
+	applyRule(t, rule("config", "cfg"))
+	create(t, gvr, gadget(group, ns, "r", map[string]any{}))
+	old := waitFor(t, cmGVR, ns, "r-cfg", nil)
+	waitFor(t, gvr, ns, "r", isReady)
+	create(t, cmGVR, map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "r-config", "namespace": ns}, "data": map[string]any{"owner": "human"}})
+
+	applyRule(t, rule("settings", "config"))
+	waitReason(t, gvr, ns, "r", reconcile.ReasonConflict, "r-config")
+	time.Sleep(2 * time.Second) // a prune would have followed the Conflict at once
+	if now := get(t, cmGVR, ns, "r-cfg"); now == nil || now.GetUID() != old.GetUID() {
+		t.Fatalf("the old child is gone while its replacement's name is taken: %v", now)
+	}
+	if err := env.kube.CoreV1().ConfigMaps(ns).Delete(t.Context(), "r-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "r-config", func(o *unstructured.Unstructured) error { return expect(o, "v", "data", "k") })
+	waitGone(t, cmGVR, ns, "r-cfg")
+	waitFor(t, gvr, ns, "r", isReady)
+}

@@ -81,6 +81,12 @@ type Prune struct {
 	ID string
 	// Why says why it is no longer wanted, for events and logs.
 	Why string
+	// OfKind is set for the object of an id the rule no longer has, which
+	// may be the old object of a child whose id was renamed: it is
+	// deleted only once every object of its kind the rule wants exists
+	// (a renamed id whose new name is taken must not leave the parent
+	// without the child).
+	OfKind bool
 }
 
 // Judge tells whether a live child still holds what its desired object
@@ -277,8 +283,12 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 			// and not taken for the child, which is of another kind.
 		case c != nil && !sameKind(obj, c.GroupVersionKind):
 			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its kind is no longer the child's"})
+		case c == nil && waitingOfKind(rule, rendered, obj):
+			// Maybe the old object of a renamed id whose new one waits
+			// to be rendered: kept until it can be.
+			p.Keep = append(p.Keep, obj)
 		case c == nil:
-			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "the rule has no child " + id + " any more"})
+			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "the rule has no child " + id + " any more", OfKind: true})
 		case excluded[id]:
 			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its includeWhen is false"})
 		case rendering[id]:
@@ -298,6 +308,16 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 		}
 	}
 	return p, nil
+}
+
+// waitingOfKind tells whether a child of obj's kind waits to be rendered.
+func waitingOfKind(rule *rules.Rule, rendered *Rendered, obj *unstructured.Unstructured) bool {
+	for id := range rendered.Waiting {
+		if c := rule.Child(id); c != nil && sameKind(obj, c.GroupVersionKind) {
+			return true
+		}
+	}
+	return false
 }
 
 // sameKind reports whether an object is of the group and kind of gvk; the

@@ -458,6 +458,13 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		}
 	}
 	for _, p := range plan.Prunes {
+		if p.OfKind && slices.ContainsFunc(outcomes, func(o outcome) bool { return !o.ok && sameKind(p.Object, o.step.Object.GroupVersionKind()) }) {
+			// Maybe the old object of a renamed id whose new object
+			// could not be made (its name is taken, say): kept until
+			// every object of its kind exists.
+			klog.FromContext(ctx).V(2).Info("Keeping the object of a removed child id while a child of its kind cannot be made", "child", p.ID, "object", describeChild(p.Object))
+			continue
+		}
 		pruned(p.ID, p.Object, r.prune(ctx, rule, parent, p.Object, p.ID, p.Why))
 	}
 	if finalizerErr == nil && !needsFinalizer(plan, parent, remaining(plan, parent, observed, live, gone), len(pruneFailed) > 0) {

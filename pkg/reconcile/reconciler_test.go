@@ -2203,3 +2203,43 @@ func TestSchemaDefaults(t *testing.T) {
 		})
 	}
 }
+
+// A child whose id and name change in one rule edit, where the new name is
+// taken by an object that is not the parent's: the old object is kept (it
+// was pruned as "the rule has no child config any more", leaving the parent
+// without the child: a soak audit), and the parent is in Conflict; once
+// the object in the way goes, the new child is made and the old one
+// pruned.
+func TestRenamedIdIntoATakenNameKeepsTheOldChild(t *testing.T) {
+	h := newHarness(t, appRule)
+	h.converge(appParent(nil))
+	old := h.api.get(cmGVK, "team", "web-config")
+	renamed := strings.NewReplacer("  - id: config\n", "  - id: settings\n", "children.config.", "children.settings.",
+		`name: ${parent.spec.?cmName.orValue(parent.metadata.name + "-config")}`, `name: ${parent.metadata.name + "-settings"}`).Replace(appRule)
+	h.rule = parseRule(t, renamed)
+	theirs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "web-settings", "namespace": "team", "uid": "uid-theirs"}, "data": map[string]any{"owner": "human"}}}
+	h.api.add(theirs)
+	res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Conflict == "" {
+		t.Errorf("Result = %+v, want a Conflict", res)
+	}
+	if got := h.api.get(cmGVK, "team", "web-config"); got == nil || got.GetUID() != old.GetUID() {
+		t.Fatalf("the old child is gone while its replacement's name is taken: %v", got)
+	}
+	if got := h.api.get(cmGVK, "team", "web-settings"); got.GetUID() != "uid-theirs" || got.Object["data"].(map[string]any)["owner"] != "human" {
+		t.Errorf("the object in the way was written: %v", got.Object)
+	}
+	// The object in the way goes.
+	if err := h.api.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("team").Delete(context.Background(), "web-settings", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.converge(h.api.get(appGVK, "team", "web"))
+	if h.api.get(cmGVK, "team", "web-settings") == nil || h.api.get(cmGVK, "team", "web-config") != nil {
+		t.Errorf("after the object in the way went: web-settings %v, web-config %v; want the new child and the old one pruned",
+			h.api.get(cmGVK, "team", "web-settings") != nil, h.api.get(cmGVK, "team", "web-config") != nil)
+	}
+}
