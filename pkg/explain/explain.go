@@ -512,6 +512,15 @@ func (e *explainer) children(ctx context.Context) error {
 			e.report.Children = append(e.report.Children, e.deleting(p.ID, p.Object, p.Why))
 		}
 	}
+	// The object of an id the rule no longer has, kept while a child of
+	// its kind waits (it may be a renamed id's old object).
+	for _, obj := range plan.Keep {
+		if id := obj.GetLabels()[reconcile.LabelChild]; e.rule.Child(id) == nil {
+			ch := entry(id, obj, ActionWait, fmt.Sprintf("kgen deletes it (the rule has no child %s any more) once every %s the rule wants exists: one waits to be rendered, and this may be a renamed child's old object", id, obj.GetKind()))
+			ch.Exists = true
+			e.report.Children = append(e.report.Children, ch)
+		}
+	}
 	e.summarize()
 	return nil
 }
