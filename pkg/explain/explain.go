@@ -508,9 +508,31 @@ func (e *explainer) children(ctx context.Context) error {
 		}
 	}
 	for _, p := range plan.Prunes {
-		if e.rule.Child(p.ID) == nil {
-			e.report.Children = append(e.report.Children, e.deleting(p.ID, p.Object, p.Why))
+		if e.rule.Child(p.ID) != nil {
+			continue
 		}
+		// As the controller does (reconcile.Prune.OfKind): kept while a
+		// child of its kind cannot be created, as it may be that one's
+		// old object.
+		held := ""
+		for i, step := range plan.Steps {
+			if !p.OfKind || step.Live != nil || step.Object.GroupVersionKind().GroupKind() != p.Object.GroupVersionKind().GroupKind() {
+				continue
+			}
+			switch ch := steps[i]; ch.Action {
+			case ActionBlocked:
+				held = join(held, ch.Kind+" "+ch.Name+" cannot be created: "+ch.Conflict)
+			case ActionWait:
+				held = join(held, ch.Kind+" "+ch.Name+" cannot be created yet: "+ch.Next)
+			}
+		}
+		if held != "" {
+			ch := entry(p.ID, p.Object, ActionWait, "kgen deletes it ("+p.Why+") once every "+p.Object.GetKind()+" the rule wants exists, as it may be a renamed child's old object ("+held+")")
+			ch.Exists = true
+			e.report.Children = append(e.report.Children, ch)
+			continue
+		}
+		e.report.Children = append(e.report.Children, e.deleting(p.ID, p.Object, p.Why))
 	}
 	// The object of an id the rule no longer has, kept while a child of
 	// its kind waits (it may be a renamed id's old object).

@@ -173,7 +173,9 @@ func loadRules(t *testing.T) []*rules.Rule {
 // fine; someone changed the deployment's image, and it has one of its two
 // replicas; a Service that is not kgen's has the service's name, so the
 // endpoint, which reads it, waits; the budget is not wanted; and legacy, a
-// child the rule no longer has, is to be deleted.
+// child the rule no longer has, is to be deleted once the endpoint, a
+// ConfigMap that has no object yet (which legacy may be the old object of),
+// exists.
 func shopCluster(t *testing.T) []runtime.Object {
 	rs := loadRules(t)
 	parent := load(t, shop)
@@ -836,6 +838,33 @@ spec:
 	}
 	if c, ok := got["config"]; !ok || !c.Exists {
 		t.Errorf("config = %+v, want it shown, existing", c)
+	}
+	noWrites(t, client)
+}
+
+// The object of an id the rule no longer has, of the kind of a child that
+// cannot be created (an object that is not kgen's holds its name), is
+// kept by the controller, as it may be that child's old object: explain
+// says so, not that kgen deletes it.
+func TestExplainRemovedIdHeldByABlockedChild(t *testing.T) {
+	objs := shopCluster(t)
+	old := children(t, loadRules(t)[0], load(t, shop))["service"].DeepCopy()
+	old.SetName("shop-old")
+	old.SetUID("uid-old-service")
+	ls := old.GetLabels()
+	ls[reconcile.LabelChild] = "oldsvc"
+	old.SetLabels(ls)
+	cfg, client := newConfig(t, append(objs, old)...)
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "webapp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(report.Children, func(c Child) bool { return c.ID == "oldsvc" })
+	if i < 0 {
+		t.Fatalf("no entry for the removed id: %+v", report.Children)
+	}
+	if c := report.Children[i]; !c.Exists || c.Action != ActionWait || !strings.Contains(c.Next, "cannot be created") {
+		t.Errorf("oldsvc = %+v, want it kept while the service cannot be created", c)
 	}
 	noWrites(t, client)
 }

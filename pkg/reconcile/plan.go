@@ -83,9 +83,9 @@ type Prune struct {
 	Why string
 	// OfKind is set for the object of an id the rule no longer has, which
 	// may be the old object of a child whose id was renamed: it is
-	// deleted only once every object of its kind the rule wants exists
-	// (a renamed id whose new name is taken must not leave the parent
-	// without the child).
+	// deleted only once every object of its kind the rule wants has been
+	// created (a renamed id whose new name is taken must not leave the
+	// parent without the child).
 	OfKind bool
 }
 
@@ -283,7 +283,7 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 			// and not taken for the child, which is of another kind.
 		case c != nil && !sameKind(obj, c.GroupVersionKind):
 			p.Prunes = append(p.Prunes, Prune{Object: obj, ID: id, Why: "its kind is no longer the child's"})
-		case c == nil && waitingOfKind(rule, rendered, obj):
+		case c == nil && waitingOfKind(rule, rendered, observed, obj):
 			// Maybe the old object of a renamed id whose new one waits
 			// to be rendered: kept until it can be.
 			p.Keep = append(p.Keep, obj)
@@ -310,10 +310,17 @@ func makePlan(rule *rules.Rule, parent *unstructured.Unstructured, observed []*u
 	return p, nil
 }
 
-// waitingOfKind tells whether a child of obj's kind waits to be rendered.
-func waitingOfKind(rule *rules.Rule, rendered *Rendered, obj *unstructured.Unstructured) bool {
+// waitingOfKind tells whether a child of obj's kind that has no object
+// yet waits to be rendered: a renamed id, whose old object obj may be. (A
+// child that has objects is no id's replacement, and its wait, which may
+// last, does not hold obj.)
+func waitingOfKind(rule *rules.Rule, rendered *Rendered, observed []*unstructured.Unstructured, obj *unstructured.Unstructured) bool {
 	for id := range rendered.Waiting {
-		if c := rule.Child(id); c != nil && sameKind(obj, c.GroupVersionKind) {
+		c := rule.Child(id)
+		if c == nil || !sameKind(obj, c.GroupVersionKind) {
+			continue
+		}
+		if !slices.ContainsFunc(observed, func(o *unstructured.Unstructured) bool { return o.GetLabels()[LabelChild] == id }) {
 			return true
 		}
 	}

@@ -458,10 +458,13 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		}
 	}
 	for _, p := range plan.Prunes {
-		if p.OfKind && slices.ContainsFunc(outcomes, func(o outcome) bool { return !o.ok && sameKind(p.Object, o.step.Object.GroupVersionKind()) }) {
+		if p.OfKind && slices.ContainsFunc(outcomes, func(o outcome) bool {
+			return !o.ok && o.step.Live == nil && sameKind(p.Object, o.step.Object.GroupVersionKind())
+		}) {
 			// Maybe the old object of a renamed id whose new object
-			// could not be made (its name is taken, say): kept until
-			// every object of its kind exists.
+			// could not be created (its name is taken, say): kept
+			// until every object of its kind exists. (A child that
+			// exists and fails an update is no one's replacement.)
 			klog.FromContext(ctx).V(2).Info("Keeping the object of a removed child id while a child of its kind cannot be made", "child", p.ID, "object", describeChild(p.Object))
 			continue
 		}

@@ -2243,3 +2243,51 @@ func TestRenamedIdIntoATakenNameKeepsTheOldChild(t *testing.T) {
 			h.api.get(cmGVK, "team", "web-settings") != nil, h.api.get(cmGVK, "team", "web-config") != nil)
 	}
 }
+
+// The object of a removed id waits only for a child of its kind that has
+// no object yet (a renamed id's replacement): a child of its kind that
+// exists and waits (here, for an input that is missing) does not hold it,
+// and a removed id is pruned as §8 says; one that has no object yet (a
+// renamed id) does.
+func TestRemovedIdWaitsOnlyForAReplacement(t *testing.T) {
+	extra := "  - id: extra\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"${parent.metadata.name}-extra\"}\n      data: {n: \"DATA\"}\n"
+	base := strings.Replace(appRule, "  - id: deploy\n", strings.Replace(extra, "DATA", "1", 1)+"  - id: deploy\n", 1)
+	// A child that reads an input waits for it: the harness reads none.
+	waits := `${inputs.shared.data.n}`
+	withInput := func(rule string) string {
+		return strings.Replace(rule, "  children:\n", "  inputs:\n  - {id: shared, apiVersion: v1, kind: ConfigMap, name: shared}\n  children:\n", 1)
+	}
+	for _, tc := range []struct {
+		name   string
+		to     string // the rule after the edit: config removed, or renamed
+		pruned bool   // whether web-config goes
+	}{
+		{"removed while a child of its kind that exists waits",
+			strings.Replace(strings.Replace(base, "data: {n: \"1\"}", "data: {n: \""+waits+"\"}", 1), "children.config.", "children.extra.", 1), true},
+		{"renamed to an id that waits, with no object yet",
+			strings.Replace(strings.Replace(base, "  - id: config\n", "  - id: settings\n", 1), "children.config.", "children.extra.", 1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, base)
+			h.converge(appParent(nil))
+			if h.api.get(cmGVK, "team", "web-config") == nil || h.api.get(cmGVK, "team", "web-extra") == nil {
+				t.Fatal("not converged")
+			}
+			to := tc.to
+			if !tc.pruned {
+				// settings renders web-config2, and waits for the input.
+				to = strings.Replace(to, `name: ${parent.spec.?cmName.orValue(parent.metadata.name + "-config")}`, `name: "${parent.metadata.name}-config2"`, 1)
+				to = strings.Replace(to, "      data: ${parent.spec.data}\n", "      data: {n: \""+waits+"\"}\n", 1)
+			} else {
+				to = strings.Replace(to, strings.Split(to[strings.Index(to, "  - id: config\n"):], "  - id: extra\n")[0], "", 1)
+			}
+			h.rule = parseRule(t, withInput(to))
+			if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil && !errors.Is(err, ErrTerminal) {
+				t.Fatal(err)
+			}
+			if gone := h.api.get(cmGVK, "team", "web-config") == nil; gone != tc.pruned {
+				t.Errorf("web-config pruned: %t, want %t", gone, tc.pruned)
+			}
+		})
+	}
+}
