@@ -105,6 +105,19 @@ func (w *why) paths(e celast.Expr, f func(fieldPath)) {
 		}
 		return
 	}
+	if e.Kind() == celast.ComprehensionKind {
+		w.paths(e.AsComprehension().IterRange(), f)
+		defer w.enter(e.AsComprehension())()
+	}
+	for _, n := range operands(e) {
+		w.paths(n, f)
+	}
+}
+
+// operands returns the expressions an expression is made of, in reading
+// order; of a comprehension, those its variables are in scope in (see
+// enter), not its range.
+func operands(e celast.Expr) []celast.Expr {
 	var next []celast.Expr
 	switch e.Kind() {
 	case celast.SelectKind:
@@ -123,20 +136,22 @@ func (w *why) paths(e celast.Expr, f func(fieldPath)) {
 		}
 	case celast.ComprehensionKind:
 		comp := e.AsComprehension()
-		w.paths(comp.IterRange(), f)
-		vars := []string{comp.IterVar(), comp.IterVar2(), comp.AccuVar()}
-		for _, v := range vars {
-			w.shadow[v]++
-		}
-		defer func() {
-			for _, v := range vars {
-				w.shadow[v]--
-			}
-		}()
 		next = []celast.Expr{comp.AccuInit(), comp.LoopCondition(), comp.LoopStep(), comp.Result()}
 	}
-	for _, n := range next {
-		w.paths(n, f)
+	return next
+}
+
+// enter brings a comprehension's variables in scope, where they hide the
+// variables of the same name; the function returned leaves it.
+func (w *why) enter(comp celast.ComprehensionExpr) func() {
+	vars := []string{comp.IterVar(), comp.IterVar2(), comp.AccuVar()}
+	for _, v := range vars {
+		w.shadow[v]++
+	}
+	return func() {
+		for _, v := range vars {
+			w.shadow[v]--
+		}
 	}
 }
 
@@ -437,39 +452,13 @@ func (w *why) firstMissing(e celast.Expr) (fieldPath, bool) {
 		}
 		return fieldPath{}, false
 	}
-	var next []celast.Expr
-	switch e.Kind() {
-	case celast.SelectKind:
-		next = []celast.Expr{e.AsSelect().Operand()}
-	case celast.CallKind:
-		call := e.AsCall()
-		if call.IsMemberFunction() {
-			next = append(next, call.Target())
-		}
-		next = append(next, call.Args()...)
-	case celast.ListKind:
-		next = e.AsList().Elements()
-	case celast.MapKind:
-		for _, entry := range e.AsMap().Entries() {
-			next = append(next, entry.AsMapEntry().Key(), entry.AsMapEntry().Value())
-		}
-	case celast.ComprehensionKind:
-		comp := e.AsComprehension()
-		if p, ok := w.firstMissing(comp.IterRange()); ok {
+	if e.Kind() == celast.ComprehensionKind {
+		if p, ok := w.firstMissing(e.AsComprehension().IterRange()); ok {
 			return p, true
 		}
-		vars := []string{comp.IterVar(), comp.IterVar2(), comp.AccuVar()}
-		for _, v := range vars {
-			w.shadow[v]++
-		}
-		defer func() {
-			for _, v := range vars {
-				w.shadow[v]--
-			}
-		}()
-		next = []celast.Expr{comp.AccuInit(), comp.LoopCondition(), comp.LoopStep(), comp.Result()}
+		defer w.enter(e.AsComprehension())()
 	}
-	for _, n := range next {
+	for _, n := range operands(e) {
 		if p, ok := w.firstMissing(n); ok {
 			return p, true
 		}

@@ -601,19 +601,7 @@ func TestHeldStatusLandsDespiteConflict(t *testing.T) {
 		// than 10 status writes in a minute, so the last ones are held.
 		const changes = 15
 		for i := 1; i <= changes; i++ {
-			o, err := a.client.Tracker().Get(cmResource, "ns", "g")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cm := o.(*unstructured.Unstructured)
-			cm.Object["data"] = map[string]any{"n": fmt.Sprint(i)}
-			a.mu.Lock()
-			a.rv++
-			cm.SetResourceVersion(fmt.Sprint(a.rv))
-			a.mu.Unlock()
-			if err := a.client.Tracker().Update(cmResource, cm, "ns"); err != nil {
-				t.Fatal(err)
-			}
+			a.setChildData(t, map[string]any{"n": fmt.Sprint(i)})
 			time.Sleep(100 * time.Millisecond)
 			synctest.Wait()
 		}
@@ -647,19 +635,7 @@ func TestConflictWokenEarlyKeepsItsBackoff(t *testing.T) {
 		}
 		const changes = 20
 		for i := 1; i <= changes; i++ {
-			o, err := a.client.Tracker().Get(cmResource, "ns", "g")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cm := o.(*unstructured.Unstructured)
-			cm.Object["data"] = map[string]any{"by": "someone", "n": fmt.Sprint(i)}
-			a.mu.Lock()
-			a.rv++
-			cm.SetResourceVersion(fmt.Sprint(a.rv))
-			a.mu.Unlock()
-			if err := a.client.Tracker().Update(cmResource, cm, "ns"); err != nil {
-				t.Fatal(err)
-			}
+			a.setChildData(t, map[string]any{"by": "someone", "n": fmt.Sprint(i)})
 			clock.advance(500 * time.Millisecond)
 		}
 		if got := reconcilesOf(c.metrics); got < changes {
@@ -674,4 +650,23 @@ func TestConflictWokenEarlyKeepsItsBackoff(t *testing.T) {
 			t.Errorf("conflict backoff at %d steps after its first look, want 2", n)
 		}
 	})
+}
+
+// setChildData is another writer setting the data of the parent's child,
+// the ConfigMap ns/g, with a new resource version.
+func (a *againCluster) setChildData(t *testing.T, data map[string]any) {
+	t.Helper()
+	o, err := a.client.Tracker().Get(cmResource, "ns", "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := o.(*unstructured.Unstructured)
+	cm.Object["data"] = data
+	a.mu.Lock()
+	a.rv++
+	cm.SetResourceVersion(fmt.Sprint(a.rv))
+	a.mu.Unlock()
+	if err := a.client.Tracker().Update(cmResource, cm, "ns"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -473,18 +473,7 @@ func (e *explainer) children(ctx context.Context) error {
 		// object of its child was written: one that cannot be (an
 		// object that is not kgen's stands at its name, or one being
 		// deleted does) keeps it.
-		held := ""
-		for i, step := range plan.Steps {
-			if step.ID != c.ID {
-				continue
-			}
-			switch ch := steps[i]; ch.Action {
-			case ActionBlocked:
-				held = join(held, ch.Kind+" "+ch.Name+" cannot be written: "+ch.Conflict)
-			case ActionWait:
-				held = join(held, ch.Kind+" "+ch.Name+" cannot be written yet: "+ch.Next)
-			}
-		}
+		held := heldBy(plan, steps, "written", func(step reconcile.Step) bool { return step.ID == c.ID })
 		for _, old := range plan.Superseded[c.ID] {
 			if held != "" {
 				ch := entry(c.ID, old, ActionWait, "kgen keeps it until its replacement exists ("+held+")")
@@ -514,18 +503,9 @@ func (e *explainer) children(ctx context.Context) error {
 		// As the controller does (reconcile.Prune.OfKind): kept while a
 		// child of its kind cannot be created, as it may be that one's
 		// old object.
-		held := ""
-		for i, step := range plan.Steps {
-			if !p.OfKind || step.Live != nil || step.Object.GroupVersionKind().GroupKind() != p.Object.GroupVersionKind().GroupKind() {
-				continue
-			}
-			switch ch := steps[i]; ch.Action {
-			case ActionBlocked:
-				held = join(held, ch.Kind+" "+ch.Name+" cannot be created: "+ch.Conflict)
-			case ActionWait:
-				held = join(held, ch.Kind+" "+ch.Name+" cannot be created yet: "+ch.Next)
-			}
-		}
+		held := heldBy(plan, steps, "created", func(step reconcile.Step) bool {
+			return p.OfKind && step.Live == nil && step.Object.GroupVersionKind().GroupKind() == p.Object.GroupVersionKind().GroupKind()
+		})
 		if held != "" {
 			ch := entry(p.ID, p.Object, ActionWait, "kgen deletes it ("+p.Why+") once every "+p.Object.GetKind()+" the rule wants exists, as it may be a renamed child's old object ("+held+")")
 			ch.Exists = true
@@ -545,6 +525,26 @@ func (e *explainer) children(ctx context.Context) error {
 	}
 	e.summarize()
 	return nil
+}
+
+// heldBy says which of the plan's steps that match cannot be written
+// (verb: "written", "created") and why, as the entries steps made of them
+// say; "" when none. The controller keeps an object that such a step would
+// replace.
+func heldBy(plan *reconcile.Plan, steps []Child, verb string, match func(reconcile.Step) bool) string {
+	held := ""
+	for i, step := range plan.Steps {
+		if !match(step) {
+			continue
+		}
+		switch ch := steps[i]; ch.Action {
+		case ActionBlocked:
+			held = join(held, ch.Kind+" "+ch.Name+" cannot be "+verb+": "+ch.Conflict)
+		case ActionWait:
+			held = join(held, ch.Kind+" "+ch.Name+" cannot be "+verb+" yet: "+ch.Next)
+		}
+	}
+	return held
 }
 
 func (e *explainer) summarize() {
