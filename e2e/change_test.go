@@ -2178,3 +2178,95 @@ func TestChangeRenamedIdIntoTakenName(t *testing.T) {
 	waitGone(t, cmGVR, ns, "r-cfg")
 	waitFor(t, gvr, ns, "r", isReady)
 }
+
+// Scenario: another writer that sets a field of a child back whenever kgen
+// repairs it (an autoscaler on a Deployment's replicas, a second
+// controller with another idea of the object). Each of its writes is
+// drift, and each repair wakes the other writer: without a bound, the two
+// controllers write the object back and forth at API speed for as long as
+// both run. kgen repairs a few times, then stops repairing that child for
+// a while and says so (a ChildContended Warning naming the writer and the
+// field, the parent's Ready condition, a metric), as it does for a
+// contended status (contract §6: it never fights another writer in a
+// loop). A change of the template still lands at once.
+func TestChangeChildFoughtOver(t *testing.T) {
+	const group = "fight.example.com"
+	const user = "kgen-fight"
+	// 3 repairs before the backoff, and one write in flight.
+	const repairBound = 4
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	r := startControllerWith(t, controllerOptions{User: user}, gadgetRule(t, "fight", group, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data:
+        k: ${parent.spec.?k.orValue("v")}
+        other: o
+`))
+	r.waitReady(t)
+	create(t, gvr, gadget(group, ns, "f", map[string]any{}))
+	waitFor(t, cmGVR, ns, "f", func(o *unstructured.Unstructured) error { return expect(o, "v", "data", "k") })
+	waitFor(t, gvr, ns, "f", isReady)
+
+	start := time.Now()
+	childWrites := func() int {
+		n := 0
+		for _, w := range writesOf(t, user, ns, start) {
+			if w == "patch configmaps f" {
+				n++
+			}
+		}
+		return n
+	}
+	ctx, stopFighter := context.WithCancel(t.Context())
+	defer stopFighter()
+	fights := 0
+	var fighter sync.WaitGroup
+	fighter.Go(func() {
+		for ctx.Err() == nil {
+			cm, err := env.kube.CoreV1().ConfigMaps(ns).Get(ctx, "f", metav1.GetOptions{})
+			if err == nil && cm.Data["k"] != "theirs" {
+				if _, err := env.kube.CoreV1().ConfigMaps(ns).Patch(ctx, "f", types.MergePatchType, []byte(`{"data":{"k":"theirs"}}`),
+					metav1.PatchOptions{FieldManager: "fighter"}); err == nil {
+					fights++
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	contended := waitEvent(t, ns, "f", reconcile.ReasonChildContended, 30*time.Second)
+	for _, want := range []string{"fighter", "data.k", "child config"} {
+		if !strings.Contains(contended.Message, want) {
+			t.Errorf("%s event %q does not name %q", reconcile.ReasonChildContended, contended.Message, want)
+		}
+	}
+	waitFor(t, gvr, ns, "f", func(p *unstructured.Unstructured) error {
+		if c := readyCondition(p); c["reason"] != reconcile.ReasonChildContended || !strings.Contains(fmt.Sprint(c["message"]), "fighter") {
+			return fmt.Errorf("Ready = %v, want reason %s naming the other writer", c, reconcile.ReasonChildContended)
+		}
+		return nil
+	})
+	time.Sleep(10 * time.Second) // the fight would go on meanwhile
+	stopFighter()
+	fighter.Wait()
+	writes := childWrites()
+	t.Logf("kgen wrote the fought-over child %d times, the other writer %d times", writes, fights)
+	if writes > repairBound {
+		t.Errorf("kgen wrote the child %d times against a writer that sets it back, want at most %d and a backoff", writes, repairBound)
+	}
+	if n := counter(t, r, "kgen_child_backoffs_total", map[string]string{"rule": "fight"}); n < 1 {
+		t.Errorf("kgen_child_backoffs_total{rule=fight} = %v after a %s event, want at least 1", n, reconcile.ReasonChildContended)
+	}
+	// The other writer's value stays while kgen backs off...
+	if cm := get(t, cmGVR, ns, "f"); nested(cm, "data", "k") != "theirs" {
+		t.Errorf("data.k = %v during the backoff, want the other writer's value", nested(cm, "data", "k"))
+	}
+	// ...but a change of the parent that changes the child lands at once.
+	patchSpec(t, gvr, ns, "f", map[string]any{"k": "w"})
+	waitFor(t, cmGVR, ns, "f", func(o *unstructured.Unstructured) error { return expect(o, "w", "data", "k") })
+	waitFor(t, gvr, ns, "f", isReady)
+}

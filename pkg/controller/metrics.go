@@ -27,17 +27,18 @@ import (
 // made for controller-runtime operators work with kgen. Their controller
 // label is the rule's name: each rule is one of kgen's controllers.
 type Metrics struct {
-	reconciles *prometheus.CounterVec   // controller_runtime_reconcile_total{controller,result}
-	failed     *prometheus.CounterVec   // controller_runtime_reconcile_errors_total{controller}
-	terminal   *prometheus.CounterVec   // controller_runtime_terminal_reconcile_errors_total{controller}
-	panics     *prometheus.CounterVec   // controller_runtime_reconcile_panics_total{controller}
-	duration   *prometheus.HistogramVec // controller_runtime_reconcile_time_seconds{controller}
-	maxWorkers *prometheus.GaugeVec     // controller_runtime_max_concurrent_reconciles{controller}
-	active     *prometheus.GaugeVec     // controller_runtime_active_workers{controller}
-	waiting    *prometheus.GaugeVec
-	requests   *prometheus.CounterVec
-	backoffs   *prometheus.CounterVec
-	listErrors *prometheus.CounterVec
+	reconciles    *prometheus.CounterVec   // controller_runtime_reconcile_total{controller,result}
+	failed        *prometheus.CounterVec   // controller_runtime_reconcile_errors_total{controller}
+	terminal      *prometheus.CounterVec   // controller_runtime_terminal_reconcile_errors_total{controller}
+	panics        *prometheus.CounterVec   // controller_runtime_reconcile_panics_total{controller}
+	duration      *prometheus.HistogramVec // controller_runtime_reconcile_time_seconds{controller}
+	maxWorkers    *prometheus.GaugeVec     // controller_runtime_max_concurrent_reconciles{controller}
+	active        *prometheus.GaugeVec     // controller_runtime_active_workers{controller}
+	waiting       *prometheus.GaugeVec
+	requests      *prometheus.CounterVec
+	backoffs      *prometheus.CounterVec
+	childBackoffs *prometheus.CounterVec
+	listErrors    *prometheus.CounterVec
 
 	watches *watch.Manager
 }

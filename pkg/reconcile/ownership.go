@@ -159,25 +159,34 @@ func ownManager(name string) bool {
 	return name == FieldManager || strings.HasPrefix(name, FieldManager+"-")
 }
 
-// lastWriter names who changed a child that kgen repairs, from its managed
-// fields, as " (changed by NAME)"; "" when they do not say. The writer is
-// one that owns a field of the template whose live value differs from it,
-// as Differences finds them (a writer that changes a field kgen applied
-// takes its ownership); among
-// several, the latest, and an entry with no time (kubectl scale writes
-// through the scale subresource, whose entries have none) only when no
-// timed one does. Only when no entry owns a differing field is it the
-// latest writer of anything. It reads the object: the cache keeps no
-// managed fields.
+// lastWriter names who changed a child that kgen repairs, as
+// " (changed by NAME)" (see changedBy); "" when the managed fields do not
+// say, or when no Repaired event is recorded to say it in.
 func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInterface, obj, desired *unstructured.Unstructured) string {
 	if !r.events.records(EventRepaired) {
 		return ""
 	}
+	if who, _ := r.changedBy(ctx, client, obj, desired); who != "" {
+		return " (changed by " + who + ")"
+	}
+	return ""
+}
+
+// changedBy reads a child and tells which of the template's fields differ
+// in it (as Differences finds them) and who changed it, from its managed
+// fields: the writer that owns a differing field (a writer that changes a
+// field kgen applied takes its ownership); among several, the latest, and
+// an entry with no time (kubectl scale writes through the scale
+// subresource, whose entries have none) only when no timed one does. Only
+// when no entry owns a differing field is it the latest writer of
+// anything; "" when none is known. It reads the object: the cache keeps
+// no managed fields.
+func (r *Reconciler) changedBy(ctx context.Context, client dynamic.ResourceInterface, obj, desired *unstructured.Unstructured) (who string, differ []string) {
 	live, err := client.Get(ctx, obj.GetName(), metav1.GetOptions{})
 	if err != nil {
-		return ""
+		return "", nil
 	}
-	differ := Differences(desired.Object, live.Object, r.kind(desired.GroupVersionKind()))
+	differ = Differences(desired.Object, live.Object, r.kind(desired.GroupVersionKind()))
 	var newest, touching, untimed *metav1.ManagedFieldsEntry
 	later := func(a, b *metav1.ManagedFieldsEntry) bool { return b == nil || a.Time.After(b.Time.Time) }
 	fields := live.GetManagedFields()
@@ -207,12 +216,12 @@ func (r *Reconciler) lastWriter(ctx context.Context, client dynamic.ResourceInte
 			}
 		}
 	}
-	for _, who := range []*metav1.ManagedFieldsEntry{touching, untimed, newest} {
-		if who != nil {
-			return fmt.Sprintf(" (changed by %s)", who.Manager)
+	for _, e := range []*metav1.ManagedFieldsEntry{touching, untimed, newest} {
+		if e != nil {
+			return e.Manager, differ
 		}
 	}
-	return ""
+	return "", differ
 }
 
 // ownsAny reports whether a managed-fields set owns one of the paths

@@ -181,6 +181,9 @@ type Observer interface {
 	// StatusBackoff is called when kgen stops writing a parent's status for
 	// a while: reason is ReasonStatusContended or ReasonStatusLoop.
 	StatusBackoff(rule, reason string)
+	// ChildBackoff is called when kgen stops repairing a child that
+	// another writer keeps changing back (ReasonChildContended).
+	ChildBackoff(rule string)
 }
 
 // Config holds a Reconciler's dependencies. Client, Resources, Children,
@@ -228,7 +231,10 @@ type Reconciler struct {
 	scope  Scoper
 	normal *normalized
 	status *statusGuard
-	seen   *seenChildren
+	// contend holds off repairs of children another writer keeps
+	// changing back.
+	contend *childGuard
+	seen    *seenChildren
 	// owed are the UIDs of adopted children whose fields kgen has yet to
 	// take from other managers (takeCoOwned failed): the next reconcile
 	// of their parent tries again, even when nothing else is to write.
@@ -247,7 +253,8 @@ func New(cfg Config) *Reconciler {
 		cfg.ParallelWrites = DefaultParallelWrites
 	}
 	cfg.Recorder = filteredRecorder{EventRecorder: cfg.Recorder, policy: cfg.Events}
-	return &Reconciler{cfg: cfg, events: cfg.Events, scope: resourceScoper{cfg.Resources}, normal: newNormalized(cfg.Now), status: newStatusGuard(cfg.Now), seen: newSeenChildren()}
+	return &Reconciler{cfg: cfg, events: cfg.Events, scope: resourceScoper{cfg.Resources}, normal: newNormalized(cfg.Now), status: newStatusGuard(cfg.Now),
+		contend: newChildGuard(cfg.Now), seen: newSeenChildren()}
 }
 
 // resourceScoper answers scope questions from discovery.
@@ -287,8 +294,9 @@ type outcome struct {
 	live   *unstructured.Unstructured // the child as it now is; nil if it does not exist
 	reason string                     // a Ready reason when the child is not fine
 	msg    string
-	ok     bool     // the wanted object exists and is kgen's
-	in     *Blocker // the object in the way, for a Conflict with one
+	ok     bool          // the wanted object exists and is kgen's
+	retry  time.Duration // when positive, look again after it (a held repair)
+	in     *Blocker      // the object in the way, for a Conflict with one
 }
 
 // Reconcile brings the children of one parent in line with the rule, prunes
@@ -529,6 +537,11 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 	// one.
 	res.Ready = cond.Status == metav1.ConditionTrue && statusErr == nil
 	res.Again = again
+	for _, o := range outcomes {
+		if o.retry > 0 && (res.RequeueAfter <= 0 || o.retry < res.RequeueAfter) {
+			res.RequeueAfter = o.retry // the end of a held repair's backoff
+		}
+	}
 	return res, err
 }
 
@@ -670,6 +683,14 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		return r.adoptCreateOnly(ctx, client, rule, parent, live, step, gvr, ref, "")
 	}
 
+	// A repair: a field kgen sets was changed, or the child was deleted
+	// after the last reconcile (it existed then).
+	recreate := live == nil && r.seen.had(parent.GetUID(), refOf(step.ID, desired))
+	if op == OpRepair || recreate {
+		if held, ok := r.holdRepair(ctx, rule, parent, live, reader, step, ref); ok {
+			return held, nil
+		}
+	}
 	adopted := "" // why an object found at the child's name is taken
 	if live == nil {
 		created, err := r.create(ctx, client, desired)
@@ -677,8 +698,8 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		case err == nil:
 			r.wrote(gvr, created, desired, kind)
 			logger.V(2).Info("Created child", "child", step.ID, "object", ref)
-			if r.seen.had(parent.GetUID(), refOf(step.ID, desired)) {
-				// It existed after the last reconcile: someone deleted it.
+			if recreate {
+				r.contend.repaired(contendKey{parent.GetUID(), refOf(step.ID, desired)})
 				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s): it was deleted, and is created again", ref, step.ID)
 			} else {
 				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventCreated, "Created %s (child %s)", ref, step.ID)
@@ -805,6 +826,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 	case adopted != "":
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventAdopted, "Adopted %s (child %s): %s", ref, step.ID, adopted)
 	case op == OpRepair:
+		r.contend.repaired(contendKey{parent.GetUID(), refOf(step.ID, desired)})
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s)%s", ref, step.ID, who)
 	default:
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventUpdated, "Updated %s (child %s)", ref, step.ID)
@@ -1251,6 +1273,7 @@ func (r *Reconciler) finalize(ctx context.Context, rule *rules.Rule, mapping map
 // left its rule.
 func (r *Reconciler) Forget(parent types.UID) {
 	r.status.forget(parent)
+	r.contend.forget(parent)
 	r.seen.forget(parent)
 }
 
@@ -1382,7 +1405,7 @@ func needsFinalizer(plan *Plan, parent *unstructured.Unstructured, remaining []*
 // readiness computes the parent's Ready condition.
 func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructured, rendered *Rendered, outcomes []outcome, observed Observed) metav1.Condition {
 	// Failures first, in child order: they are what needs attention.
-	for _, reason := range []string{ReasonForbidden, ReasonInvalid, ReasonConflict, ReasonApplyFailed} {
+	for _, reason := range []string{ReasonForbidden, ReasonInvalid, ReasonConflict, ReasonApplyFailed, ReasonChildContended} {
 		for _, o := range outcomes {
 			if o.reason == reason {
 				return readyCondition(reason, o.msg)

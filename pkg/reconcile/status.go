@@ -550,8 +550,7 @@ type statusHistory struct {
 	loops      []time.Time
 	follows    []time.Time // writes that followed a change of the inputs
 	overwrites []time.Time
-	until      time.Time // no writes before this
-	backoff    time.Duration
+	backoffSpan
 }
 
 func newStatusGuard(now func() time.Time) *statusGuard {
@@ -583,13 +582,13 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, urgent boo
 		h.overwrites = append(recent(h.overwrites, now, contendedWindow), now)
 		if len(h.overwrites) >= contendedAfter {
 			h.overwrites = nil
-			return false, h.startBackoff(now), ReasonStatusContended
+			return false, h.start(now), ReasonStatusContended
 		}
 	case inputs == h.inputs:
 		h.loops = append(recent(h.loops, now, loopWindow), now)
 		if len(h.loops) > loopAfter {
 			h.loops = nil
-			return false, h.startBackoff(now), ReasonStatusLoop
+			return false, h.start(now), ReasonStatusLoop
 		}
 	default:
 		h.loops = nil
@@ -601,19 +600,6 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, urgent boo
 		}
 	}
 	return true, 0, ""
-}
-
-// startBackoff stops writes for the next backoff, doubling it if the last
-// one ended recently.
-func (h *statusHistory) startBackoff(now time.Time) time.Duration {
-	switch {
-	case h.backoff == 0 || now.Sub(h.until) > 2*maxBackoff:
-		h.backoff = minBackoff
-	case h.backoff < maxBackoff:
-		h.backoff *= 2
-	}
-	h.until = now.Add(h.backoff)
-	return h.backoff
 }
 
 // wrote records a status write.
@@ -749,6 +735,7 @@ func (n *normalized) sweep(olderThan time.Duration) {
 // of the others are forgotten.
 func (r *Reconciler) Sweep(live func(types.UID) bool) {
 	r.status.sweep(time.Hour)
+	r.contend.sweep(time.Hour)
 	r.normal.sweep(24 * time.Hour)
 	if live != nil {
 		r.seen.retain(live)

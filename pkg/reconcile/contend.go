@@ -1,0 +1,189 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+
+	"kgen.dev/kgen/rules"
+)
+
+// ReasonChildContended is the Ready reason, and the Warning event, of a
+// parent whose child another writer keeps setting back after kgen repairs
+// it: kgen stops repairing that child for a while (see childGuard).
+const ReasonChildContended = "ChildContended"
+
+// childGuard keeps kgen from fighting another writer of a child: one
+// that sets a field of the template back whenever kgen repairs it (an
+// autoscaler on a Deployment's replicas, a second controller with its own
+// idea of the object), or deletes the child whenever kgen creates it
+// again. Each of its writes is drift, and each repair wakes it: without a
+// bound the two would write the object back and forth at the API
+// server's speed for as long as both run. So, as for a contended status
+// (statusGuard), after contendedAfter repairs of one child within
+// contendedWindow kgen stops repairing it for minBackoff, doubling up to
+// maxBackoff while the fight goes on, and says so. Only repairs count: a
+// change of the template or the parent that changes the child is applied
+// at once, during a backoff too.
+//
+// A child is known by its parent and its place (id, kind, namespace and
+// name), not by its UID, so that a child deleted and created again is
+// the same child.
+type childGuard struct {
+	now      func() time.Time
+	mu       sync.Mutex
+	children map[contendKey]*repairHistory
+}
+
+type contendKey struct {
+	parent types.UID
+	child  childRef
+}
+
+type repairHistory struct {
+	backoffSpan
+	repairs []time.Time // within contendedWindow
+	note    string      // the Ready message while backing off
+	used    time.Time
+}
+
+// backoffSpan is a growing backoff: a while with no writes, which doubles
+// when the cause comes back soon after it ended.
+type backoffSpan struct {
+	until   time.Time // no writes before this
+	backoff time.Duration
+}
+
+// start stops writes for the next backoff, doubling it if the last one
+// ended recently.
+func (b *backoffSpan) start(now time.Time) time.Duration {
+	switch {
+	case b.backoff == 0 || now.Sub(b.until) > 2*maxBackoff:
+		b.backoff = minBackoff
+	case b.backoff < maxBackoff:
+		b.backoff *= 2
+	}
+	b.until = now.Add(b.backoff)
+	return b.backoff
+}
+
+func newChildGuard(now func() time.Time) *childGuard {
+	return &childGuard{now: now, children: map[contendKey]*repairHistory{}}
+}
+
+// check tells whether kgen may repair a child now. If not, wait is how
+// long it holds off, and note what the parent's Ready condition says
+// meanwhile; start reports that this check starts the backoff, whose
+// note the caller then sets (setNote).
+func (g *childGuard) check(key contendKey) (wait time.Duration, note string, start bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.children[key]
+	if h == nil {
+		return 0, "", false
+	}
+	now := g.now()
+	h.used = now
+	if now.Before(h.until) {
+		return h.until.Sub(now), h.note, false
+	}
+	h.repairs = recent(h.repairs, now, contendedWindow)
+	if len(h.repairs) < contendedAfter {
+		return 0, "", false
+	}
+	h.repairs, h.note = nil, ""
+	return h.start(now), "", true
+}
+
+// setNote records what the parent's Ready condition says during the
+// backoff that check started.
+func (g *childGuard) setNote(key contendKey, note string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h := g.children[key]; h != nil {
+		h.note = note
+	}
+}
+
+// repaired records a repair that changed the child.
+func (g *childGuard) repaired(key contendKey) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	h := g.children[key]
+	if h == nil {
+		h = &repairHistory{}
+		g.children[key] = h
+	}
+	h.repairs, h.used = append(recent(h.repairs, now, contendedWindow), now), now
+}
+
+// forget drops what is known of a parent's children.
+func (g *childGuard) forget(parent types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k := range g.children {
+		if k.parent == parent {
+			delete(g.children, k)
+		}
+	}
+}
+
+// sweep drops the histories of children with no repair within
+// contendedWindow that are not backing off and were not looked at for a
+// while.
+func (g *childGuard) sweep(olderThan time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	for k, h := range g.children {
+		if now.Sub(h.used) > olderThan && now.After(h.until) && len(recent(h.repairs, now, contendedWindow)) == 0 {
+			delete(g.children, k)
+		}
+	}
+}
+
+// holdRepair is asked before kgen repairs a child (live, or nil when it
+// creates again a child someone deleted): held reports that the child is
+// contended and is not written now; out then says so on the parent's
+// Ready condition and asks for another look when the backoff ends.
+func (r *Reconciler) holdRepair(ctx context.Context, rule *rules.Rule, parent, live *unstructured.Unstructured, reader dynamic.ResourceInterface, step Step, ref string) (out outcome, held bool) {
+	key := contendKey{parent.GetUID(), refOf(step.ID, step.Object)}
+	wait, note, start := r.contend.check(key)
+	if wait <= 0 {
+		return outcome{}, false
+	}
+	if start {
+		if live == nil {
+			note = fmt.Sprintf("child %s: another writer keeps deleting %s: kgen created it again %d times within %s and stops creating it for %s; stop the other writer, or remove the child from the rule",
+				step.ID, ref, contendedAfter, contendedWindow, wait)
+		} else {
+			who, fields := r.changedBy(ctx, reader, live, step.Object)
+			what := "fields"
+			if len(fields) > 0 {
+				what = strings.Join(fields, ", ")
+			}
+			by := "another writer"
+			if who != "" {
+				by += " (" + who + ")"
+			}
+			note = fmt.Sprintf("child %s: %s keeps changing %s of %s, which the template sets: kgen set it back %d times within %s and stops repairing it for %s; remove the field from the template, or stop the other writer",
+				step.ID, by, what, ref, contendedAfter, contendedWindow, wait)
+		}
+		r.contend.setNote(key, note)
+		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonChildContended, note)
+		klog.FromContext(ctx).Info("Backing off repairing a child that another writer keeps changing", "child", step.ID, "object", ref, "for", wait)
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.ChildBackoff(rule.Name)
+		}
+	}
+	return outcome{step: step, live: live, ok: live != nil, reason: ReasonChildContended, msg: note, retry: wait}, true
+}

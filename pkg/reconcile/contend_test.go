@@ -1,0 +1,199 @@
+package reconcile
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// countingObserver counts backoffs.
+type countingObserver struct{ status, child int }
+
+func (o *countingObserver) StatusBackoff(string, string) { o.status++ }
+func (o *countingObserver) ChildBackoff(string)          { o.child++ }
+
+// A writer that sets back what kgen repairs: kgen repairs the child
+// contendedAfter times, then stops repairing it for a growing while, says
+// so, and looks again when the while ends; a change of the template lands
+// during it; repairs spread out, or that fail, are no fight.
+func TestChildFoughtOverBacksOff(t *testing.T) {
+	// fight changes data.a as another writer, "fighter", does.
+	fight := func(h *harness) {
+		cm := h.api.get(cmGVK, "team", "web-config")
+		cm.Object["data"].(map[string]any)["a"] = "theirs"
+		cm.SetManagedFields([]metav1.ManagedFieldsEntry{
+			{Manager: "kgen", Operation: metav1.ManagedFieldsOperationApply, Time: &metav1.Time{Time: h.now}},
+			{Manager: "fighter", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: h.now},
+				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:a":{}}}`)}}})
+		h.api.add(cm)
+	}
+	// remove deletes the child, as another writer that deletes it does.
+	remove := func(h *harness) {
+		h.cfg.Writes.Deleted(h.api.get(cmGVK, "team", "web-config").GetUID()) // as its watch event tells
+		h.api.mu.Lock()
+		delete(h.api.objects, objKey{gvrOf(cmGVK), "team", "web-config"})
+		h.api.mu.Unlock()
+	}
+	childWrites := func(h *harness) int {
+		return len(slices.DeleteFunc(h.api.writes(), func(w string) bool { return !strings.HasSuffix(w, "configmaps team/web-config") }))
+	}
+	type step struct {
+		after  time.Duration    // the clock moves on by this first
+		change func(h *harness) // then this is made
+		// what the reconcile then does
+		writes  int           // writes of the child
+		reason  string        // the Ready condition's reason
+		requeue time.Duration // Result.RequeueAfter
+		event   []string      // a Warning event, containing each of these
+	}
+	contended := func(requeue time.Duration, event ...string) step {
+		return step{change: fight, reason: ReasonChildContended, requeue: requeue, event: event}
+	}
+	repaired := step{change: fight, writes: 1, reason: ReasonReady}
+	failing := false // the API server refuses writes of the child
+	for _, tt := range []struct {
+		name     string
+		steps    []step
+		backoffs int
+	}{{
+		name: "set back after every repair",
+		steps: []step{repaired, repaired, repaired,
+			contended(time.Minute, "another writer (fighter) keeps changing data.a of configmaps team/web-config", "child config", "for 1m0s"),
+			// It goes on during the backoff: nothing written, the
+			// parent looked at again when the backoff ends.
+			{after: 20 * time.Second, change: fight, reason: ReasonChildContended, requeue: 40 * time.Second},
+			// The backoff over, kgen repairs again; the next backoff
+			// is twice as long.
+			{after: 40 * time.Second, writes: 1, reason: ReasonReady},
+			repaired, repaired, contended(2*time.Minute, "for 2m0s"),
+		},
+		backoffs: 2,
+	}, {
+		name: "deleted after every creation",
+		steps: []step{
+			{change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady},
+			{change: remove, reason: ReasonChildContended, requeue: time.Minute, event: []string{"another writer keeps deleting configmaps team/web-config", "child config"}},
+			{after: time.Minute, writes: 1, reason: ReasonReady},
+		},
+		backoffs: 1,
+	}, {
+		name: "a change of the parent lands during the backoff",
+		steps: []step{repaired, repaired, repaired, contended(time.Minute, "child config"),
+			{change: func(h *harness) { h.setSpec(map[string]any{"data": map[string]any{"a": "2"}}) }, writes: 1, reason: ReasonReady},
+		},
+		backoffs: 1,
+	}, {
+		name: "repairs spread over more than the window are no fight",
+		steps: []step{repaired, repaired,
+			{after: contendedWindow, change: fight, writes: 1, reason: ReasonReady},
+			{after: time.Minute, change: fight, writes: 1, reason: ReasonReady},
+		},
+	}, {
+		name: "repairs that fail are no fight",
+		steps: []step{repaired, repaired,
+			{change: func(h *harness) {
+				fight(h)
+				failing = true
+			}, reason: ReasonApplyFailed},
+			{reason: ReasonApplyFailed},
+			{reason: ReasonApplyFailed},
+			{change: func(*harness) { failing = false }, writes: 1, reason: ReasonReady},
+		},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			obs := &countingObserver{}
+			h := newHarness(t, appRule, func(c *Config) { c.Observer = obs })
+			failing = false
+			h.api.PrependReactor("patch", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if failing {
+					return true, nil, apierrors.NewServiceUnavailable("try later")
+				}
+				return false, nil, nil
+			})
+			h.converge(appParent(nil))
+			for i, s := range tt.steps {
+				h.now = h.now.Add(s.after)
+				if s.change != nil {
+					s.change(h)
+				}
+				h.api.resetRequests()
+				res, err := h.reconcile(appParent(nil))
+				if err != nil && s.reason != ReasonApplyFailed {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if n := childWrites(h); n != s.writes {
+					t.Errorf("step %d: %d writes of the child, want %d: %v", i, n, s.writes, h.api.writes())
+				}
+				if c := h.ready(); c["reason"] != s.reason {
+					t.Errorf("step %d: Ready = %v, want reason %s", i, c, s.reason)
+				}
+				if s.reason != ReasonApplyFailed && res.RequeueAfter != s.requeue {
+					t.Errorf("step %d: RequeueAfter = %v, want %v", i, res.RequeueAfter, s.requeue)
+				}
+				var warnings []string
+				for _, e := range h.drain() {
+					if strings.HasPrefix(e, "Warning "+ReasonChildContended) {
+						warnings = append(warnings, e)
+					}
+				}
+				switch {
+				case len(s.event) == 0 && len(warnings) > 0:
+					t.Errorf("step %d: unexpected %v", i, warnings)
+				case len(s.event) > 0 && len(warnings) != 1:
+					t.Errorf("step %d: events %v, want one %s", i, warnings, ReasonChildContended)
+				case len(s.event) > 0:
+					for _, want := range s.event {
+						if !strings.Contains(warnings[0], want) {
+							t.Errorf("step %d: event %q does not say %q", i, warnings[0], want)
+						}
+					}
+					if msg := h.ready()["message"]; !strings.Contains(warnings[0], msg.(string)) {
+						t.Errorf("step %d: Ready message %q is not the event's %q", i, msg, warnings[0])
+					}
+				}
+			}
+			if obs.child != tt.backoffs {
+				t.Errorf("ChildBackoff called %d times, want %d", obs.child, tt.backoffs)
+			}
+		})
+	}
+}
+
+// What is remembered of a contended child goes with its parent, and is
+// swept once quiet; a child still backing off is kept.
+func TestChildGuardForgets(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	g := newChildGuard(func() time.Time { return now })
+	key := func(parent, name string) contendKey {
+		return contendKey{parent: types.UID("uid-" + parent), child: childRef{id: "config", kind: schema.GroupKind{Kind: "ConfigMap"}, namespace: "team", name: name}}
+	}
+	for range contendedAfter {
+		g.repaired(key("a", "x"))
+		g.repaired(key("b", "y"))
+	}
+	if wait, _, start := g.check(key("a", "x")); !start || wait != minBackoff {
+		t.Fatalf("check = %v, %v; want a backoff of %v", wait, start, minBackoff)
+	}
+	g.forget("uid-b")
+	if _, ok := g.children[key("b", "y")]; ok {
+		t.Errorf("b's child remembered after b was forgotten")
+	}
+	now = now.Add(30 * time.Second)
+	g.sweep(time.Second)
+	if _, ok := g.children[key("a", "x")]; !ok {
+		t.Errorf("a child backing off was swept")
+	}
+	now = now.Add(contendedWindow + maxBackoff)
+	g.sweep(time.Second)
+	if len(g.children) != 0 {
+		t.Errorf("%d quiet children remembered after a sweep", len(g.children))
+	}
+}
