@@ -591,6 +591,9 @@ func (e *explainer) step(ctx context.Context, step reconcile.Step) (Child, *unst
 		case err != nil:
 			ch.Action, ch.Next = ActionCreate, "kgen creates it (reading the object at its name failed: "+err.Error()+")"
 			return ch, nil
+		case found == nil && e.contended(step.ID):
+			ch.Action, ch.Next = ActionWait, heldNext
+			return ch, nil
 		case found == nil:
 			ch.Action, ch.Next = ActionCreate, "kgen creates it"
 			return ch, nil
@@ -644,10 +647,31 @@ func (e *explainer) step(ctx context.Context, step reconcile.Step) (Child, *unst
 	case ch.Action == ActionAdopt:
 	case op == reconcile.OpUpdate:
 		ch.Action, ch.Next = ActionUpdate, "kgen applies it: the template renders differently from what kgen last applied"
+	case op == reconcile.OpRepair && e.contended(step.ID):
+		ch.Action, ch.Next = ActionRepair, heldNext
 	case op == reconcile.OpRepair:
 		ch.Action, ch.Next = ActionRepair, "kgen sets it back: someone changed fields its template sets"
 	}
 	return ch, live
+}
+
+// heldNext is what kgen does next with a child whose repairs it holds off.
+const heldNext = "kgen holds off setting it back for a while: another writer keeps undoing its repairs (the parent's Ready condition, " +
+	reconcile.ReasonChildContended + ", says how long); it looks again when that ends"
+
+// contended tells whether the parent's Ready condition says that kgen
+// holds off repairing child id (reconcile.ReasonChildContended): only the
+// running controller knows how long.
+func (e *explainer) contended(id string) bool {
+	conds, _, _ := unstructured.NestedSlice(e.parent.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == reconcile.ConditionReady && m["reason"] == reconcile.ReasonChildContended {
+			msg, _ := m["message"].(string)
+			return strings.HasPrefix(msg, "child "+id+":")
+		}
+	}
+	return false
 }
 
 // inTheWay reads the object at a child's name, and judges it as the

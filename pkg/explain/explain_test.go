@@ -868,3 +868,33 @@ func TestExplainRemovedIdHeldByABlockedChild(t *testing.T) {
 	}
 	noWrites(t, client)
 }
+
+// A child whose repairs the controller holds off (its Ready condition says
+// ChildContended for it) is not one "kgen sets back" now: explain says it
+// waits, and only for that child.
+func TestExplainChildContended(t *testing.T) {
+	objs := shopCluster(t)
+	parent := objs[0].(*unstructured.Unstructured)
+	if err := unstructured.SetNestedSlice(parent.Object, []any{map[string]any{"type": "Ready", "status": "False", "reason": reconcile.ReasonChildContended,
+		"message": "child deployment: another writer (kubectl-edit) keeps changing spec.template.spec.containers[name=app].image of deployments.apps team-a/shop, which the template sets: …"}},
+		"status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := newConfig(t, objs...)
+	report, err := Explain(t.Context(), cfg, Ref{Kind: "webapp", Namespace: "team-a", Name: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range report.Children {
+		switch c.ID {
+		case "deployment":
+			if c.Action != ActionRepair || c.Next != heldNext {
+				t.Errorf("deployment: action %s, next %q; want %s, %q", c.Action, c.Next, ActionRepair, heldNext)
+			}
+		default:
+			if c.Next == heldNext {
+				t.Errorf("%s is said to be held: %+v", c.ID, c)
+			}
+		}
+	}
+}

@@ -38,9 +38,9 @@ const ReasonChildContended = "ChildContended"
 // name), not by its UID, so that a child deleted and created again is
 // the same child.
 type childGuard struct {
-	now      func() time.Time
-	mu       sync.Mutex
-	children map[contendKey]*repairHistory
+	now     func() time.Time
+	mu      sync.Mutex
+	parents map[types.UID]map[childRef]*repairHistory // by parent, then child
 }
 
 type contendKey struct {
@@ -52,6 +52,7 @@ type repairHistory struct {
 	backoffSpan
 	repairs []time.Time // within contendedWindow
 	note    string      // the Ready message while backing off
+	marks   string      // the marks kgen last wrote on it alone (OpMarks)
 	used    time.Time
 }
 
@@ -76,7 +77,23 @@ func (b *backoffSpan) start(now time.Time) time.Duration {
 }
 
 func newChildGuard(now func() time.Time) *childGuard {
-	return &childGuard{now: now, children: map[contendKey]*repairHistory{}}
+	return &childGuard{now: now, parents: map[types.UID]map[childRef]*repairHistory{}}
+}
+
+// historyLocked returns a child's history; a new one if create, else nil
+// when there is none.
+func (g *childGuard) historyLocked(key contendKey, create bool) *repairHistory {
+	children := g.parents[key.parent]
+	h := children[key.child]
+	if h == nil && create {
+		if children == nil {
+			children = map[childRef]*repairHistory{}
+			g.parents[key.parent] = children
+		}
+		h = &repairHistory{}
+		children[key.child] = h
+	}
+	return h
 }
 
 // check tells whether kgen may repair a child now. If not, wait is how
@@ -86,7 +103,7 @@ func newChildGuard(now func() time.Time) *childGuard {
 func (g *childGuard) check(key contendKey) (wait time.Duration, note string, start bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	h := g.children[key]
+	h := g.historyLocked(key, false)
 	if h == nil {
 		return 0, "", false
 	}
@@ -108,7 +125,7 @@ func (g *childGuard) check(key contendKey) (wait time.Duration, note string, sta
 func (g *childGuard) setNote(key contendKey, note string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if h := g.children[key]; h != nil {
+	if h := g.historyLocked(key, false); h != nil {
 		h.note = note
 	}
 }
@@ -118,23 +135,34 @@ func (g *childGuard) repaired(key contendKey) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
-	h := g.children[key]
-	if h == nil {
-		h = &repairHistory{}
-		g.children[key] = h
-	}
+	h := g.historyLocked(key, true)
 	h.repairs, h.used = append(recent(h.repairs, now, contendedWindow), now), now
+}
+
+// rewritesMarks tells whether marks are what kgen last wrote on a child
+// with a marks-only write (OpMarks): writing them again repairs what
+// someone else removed, not a change of the rule.
+func (g *childGuard) rewritesMarks(key contendKey, marks string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.historyLocked(key, false)
+	return h != nil && h.marks == marks
+}
+
+// wroteMarks records the marks kgen wrote on a child with a marks-only
+// write.
+func (g *childGuard) wroteMarks(key contendKey, marks string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.historyLocked(key, true)
+	h.marks, h.used = marks, g.now()
 }
 
 // forget drops what is known of a parent's children.
 func (g *childGuard) forget(parent types.UID) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for k := range g.children {
-		if k.parent == parent {
-			delete(g.children, k)
-		}
-	}
+	delete(g.parents, parent)
 }
 
 // sweep drops the histories of children with no repair within
@@ -144,9 +172,14 @@ func (g *childGuard) sweep(olderThan time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
-	for k, h := range g.children {
-		if now.Sub(h.used) > olderThan && now.After(h.until) && len(recent(h.repairs, now, contendedWindow)) == 0 {
-			delete(g.children, k)
+	for parent, children := range g.parents {
+		for c, h := range children {
+			if now.Sub(h.used) > olderThan && now.After(h.until) && len(recent(h.repairs, now, contendedWindow)) == 0 {
+				delete(children, c)
+			}
+		}
+		if len(children) == 0 {
+			delete(g.parents, parent)
 		}
 	}
 }
@@ -163,7 +196,9 @@ func (r *Reconciler) holdRepair(ctx context.Context, rule *rules.Rule, parent, l
 	}
 	if start {
 		if live == nil {
-			note = fmt.Sprintf("child %s: another writer keeps deleting %s: kgen created it again %d times within %s and stops creating it for %s; stop the other writer, or remove the child from the rule",
+			// Deleted, or kgen's labels or ownerReference taken off
+			// it: either way it is no longer found as the child.
+			note = fmt.Sprintf("child %s: another writer keeps deleting %s, or taking kgen's labels or ownerReference off it: kgen set it back %d times within %s and stops for %s; stop the other writer, or remove the child from the rule",
 				step.ID, ref, contendedAfter, contendedWindow, wait)
 		} else {
 			who, fields := r.changedBy(ctx, reader, live, step.Object)

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"testing"
@@ -58,12 +59,59 @@ func TestChildFoughtOverBacksOff(t *testing.T) {
 		return step{change: fight, reason: ReasonChildContended, requeue: requeue, event: event}
 	}
 	repaired := step{change: fight, writes: 1, reason: ReasonReady}
+	// A writer that puts back an old template hash (a copy of the child
+	// kept in Git, say): kgen applied this template, so it is a repair.
+	stripHash := step{change: func(h *harness) {
+		cm := h.api.get(cmGVK, "team", "web-config")
+		annotations := cm.GetAnnotations()
+		annotations[AnnotationTemplateHash] = "old"
+		cm.SetAnnotations(annotations)
+		h.api.add(cm)
+	}, writes: 1, reason: ReasonReady}
 	failing := false // the API server refuses writes of the child
+	// A writer that takes kgen's ownerReference off a CreateOnly child,
+	// whose marks alone kgen writes.
+	unmark := step{change: func(h *harness) {
+		cm := h.api.get(cmGVK, "team", "web-config")
+		cm.SetAnnotations(nil)
+		h.api.add(cm)
+	}, writes: 1, reason: ReasonReady}
+	// ...or its ownerReference: then kgen finds it only when its create
+	// is refused (2 writes).
+	unown := step{change: func(h *harness) {
+		cm := h.api.get(cmGVK, "team", "web-config")
+		cm.SetOwnerReferences(nil)
+		h.api.add(cm)
+	}, writes: 2, reason: ReasonReady}
+	createOnly := strings.Replace(appRule, "  - id: config\n", "  - id: config\n    updatePolicy: CreateOnly\n", 1)
 	for _, tt := range []struct {
 		name     string
+		rule     string // appRule if empty
 		steps    []step
 		backoffs int
 	}{{
+		name: "kgen's annotations taken off a CreateOnly child after every write",
+		rule: createOnly,
+		// The first write of marks may follow a change of the rule;
+		// writing the same marks again is a repair.
+		steps: []step{unmark, unmark, unmark, unmark,
+			{change: unmark.change, reason: ReasonChildContended, requeue: time.Minute, event: []string{"child config", "metadata.annotations"}},
+		},
+		backoffs: 1,
+	}, {
+		name: "the ownerReference of a CreateOnly child taken off after every write",
+		rule: createOnly,
+		steps: []step{unown, unown, unown, unown,
+			{change: unown.change, reason: ReasonChildContended, requeue: time.Minute, event: []string{"child config", "ownerReference"}},
+		},
+		backoffs: 1,
+	}, {
+		name: "the ownerReference of a child taken off after every repair",
+		steps: []step{unown, unown, unown,
+			{change: unown.change, reason: ReasonChildContended, requeue: time.Minute, event: []string{"child config", "ownerReference"}},
+		},
+		backoffs: 1,
+	}, {
 		name: "set back after every repair",
 		steps: []step{repaired, repaired, repaired,
 			contended(time.Minute, "another writer (fighter) keeps changing data.a of configmaps team/web-config", "child config", "for 1m0s"),
@@ -82,6 +130,22 @@ func TestChildFoughtOverBacksOff(t *testing.T) {
 			{change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady},
 			{change: remove, reason: ReasonChildContended, requeue: time.Minute, event: []string{"another writer keeps deleting configmaps team/web-config", "child config"}},
 			{after: time.Minute, writes: 1, reason: ReasonReady},
+		},
+		backoffs: 1,
+	}, {
+		name: "deleted after every creation, and woken meanwhile by something else",
+		steps: []step{
+			{change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady},
+			{change: remove, reason: ReasonChildContended, requeue: time.Minute, event: []string{"keeps deleting"}},
+			// Another child's change wakes the parent: still held.
+			{after: 10 * time.Second, reason: ReasonChildContended, requeue: 50 * time.Second},
+			{after: 50 * time.Second, writes: 1, reason: ReasonReady},
+		},
+		backoffs: 1,
+	}, {
+		name: "the template-hash annotation set back after every repair",
+		steps: []step{stripHash, stripHash, stripHash,
+			{change: stripHash.change, reason: ReasonChildContended, requeue: time.Minute, event: []string{"metadata.annotations[kgen.dev/template-hash]"}},
 		},
 		backoffs: 1,
 	}, {
@@ -110,7 +174,7 @@ func TestChildFoughtOverBacksOff(t *testing.T) {
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
 			obs := &countingObserver{}
-			h := newHarness(t, appRule, func(c *Config) { c.Observer = obs })
+			h := newHarness(t, cmp.Or(tt.rule, appRule), func(c *Config) { c.Observer = obs })
 			failing = false
 			h.api.PrependReactor("patch", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 				if failing {
@@ -130,7 +194,7 @@ func TestChildFoughtOverBacksOff(t *testing.T) {
 					t.Fatalf("step %d: %v", i, err)
 				}
 				if n := childWrites(h); n != s.writes {
-					t.Errorf("step %d: %d writes of the child, want %d: %v", i, n, s.writes, h.api.writes())
+					t.Errorf("step %d: %d writes of the child, want %d: %v", i, n, s.writes, h.api.calls())
 				}
 				if c := h.ready(); c["reason"] != s.reason {
 					t.Errorf("step %d: Ready = %v, want reason %s", i, c, s.reason)
@@ -183,17 +247,17 @@ func TestChildGuardForgets(t *testing.T) {
 		t.Fatalf("check = %v, %v; want a backoff of %v", wait, start, minBackoff)
 	}
 	g.forget("uid-b")
-	if _, ok := g.children[key("b", "y")]; ok {
+	if g.historyLocked(key("b", "y"), false) != nil {
 		t.Errorf("b's child remembered after b was forgotten")
 	}
 	now = now.Add(30 * time.Second)
 	g.sweep(time.Second)
-	if _, ok := g.children[key("a", "x")]; !ok {
+	if g.historyLocked(key("a", "x"), false) == nil {
 		t.Errorf("a child backing off was swept")
 	}
 	now = now.Add(contendedWindow + maxBackoff)
 	g.sweep(time.Second)
-	if len(g.children) != 0 {
-		t.Errorf("%d quiet children remembered after a sweep", len(g.children))
+	if len(g.parents) != 0 {
+		t.Errorf("%d parents' quiet children remembered after a sweep", len(g.parents))
 	}
 }

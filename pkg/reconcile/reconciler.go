@@ -280,6 +280,11 @@ func (r *Reconciler) kind(gvk schema.GroupVersionKind) *kschema.Field {
 func (r *Reconciler) judge(desired, live *unstructured.Unstructured) Op {
 	kind := r.kind(desired.GroupVersionKind())
 	if templateHash(desired) != templateHash(live) {
+		if r.normal.applied(live.GetUID(), templateHash(desired)) {
+			// kgen applied this very template to it: someone else
+			// changed its template-hash annotation.
+			return OpRepair
+		}
 		return OpUpdate
 	}
 	if Matches(storedForm(desired).Object, live.Object, kind) || r.normal.same(live.GetUID(), templateHash(desired), Project(desired.Object, live.Object, kind)) {
@@ -484,7 +489,15 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 		errs = append(errs, err)
 	}
 
-	r.seen.set(parent.GetUID(), live)
+	seenNow := live
+	for _, o := range outcomes {
+		if o.retry > 0 && o.live == nil {
+			// A re-creation held back (holdRepair): still the child
+			// someone deleted, so that the next reconcile holds it too.
+			seenNow = append(slices.Clone(seenNow), o.step.Object)
+		}
+	}
+	r.seen.set(parent.GetUID(), seenNow)
 	// What the next plan will see: not an object being deleted (a child
 	// held by a finalizer), which MakePlan leaves out too, so a reader of
 	// it is not woken to wait again.
@@ -680,7 +693,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		return out, nil
 	}
 	if op == OpMarks {
-		return r.adoptCreateOnly(ctx, client, rule, parent, live, step, gvr, ref, "")
+		return r.writeMarks(ctx, client, reader, rule, parent, live, step, gvr, ref)
 	}
 
 	// A repair: a field kgen sets was changed, or the child was deleted
@@ -730,7 +743,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			case who == ownerThis && createOnly:
 				// Its ownerReference was taken away: given back, and
 				// its content kept.
-				return r.adoptCreateOnly(ctx, client, rule, parent, existing, step, gvr, ref, "")
+				return r.writeMarks(ctx, client, reader, rule, parent, existing, step, gvr, ref)
 			case who == ownerThis:
 				live = existing
 			case who == ownerGone:
@@ -832,6 +845,29 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventUpdated, "Updated %s (child %s)", ref, step.ID)
 	}
 	return out, nil
+}
+
+// writeMarks writes kgen's marks on a CreateOnly child (see
+// adoptCreateOnly): its deletionPolicy, id or rule changed, or someone
+// took marks off it. Writing marks kgen wrote before is a repair, held
+// off as one when another writer keeps taking them off (holdRepair).
+func (r *Reconciler) writeMarks(ctx context.Context, client, reader dynamic.ResourceInterface, rule *rules.Rule, parent, live *unstructured.Unstructured, step Step,
+	gvr schema.GroupVersionResource, ref string) (outcome, error) {
+	key, marks := contendKey{parent.GetUID(), refOf(step.ID, step.Object)}, OwnershipMarks(step.Object)
+	again := r.contend.rewritesMarks(key, marks)
+	if again {
+		if held, ok := r.holdRepair(ctx, rule, parent, live, reader, step, ref); ok {
+			return held, nil
+		}
+	}
+	out, err := r.adoptCreateOnly(ctx, client, rule, parent, live, step, gvr, ref, "")
+	if err == nil && out.ok {
+		if again {
+			r.contend.repaired(key)
+		}
+		r.contend.wroteMarks(key, marks)
+	}
+	return out, err
 }
 
 // adoptCreateOnly takes over a CreateOnly child whose owner is gone, or

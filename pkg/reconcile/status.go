@@ -707,6 +707,15 @@ func (n *normalized) same(uid types.UID, hash string, d Digest) bool {
 	return true
 }
 
+// applied tells whether kgen's last write of an object applied the
+// template of hash.
+func (n *normalized) applied(uid types.UID, hash string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.objects[uid]
+	return ok && e.hash == hash
+}
+
 func (n *normalized) forget(uid types.UID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
