@@ -2270,3 +2270,75 @@ func TestChangeChildFoughtOver(t *testing.T) {
 	waitFor(t, cmGVR, ns, "f", func(o *unstructured.Unstructured) error { return expect(o, "w", "data", "k") })
 	waitFor(t, gvr, ns, "f", isReady)
 }
+
+// Scenario (live audit): 'kubectl delete --cascade=orphan' of parents that
+// carry kgen's finalizer (a child in another namespace). The garbage
+// collector takes the ownerReference off the child in the parent's
+// namespace, to keep it; kgen's caches may show that before the parent's
+// deletion, and a reconcile then took it for drift and gave the
+// ownerReference back, so the garbage collector deleted the child with the
+// parent (1 in 8 deletes in the audit). The child stays, every time, and
+// the parent goes (its cross-namespace child with it: only kgen's
+// finalizer guards that one).
+func TestChangeOrphaningDeleteKeepsChildren(t *testing.T) {
+	const group = "orphaning.example.com"
+	const rounds, parents = 2, 15
+	ns, remote := newNamespace(t), newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, gadgetRule(t, "orphaning", group, fmt.Sprintf(`    namespaces: [%s]
+  allowCrossNamespace: [%s]
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}"}
+      data: {x: "1"}
+  - id: remote
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-remote", namespace: %s}
+`, ns, remote, remote))).waitReady(t)
+	orphan := metav1.DeletePropagationOrphan
+	for round := range rounds {
+		// Many at once, as 'kubectl delete gadgets --all --cascade=orphan'.
+		kids := map[string]types.UID{}
+		for i := range parents {
+			name := fmt.Sprintf("o%d-%d", round, i)
+			create(t, gvr, gadget(group, ns, name, map[string]any{}))
+			kids[name] = ""
+		}
+		for name := range kids {
+			waitFor(t, gvr, ns, name, isReady)
+			kids[name] = waitFor(t, cmGVR, ns, name, nil).GetUID()
+		}
+		var wg sync.WaitGroup
+		for name := range kids {
+			wg.Go(func() {
+				if err := env.dynamic.Resource(gvr).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		for name := range kids {
+			waitGone(t, gvr, ns, name)
+			waitGone(t, cmGVR, remote, name+"-remote")
+		}
+		// The garbage collector had them, if it were to delete them: an
+		// ownerReference would point at a parent that is gone.
+		time.Sleep(2 * time.Second)
+		for name, uid := range kids {
+			kept := get(t, cmGVR, ns, name)
+			switch {
+			case kept == nil:
+				t.Errorf("round %d: the child %s was deleted with its parent, deleted with --cascade=orphan", round, name)
+			case kept.GetUID() != uid:
+				t.Errorf("round %d: the child %s was recreated", round, name)
+			case len(kept.GetOwnerReferences()) > 0:
+				t.Errorf("round %d: the child %s kept ownerReferences %v", round, name, kept.GetOwnerReferences())
+			}
+		}
+	}
+}

@@ -728,7 +728,19 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 				out.reason, out.msg = failure(rule, step.ID, ref, "read", getErr)
 				return out, fmt.Errorf("get %s: %w", ref, getErr)
 			}
-			switch who := r.owner(ctx, existing, parent); {
+			who := r.owner(ctx, existing, parent)
+			if who == ownerThis && !ownedBy(existing, parent) && r.parentLeaving(ctx, parent) {
+				// Its ownerReference was taken away, and the parent is
+				// being deleted: the garbage collector orphaned it, as
+				// 'kubectl delete --cascade=orphan' asks, and the cache
+				// does not show the parent's deletion yet. Giving the
+				// ownerReference back would have the garbage collector
+				// delete what the user meant to keep.
+				logger.V(2).Info("Not giving a child its ownerReference back: the parent is being deleted", "child", step.ID, "object", ref)
+				out.live = existing
+				return out, nil
+			}
+			switch {
 			case who == ownerThis && existing.GetDeletionTimestamp() != nil:
 				// Being deleted (held by a finalizer of someone
 				// else's): nothing to write to; it is created again
@@ -1382,6 +1394,18 @@ func (r *Reconciler) setFinalizerOn(ctx context.Context, mapping mapper.Mapping,
 		klog.FromContext(ctx).V(2).Info("Removed finalizer", "finalizer", Finalizer)
 	}
 	return updated, nil
+}
+
+// parentLeaving reports whether the parent, read from the API server, is
+// being deleted or no longer exists as the object kgen saw. A failed read
+// tells nothing.
+func (r *Reconciler) parentLeaving(ctx context.Context, parent *unstructured.Unstructured) bool {
+	mapping, err := r.cfg.Resources.ResourceFor(parent.GroupVersionKind())
+	if err != nil {
+		return false
+	}
+	now, err := r.resource(mapping, parent.GetNamespace()).Get(ctx, parent.GetName(), metav1.GetOptions{})
+	return apierrors.IsNotFound(err) || err == nil && (now.GetUID() != parent.GetUID() || now.GetDeletionTimestamp() != nil)
 }
 
 // parentGone reports whether the parent no longer exists as the object
