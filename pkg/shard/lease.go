@@ -54,7 +54,11 @@ func (s *Shard) stateLocked(id string, now time.Time) state {
 	v := s.leases[id]
 	switch {
 	case v == nil:
-		if !s.synced.IsZero() && now.Sub(s.synced) >= s.cfg.LeaseDuration {
+		since := s.synced // no Lease since this replica followed them
+		if at, ok := s.vanished[id]; ok {
+			since = at // no Lease since it was deleted
+		}
+		if !since.IsZero() && now.Sub(since) >= s.cfg.LeaseDuration {
 			return dead
 		}
 		return unknown
@@ -119,9 +123,17 @@ func (s *Shard) followLeases(ctx context.Context, wg *sync.WaitGroup) error {
 func (s *Shard) observeLease(id string, l *coordinationv1.Lease, deleted bool) {
 	s.mu.Lock()
 	if deleted {
+		if v := s.leases[id]; v != nil && heldBy(v.lease, id) && id != s.cfg.ID {
+			// Not a dead shard's Lease that a replica deleted: its
+			// holder may run, and renew it (creating it again).
+			s.vanished[id] = s.clock.Now()
+		}
 		delete(s.leases, id)
-	} else if v := s.leases[id]; v == nil || v.lease.ResourceVersion != l.ResourceVersion {
-		s.leases[id] = &leaseView{lease: l, observed: s.clock.Now()}
+	} else {
+		delete(s.vanished, id)
+		if v := s.leases[id]; v == nil || v.lease.ResourceVersion != l.ResourceVersion {
+			s.leases[id] = &leaseView{lease: l, observed: s.clock.Now()}
+		}
 	}
 	s.mu.Unlock()
 	s.kickMembership()
@@ -160,6 +172,17 @@ func (s *Shard) updateMembership(ctx context.Context) time.Duration {
 	ids := []string{s.cfg.ID}
 	for id := range s.leases {
 		if id != s.cfg.ID {
+			ids = append(ids, id)
+		}
+	}
+	for id, at := range s.vanished {
+		switch {
+		case now.Sub(at) >= s.cfg.LeaseDuration+leaseTTL:
+			delete(s.vanished, id) // dead long since: as if its Lease had been deleted then
+		case now.Sub(at) < s.cfg.LeaseDuration:
+			next = min(next, at.Add(s.cfg.LeaseDuration).Sub(now)) // when it would be dead
+			fallthrough
+		default:
 			ids = append(ids, id)
 		}
 	}

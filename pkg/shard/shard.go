@@ -119,6 +119,11 @@ type Shard struct {
 	// when they were first all listed (zero before).
 	leases map[string]*leaseView
 	synced time.Time
+	// vanished are the shards whose Lease was deleted while their own
+	// process held it (a user's kubectl delete, say), by when: not dead
+	// until they have had no Lease for a lease duration, as the holder, if
+	// it runs, creates it again at its next renewal.
+	vanished map[string]time.Time
 	// live are the shards of the ring, sorted; dead are the shards whose
 	// Lease was released or taken from them.
 	live []string
@@ -168,7 +173,7 @@ func New(cfg Config) (*Shard, error) {
 			workqueue.TypedRateLimitingQueueConfig[ref]{Name: "kgen-shard"}),
 		metrics: newMetrics(cfg.Registerer),
 		kick:    make(chan struct{}, 1),
-		leases:  map[string]*leaseView{},
+		leases:  map[string]*leaseView{}, vanished: map[string]time.Time{},
 		ring:    NewRing(nil, cfg.Tokens),
 		dead:    map[string]bool{},
 		scopes:  map[scopeKey]*scope{},

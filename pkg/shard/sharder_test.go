@@ -619,3 +619,56 @@ func TestUnassignedInformerSeesParentsOfGoneShards(t *testing.T) {
 		t.Errorf("the restored parent is on shard %q, want a: claimed without a sweep", f.shardOf(t, name))
 	}
 }
+
+// A live shard's Lease deleted (by a user): its holder, if it runs,
+// creates it again at its next renewal, so the shard is not dead, and its
+// parents not claimed, until it has had no Lease for a lease duration.
+// (Before, it was dead at once: two replicas wrote the same parents.)
+func TestDeletedLeaseIsNotDeadAtOnce(t *testing.T) {
+	for _, back := range []bool{true, false} {
+		t.Run(fmt.Sprintf("created again: %t", back), func(t *testing.T) {
+			name := nameOwnedBy(t, []string{"a"}, "a")
+			f := newFixture(t, "a", parentOf(name, "b", "7"))
+			b := lease("b", "b_1")
+			f.view([]string{"a", "b"}, b)
+			t.Cleanup(f.s.Assign(webapps, ns, "", func() []any { return nil }, nil))
+			ctx := t.Context()
+			f.s.updateMembership(ctx)
+
+			f.s.observeLease("b", b, true)
+			if next := f.s.updateMembership(ctx); next > 4*time.Second {
+				t.Errorf("next look in %v, want at most the lease duration", next)
+			}
+			f.process(t)
+			f.clock.Step(3 * time.Second)
+			f.s.updateMembership(ctx)
+			f.process(t)
+			if got := f.patches(); len(got) > 0 {
+				t.Fatalf("took parents of b within a lease duration of its Lease's deletion: %q", got)
+			}
+			f.s.mu.Lock()
+			holding := slices.Contains(f.s.holding, "b")
+			f.s.mu.Unlock()
+			if !holding {
+				t.Errorf("b is not among the shards holding parents while its Lease is briefly gone")
+			}
+			if back {
+				again := lease("b", "b_1")
+				again.ResourceVersion = "9"
+				f.s.observeLease("b", again, false)
+			}
+			f.clock.Step(2 * time.Second) // 5 s > 4 s since the deletion
+			f.s.updateMembership(ctx)
+			err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+				f.process(t)
+				return f.shardOf(t, name) == "a", nil
+			})
+			switch got := f.shardOf(t, name); {
+			case back && got != "b":
+				t.Errorf("parent's shard = %q, want b: its Lease is back", got)
+			case !back && err != nil:
+				t.Errorf("parent's shard = %q, want a once b had no Lease for a lease duration", got)
+			}
+		})
+	}
+}
