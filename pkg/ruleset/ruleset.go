@@ -165,6 +165,10 @@ type object struct {
 	// at writtenT: only changes are written.
 	written, counts string
 	writtenT        time.Time
+	// failures counts the status writes the API server refused in a row;
+	// no write is tried before retryAt (statusBackoff).
+	failures int
+	retryAt  time.Time
 	// versions hold, for rule, for the version of it that runs, and for
 	// recorded, the spec and generation they were read from, which the status keeps
 	// (status.running) so that kgen restarted while the latest version
@@ -970,6 +974,9 @@ func (s *Set) writeAll(ctx context.Context) {
 			o.written = "" // another replica writes it; if it comes back here, write it then
 			continue
 		}
+		if now.Before(o.retryAt) {
+			continue
+		}
 		status := s.statusLocked(name, o)
 		key, counts := statusKey(status)
 		if key == o.written && (counts == o.counts || now.Sub(o.writtenT) < StatusInterval) {
@@ -987,14 +994,34 @@ func (s *Set) writeAll(ctx context.Context) {
 		obj.SetName(p.o.obj.GetName())
 		obj.SetUID(p.o.obj.GetUID())
 		if _, err := s.cfg.Client.Resource(RuleGVR).ApplyStatus(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "kgen", Force: true}); err != nil {
-			klog.FromContext(ctx).Error(err, "Cannot write a Rule's status", "rule", obj.GetName())
+			s.mu.Lock()
+			p.o.failures++
+			wait := statusBackoff(p.o.failures)
+			p.o.retryAt = now.Add(wait)
+			s.mu.Unlock()
+			if !apierrors.IsNotFound(err) { // deleted meanwhile: nothing to report
+				klog.FromContext(ctx).Error(err, "Cannot write a Rule's status; retrying with backoff", "rule", obj.GetName(), "retryIn", wait)
+			}
 			continue
 		}
 		_, counts := statusKey(p.status)
 		s.mu.Lock()
 		p.o.written, p.o.counts, p.o.writtenT = p.key, counts, now
+		p.o.failures, p.o.retryAt = 0, time.Time{}
 		s.mu.Unlock()
 	}
+}
+
+// statusBackoff is how long to wait after the failures-th refused status
+// write of a Rule in a row: 1 s, doubling up to 5 minutes, as kgen backs
+// off a parent's failures, so that a revoked grant or an API server that
+// is down costs one attempt and one log line per step, not one a second.
+func statusBackoff(failures int) time.Duration {
+	const base, limit = time.Second, 5 * time.Minute
+	if failures > 9 {
+		return limit
+	}
+	return min(base<<(failures-1), limit)
 }
 
 // statusKey returns what a status says apart from its parent counts (and
