@@ -716,6 +716,15 @@ func (c *Controller) release(ctx context.Context, key Key, rs *ruleState, mappin
 	case apierrors.IsNotFound(err):
 		c.doneLeaving(key)
 		return nil
+	case apierrors.IsForbidden(err) && key.Namespace != "":
+		if gone, known := c.namespaceGone(key.Namespace); known && gone == "does not exist" {
+			// Its namespace was deleted, and kgen's Role there with it:
+			// the parent is gone too, and a retry would read nothing
+			// but the same refusal, every backoff step, for good.
+			c.doneLeaving(key)
+			return nil
+		}
+		return fmt.Errorf("read %s %s, which left rule %s: %w", mapping.Resource, key.Name, key.Rule, err)
 	case err != nil:
 		return fmt.Errorf("read %s %s, which left rule %s: %w", mapping.Resource, key.Name, key.Rule, err)
 	}

@@ -420,3 +420,51 @@ spec:
 		t.Errorf("finalizers = %v, want %v", got, want)
 	}
 }
+
+// A parent that left the rule (its informer lost it with kgen's finalizer
+// on) in a namespace that was deleted since, with kgen's Role there: its
+// read is refused, and the refusal is no reason to try again for good
+// (a live audit: an error line every backoff step, without end). In a
+// namespace that exists the refusal is a failure, retried.
+func TestReleaseInDeletedNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		namespace bool // ns exists
+	}{{"namespace deleted", false}, {"namespace exists", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				client, m := fakeCluster() // every namespace exists...
+				if !tc.namespace {
+					client.PrependReactor("get", "namespaces", func(clienttesting.Action) (bool, runtime.Object, error) {
+						return true, nil, apierrors.NewNotFound(namespacesGVR.GroupResource(), "ns") // ...but this one
+					})
+				}
+				client.PrependReactor("get", "gadgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(gadgets.GroupResource(), "gone", nil)
+				})
+				rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
+  children:
+`+configChild), rules.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100)})
+				ctx := activateRule(t, c)
+				waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+				key := Key{Rule: "r", Namespace: "ns", Name: "gone"}
+				c.left(key, "uid-gone")
+				_, err = c.reconcileKey(ctx, key)
+				c.mu.Lock()
+				_, still := c.leaving[key]
+				c.mu.Unlock()
+				if tc.namespace != (err != nil) || still != tc.namespace {
+					t.Errorf("reconcile = %v, still leaving %t; want a failure and the parent kept only when the namespace exists", err, still)
+				}
+			})
+		})
+	}
+}
