@@ -2313,6 +2313,10 @@ func TestChangeOrphaningDeleteKeepsChildren(t *testing.T) {
 			waitFor(t, gvr, ns, name, isReady)
 			kids[name] = waitFor(t, cmGVR, ns, name, nil).GetUID()
 		}
+		// The garbage collector orphans only the dependents its graph
+		// holds: a child it has not seen yet keeps its ownerReference,
+		// and is deleted later as the dependent of a gone owner.
+		time.Sleep(2 * time.Second)
 		var wg sync.WaitGroup
 		for name := range kids {
 			wg.Go(func() {
