@@ -1457,6 +1457,9 @@ func (c *Controller) namespaceGone(ns string) (gone string, known bool) {
 // step) lists and watches that fail otherwise: the reflector retries them
 // with its backoff.
 func (c *Controller) onWatchError(key watch.Key, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // the informer was stopped (its rule stopped, or kgen): no failure
+	}
 	if apierrors.IsNotFound(err) {
 		c.mu.Lock()
 		var stopped []*ruleState

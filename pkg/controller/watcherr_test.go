@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -294,4 +296,18 @@ func TestStoppedRuleForgetsReadyParents(t *testing.T) {
 			t.Errorf("stopped rule: parents %d, ready %d; want 0 and 0", s.Parents, s.ReadyParents)
 		}
 	})
+}
+
+// An informer stopped on purpose (its rule stopped, or kgen) ends its list
+// or watch with the context's error: no failure to log, count or report.
+func TestStoppedInformerIsNoWatchError(t *testing.T) {
+	client, m := fakeCluster()
+	c := New(Config{Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100)})
+	key := watch.Key{GVR: gadgets, Namespace: "ns"}
+	c.onWatchError(key, fmt.Errorf("list gadgets: %w", context.Canceled))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.watchErrors[key]; ok {
+		t.Errorf("a stopped informer's error is kept as a watch failure: %v", e.err)
+	}
 }
