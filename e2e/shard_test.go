@@ -753,3 +753,116 @@ func TestShardsFinalizeAfterPartialTakeOver(t *testing.T) {
 		t.Errorf("the child %s/%s (shard %q) of the deleted parent was left behind", shared, cm.Name, cm.Labels[shard.Label])
 	}
 }
+
+// moverRules are rules web (tier=web: a ConfigMap and a Service) and api
+// (tier=api: a ConfigMap alone) of one parent kind.
+const moverRules = `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: mover-web
+spec:
+  parent:
+    apiVersion: move.example.com/v1
+    kind: Mover
+    namespaces: [NAMESPACE]
+    selector: {matchLabels: {tier: web}}
+  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-web
+  - id: svc
+    template:
+      apiVersion: v1
+      kind: Service
+      metadata:
+        name: ${parent.metadata.name}
+      spec:
+        ports: [{port: 80}]
+---
+apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata:
+  name: mover-api
+spec:
+  parent:
+    apiVersion: move.example.com/v1
+    kind: Mover
+    namespaces: [NAMESPACE]
+    selector: {matchLabels: {tier: api}}
+  children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}-api
+`
+
+// Scenario (an audit finding): a parent moves from one rule to another
+// (relabelled out of rule web's selector into rule api's) while its
+// replica is dead. The live replica claims it for rule api and must take
+// over rule web's children too, of a kind rule api does not have: then it
+// prunes them, as a live replica prunes them when its own parent moves.
+// Before, it relabelled only the ConfigMaps, and rule web's Service kept
+// the dead replica's label, out of every live replica's sight, for good.
+func TestShardsMoveParentOfDeadShard(t *testing.T) {
+	const leaseDuration = 8 * time.Second
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, "move.example.com", "Mover", "movers")
+	for _, doc := range strings.Split(strings.ReplaceAll(moverRules, "NAMESPACE", ns), "---\n") {
+		applyRule(t, doc)
+	}
+	home := newNamespace(t)
+	args := []string{"--shards", "--leader-elect-namespace", home, "--leader-elect-lease-duration", leaseDuration.String()}
+	procs := map[string]*kgenProcess{}
+	for _, id := range []string{"m1", "m2"} {
+		procs[id] = startKgen(t, "kgen-shard-"+id, append(slices.Clone(args), "--shard-id", id)...)
+	}
+	waitMembers(t, procs, 2)
+	// Parents until one is on the replica to kill.
+	victim := ""
+	for i := 0; victim == "" && i < 20; i++ {
+		name := fmt.Sprintf("mover-%02d", i)
+		create(t, gvr, map[string]any{"apiVersion": "move.example.com/v1", "kind": "Mover",
+			"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"tier": "web"}}})
+		p := waitFor(t, gvr, ns, name, func(o *unstructured.Unstructured) error {
+			if o.GetLabels()[shard.Label] == "" {
+				return fmt.Errorf("labels %v", o.GetLabels())
+			}
+			return nil
+		})
+		waitFor(t, cmGVR, ns, name+"-web", nil)
+		waitFor(t, svcGVR, ns, name, nil)
+		if p.GetLabels()[shard.Label] == "m1" {
+			victim = name
+		}
+	}
+	if victim == "" {
+		t.Fatal("no parent on shard m1")
+	}
+	// m1 dies; its parent moves to rule api.
+	procs["m1"].kill()
+	move, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"tier": "api"}}})
+	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), victim, types.MergePatchType, move, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, victim+"-api", nil)
+	eventually(t, 60*time.Second, func() (bool, error) {
+		for _, c := range []struct {
+			gvr  schema.GroupVersionResource
+			name string
+		}{{cmGVR, victim + "-web"}, {svcGVR, victim}} {
+			if o := get(t, c.gvr, ns, c.name); o != nil {
+				return false, fmt.Errorf("rule web's %s %s is still there, on shard %q", c.gvr.Resource, c.name, o.GetLabels()[shard.Label])
+			}
+		}
+		return true, nil
+	}, "rule web's children of the moved parent to be pruned")
+	if p := get(t, gvr, ns, victim); p == nil || p.GetLabels()[shard.Label] != "m2" {
+		t.Errorf("the moved parent is not on shard m2: %v", p)
+	}
+}

@@ -160,7 +160,12 @@ func (c *Controller) releasesHere(gvr schema.GroupVersionResource, parent metav1
 // the parent's UID, and each gets this shard's label by one patch pinned
 // to its UID. The reconcile waits until this shard's caches show them (at
 // watch speed; up to takeOverWait); the template hash leaves the label out,
-// so the reconcile finds them up to date and writes nothing more. A parent
+// so the reconcile finds them up to date and writes nothing more. The
+// children are looked for in the child kinds of every rule of the parent's
+// kind, not only the rule that selects it now: a parent relabelled from
+// one rule into another while its shard was dead still has the old rule's
+// children, which the reconcile prunes only if this shard's caches show
+// them (see Controller.Children and move.go). A parent
 // whose children are in this shard's caches already needs none of this
 // (unless kgen's finalizer of it is to be carried out: see below), and
 // neither does one kgen never reconciled (see reconciledBefore).
@@ -183,12 +188,10 @@ func (c *Controller) takeOver(ctx context.Context, rs *ruleState, mapping mapper
 	if settled && !finalizing {
 		return nil
 	}
-	c.mu.Lock()
-	regs := slices.Clone(rs.childRegs)
-	c.mu.Unlock()
+	regs := c.takeOverRegs(rs, parent)
 	cached := false
-	for _, reg := range regs {
-		if objs, err := reg.Informer().Indexer().ByIndex(indexParent, string(uid)); err == nil && len(objs) > 0 {
+	for _, r := range regs {
+		if objs, err := r.reg.Informer().Indexer().ByIndex(indexParent, string(uid)); err == nil && len(objs) > 0 {
 			cached = true
 			break
 		}
@@ -220,54 +223,106 @@ func reconciledBefore(mapping mapper.Mapping, parent *unstructured.Unstructured)
 	return found
 }
 
-// relabelChildren gives the children of a parent, wherever the rule's
-// child informers watch, this shard's label.
-func (c *Controller) relabelChildren(ctx context.Context, rs *ruleState, parent *unstructured.Unstructured, regs []*watch.Registration) error {
+// takeOverReg is a child informer in which takeOver looks for a parent's
+// children; inParentNamespace is set for one of the rule's own kinds
+// whose every child lives in its parent's namespace.
+type takeOverReg struct {
+	reg               *watch.Registration
+	inParentNamespace bool
+}
+
+// takeOverRegs returns the child informers of every rule of the parent's
+// kind, prune-only ones included: those of the rule that selects the
+// parent now, and those of the rules it may have moved from, whose
+// children the reconcile finds there and prunes (see Controller.Children).
+// Rules of other kinds never made children of this parent.
+func (c *Controller) takeOverRegs(rs *ruleState, parent *unstructured.Unstructured) []takeOverReg {
+	gk := parent.GroupVersionKind().GroupKind()
+	c.mu.Lock()
+	states := []*ruleState{rs}
+	for _, other := range c.rules {
+		if other != rs && other.rule.Parent.GroupVersionKind.GroupKind() == gk {
+			states = append(states, other)
+		}
+	}
+	var regs [][]*watch.Registration
+	var pruning [][]*watch.Registration
+	for _, s := range states {
+		regs = append(regs, slices.Clone(s.childRegs))
+		var p []*watch.Registration
+		for _, w := range s.pruning {
+			p = append(p, w.reg)
+		}
+		pruning = append(pruning, p)
+	}
+	c.mu.Unlock()
+	var out []takeOverReg
+	for i, s := range states {
+		sameNamespace := c.childrenInParentNamespace(s.rule)
+		for _, reg := range regs[i] {
+			out = append(out, takeOverReg{reg: reg, inParentNamespace: sameNamespace[reg.Informer().Key().GVR]})
+		}
+		for _, reg := range pruning[i] {
+			out = append(out, takeOverReg{reg: reg})
+		}
+	}
+	return out
+}
+
+// relabelChildren gives the children of a parent, wherever the child
+// informers regs watch, this shard's label.
+func (c *Controller) relabelChildren(ctx context.Context, rs *ruleState, parent *unstructured.Unstructured, regs []takeOverReg) error {
 	me := c.shards.ID()
 	selector := reconcile.LabelManagedBy + "=" + reconcile.ManagedBy + "," + reconcile.LabelParentUID + "=" + string(parent.GetUID()) +
 		"," + reconcile.LabelShard + "!=" + me
-	sameNamespace := c.childrenInParentNamespace(rs.rule)
 	type place struct {
 		gvr schema.GroupVersionResource
 		ns  string
 	}
+	var places []place
 	listed := map[place]bool{}
-	relabelled := map[types.UID]string{} // resource versions of the relabelled children
-	// Children are read as kgen and written as the rule writes them: as
-	// its ServiceAccount, if it has one.
-	writer := c.cfg.Client
-	if sa := rs.rule.ServiceAccount; sa != nil && c.cfg.Impersonate != nil {
-		w, err := c.cfg.Impersonate(*sa)
-		if err != nil {
-			return err
-		}
-		writer = w
-	}
-	for _, reg := range regs {
-		k := reg.Informer().Key()
+	for _, r := range regs {
+		k := r.reg.Informer().Key()
 		ns := k.Namespace
-		if ns == "" && parent.GetNamespace() != "" && sameNamespace[k.GVR] {
+		if ns == "" && parent.GetNamespace() != "" && r.inParentNamespace {
 			ns = parent.GetNamespace() // not every namespace: the parent's holds them all
 		}
-		if listed[place{k.GVR, ns}] {
-			continue
+		if !listed[place{k.GVR, ns}] {
+			listed[place{k.GVR, ns}] = true
+			places = append(places, place{k.GVR, ns})
 		}
-		listed[place{k.GVR, ns}] = true
-		client := c.cfg.Client.Resource(k.GVR).Namespace(ns)
-		list, err := client.List(ctx, metav1.ListOptions{LabelSelector: selector})
+	}
+	// One list of a kind in every namespace, where another rule watches
+	// it so, finds what a list in one namespace would.
+	places = slices.DeleteFunc(places, func(p place) bool { return p.ns != "" && listed[place{p.gvr, ""}] })
+	relabelled := map[types.UID]string{} // resource versions of the relabelled children
+	for _, p := range places {
+		list, err := c.cfg.Client.Resource(p.gvr).Namespace(p.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return fmt.Errorf("list the children of a parent that came to shard %s: %w", me, err)
 		}
 		for i := range list.Items {
 			child := &list.Items[i]
+			// Children are read as kgen and written as the reconcile
+			// writes them, or prunes them if the rule does not make them
+			// (reconcile.WriterOf): as the rule's ServiceAccount, if it
+			// has one.
+			writer := c.cfg.Client
+			if sa := reconcile.WriterOf(rs.rule, child).ServiceAccount; sa != nil && c.cfg.Impersonate != nil {
+				w, err := c.cfg.Impersonate(*sa)
+				if err != nil {
+					return err
+				}
+				writer = w
+			}
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 				"uid": string(child.GetUID()), "labels": map[string]string{reconcile.LabelShard: me}}})
-			out, err := writer.Resource(k.GVR).Namespace(child.GetNamespace()).Patch(ctx, child.GetName(), types.MergePatchType, patch,
+			out, err := writer.Resource(p.gvr).Namespace(child.GetNamespace()).Patch(ctx, child.GetName(), types.MergePatchType, patch,
 				metav1.PatchOptions{FieldManager: shardFieldManager})
 			if err != nil {
-				return fmt.Errorf("relabel child %s %s of a parent that came to shard %s: %w", k.GVR.Resource, klog.KObj(child), me, err)
+				return fmt.Errorf("relabel child %s %s of a parent that came to shard %s: %w", p.gvr.Resource, klog.KObj(child), me, err)
 			}
-			c.watches.Writes().Wrote(k.GVR, out)
+			c.watches.Writes().Wrote(p.gvr, out)
 			relabelled[out.GetUID()] = out.GetResourceVersion()
 		}
 	}
@@ -277,20 +332,21 @@ func (c *Controller) relabelChildren(ctx context.Context, rs *ruleState, parent 
 	logger := klog.FromContext(ctx)
 	logger.V(2).Info("Took a parent's children over", "children", len(relabelled), "shard", me)
 	// Until the caches show them, the reconcile would take them for
-	// missing (Writes finds only children kgen created itself).
+	// missing (Writes finds only children kgen created itself). Each is
+	// counted once: rules may share an informer.
 	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, takeOverWait, true, func(context.Context) (bool, error) {
-		seen := 0
-		for _, reg := range regs {
-			objs, _ := reg.Informer().Indexer().ByIndex(indexParent, string(parent.GetUID()))
+		seen := map[types.UID]bool{}
+		for _, r := range regs {
+			objs, _ := r.reg.Informer().Indexer().ByIndex(indexParent, string(parent.GetUID()))
 			for _, o := range objs {
 				if m, ok := o.(metav1.Object); ok {
 					if rv, ok := relabelled[m.GetUID()]; ok && !newerVersion(rv, m.GetResourceVersion()) {
-						seen++
+						seen[m.GetUID()] = true
 					}
 				}
 			}
 		}
-		return seen >= len(relabelled), nil
+		return len(seen) >= len(relabelled), nil
 	})
 	if err != nil {
 		logger.Info("The caches do not show a parent's relabelled children yet; reconciling it anyway", "wait", takeOverWait)

@@ -10,8 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"kgen.dev/kgen/pkg/reconcile"
@@ -247,5 +249,72 @@ func TestShardedSweepOfRecordedParents(t *testing.T) {
 		if got := c.beginSweep(); got != want {
 			t.Errorf("beginSweep() = %t on shard a when the rule's record is %s's, want %t", got, owner, want)
 		}
+	}
+}
+
+// Under sharding, a parent relabelled from rule a into rule b while its
+// shard was dead comes to this shard with the children rule a made, which
+// still carry the dead shard's label. The takeover relabels them too, not
+// only those of rule b's kinds: this shard's caches then show them, and
+// rule b's reconcile prunes them, as it does a parent moved on a live
+// shard (move.go).
+func TestShardedTakeOverOfMovedParent(t *testing.T) {
+	synctest.Test(t, testShardedTakeOverOfMovedParent)
+}
+
+func testShardedTakeOverOfMovedParent(t *testing.T) {
+	// Claimed by this shard, s1, from the dead s0 (which reconciled it:
+	// it carries kgen's finalizer).
+	parent := labelled(labelled(gadgetWith("g", true, false), "tier", "b"), reconcile.LabelShard, "s1")
+	parent.SetUID("p1")
+	made := labelled(labelled(object("v1", "ConfigMap", "g", "c1", "p1"), reconcile.LabelChild, "config"), reconcile.LabelShard, "s0")
+	controller := true
+	made.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Gadget", Name: "g", UID: "p1", Controller: &controller}})
+	client, m := fakeCluster(parent, made)
+	applyFinalizers(client)
+	// Rule b's Deployment is created by its server-side apply, which the
+	// fake client cannot do itself.
+	client.PrependReactor("patch", "deployments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		p := a.(clienttesting.PatchAction)
+		if p.GetPatchType() != types.ApplyPatchType {
+			return false, nil, nil
+		}
+		out := &unstructured.Unstructured{}
+		if err := out.UnmarshalJSON(p.GetPatch()); err != nil {
+			return true, nil, err
+		}
+		out.SetUID("d1")
+		return true, out, client.Tracker().Create(depResource, out, p.GetNamespace())
+	})
+	c := New(Config{Rules: moveRules(t), Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100),
+		Record: &memRecord{scopes: map[string][]ChildScope{}}, Sharding: &fakeSharding{id: "s1"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		c.queue.ShutDown()
+		c.watches.Shutdown()
+	})
+	for _, name := range []string{"a", "b"} {
+		if err := c.activate(ctx, c.rules[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "both rules to sync", func() bool {
+		a, _ := c.State("a")
+		b, _ := c.State("b")
+		return a.Synced && b.Synced
+	})
+	client.ClearActions()
+	if _, err := c.reconcileKey(ctx, Key{Rule: "b", Namespace: "ns", Name: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := client.Tracker().Get(cmResource, "ns", "g")
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		t.Fatal(err)
+	default:
+		t.Errorf("rule a's ConfigMap of the parent now rule b's is left, labelled %s=%s; want it relabelled and pruned (writes %v)",
+			reconcile.LabelShard, obj.(*unstructured.Unstructured).GetLabels()[reconcile.LabelShard], writes(client))
 	}
 }

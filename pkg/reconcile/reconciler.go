@@ -1163,7 +1163,7 @@ func (r *Reconciler) prune(ctx context.Context, rule *rules.Rule, parent, obj *u
 		return fmt.Errorf("delete %s %s (child %s): %w", obj.GetKind(), klog.KObj(obj), id, err)
 	}
 	ref := describeObject(mapping, obj)
-	client, err := r.childResource(writerOf(rule, obj), mapping, obj.GetNamespace())
+	client, err := r.childResource(WriterOf(rule, obj), mapping, obj.GetNamespace())
 	if err != nil {
 		return err
 	}
@@ -1523,7 +1523,7 @@ func (r *Reconciler) childResource(rule *rules.Rule, m mapper.Mapping, namespace
 	return res, nil
 }
 
-// writerOf returns the rule to delete (or let go of) a child as. A rule
+// WriterOf returns the rule to delete (or let go of) a child as. A rule
 // with spec.serviceAccount acts as its account, whoever's the child is: it
 // can do no more than the account may. A loaded rule without one acts on
 // its own children (LabelRule) with kgen's rights, as its author chose,
@@ -1532,8 +1532,9 @@ func (r *Reconciler) childResource(rule *rules.Rule, m mapper.Mapping, namespace
 // or a loaded rule of the same kind releases a parent the removed rule
 // had. Such a child is deleted as the ServiceAccount it says wrote it
 // (AnnotationServiceAccount), if any: a removed rule must not delete with
-// kgen's rights what its account may not.
-func writerOf(rule *rules.Rule, obj *unstructured.Unstructured) *rules.Rule {
+// kgen's rights what its account may not. Under sharding, a child that
+// comes to a shard with its parent is relabelled as the same writer.
+func WriterOf(rule *rules.Rule, obj *unstructured.Unstructured) *rules.Rule {
 	if rule == nil || rule.ServiceAccount != nil {
 		return rule
 	}
