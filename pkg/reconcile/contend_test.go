@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -259,5 +260,47 @@ func TestChildGuardForgets(t *testing.T) {
 	g.sweep(time.Second)
 	if len(g.parents) != 0 {
 		t.Errorf("%d parents' quiet children remembered after a sweep", len(g.parents))
+	}
+}
+
+// What kgen remembers of the marks it wrote (to tell a rewrite of the same
+// marks, a repair, from a change of the rule) differs exactly when
+// MarksDiffer finds a difference: else a rule's change of a mark that the
+// fingerprint left out (a deletionPolicy of a child with no
+// ownerReference, a serviceAccount) would count as a fight.
+func TestMarksOfAgreesWithMarksDiffer(t *testing.T) {
+	base := func() *unstructured.Unstructured {
+		o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}}
+		o.SetLabels(map[string]string{LabelManagedBy: ManagedBy, LabelRule: "app", LabelParentUID: "uid-parent", LabelChild: "config"})
+		o.SetAnnotations(map[string]string{AnnotationParent: "team/web"})
+		return o
+	}
+	var variants []*unstructured.Unstructured
+	for _, k := range markLabels {
+		o := base()
+		l := o.GetLabels()
+		l[k] = "other"
+		o.SetLabels(l)
+		variants = append(variants, o)
+	}
+	for _, k := range markAnnotations {
+		o := base()
+		a := o.GetAnnotations()
+		a[k] = "other"
+		o.SetAnnotations(a)
+		variants = append(variants, o)
+	}
+	owned := base()
+	owned.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "web", UID: "uid-parent", Controller: new(true)}})
+	variants = append(variants, owned)
+	unrelated := base()
+	unrelated.SetAnnotations(map[string]string{AnnotationParent: "team/web", "note": "not a mark"})
+	variants = append(variants, unrelated)
+	for _, a := range append(variants, base()) {
+		for _, b := range variants {
+			if differ, same := len(MarksDiffer(a, b)) > 0, marksOf(a) == marksOf(b); differ == same {
+				t.Errorf("MarksDiffer = %v but marksOf equal = %t:\n%v\n%v", MarksDiffer(a, b), same, a.Object["metadata"], b.Object["metadata"])
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -374,6 +375,22 @@ var (
 	markLabels      = []string{LabelManagedBy, LabelRule, LabelParentUID, LabelChild, LabelShard}
 	markAnnotations = []string{AnnotationParent, AnnotationDeletionPolicy, AnnotationServiceAccount}
 )
+
+// marksOf fingerprints exactly what MarksDiffer compares: kgen's mark
+// labels and annotations and the controller ownerReference.
+func marksOf(obj *unstructured.Unstructured) string {
+	var b strings.Builder
+	for _, k := range markLabels {
+		fmt.Fprintf(&b, "%s=%s;", k, obj.GetLabels()[k])
+	}
+	for _, k := range markAnnotations {
+		fmt.Fprintf(&b, "%s=%s;", k, obj.GetAnnotations()[k])
+	}
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		fmt.Fprintf(&b, "controller=%s", ref.UID)
+	}
+	return b.String()
+}
 
 // MarksDiffer returns the field paths of kgen's marks (its labels and
 // annotations, and the controller ownerReference) that differ between a

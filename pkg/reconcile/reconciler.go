@@ -865,7 +865,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 // off as one when another writer keeps taking them off (holdRepair).
 func (r *Reconciler) writeMarks(ctx context.Context, client, reader dynamic.ResourceInterface, rule *rules.Rule, parent, live *unstructured.Unstructured, step Step,
 	gvr schema.GroupVersionResource, ref string) (outcome, error) {
-	key, marks := contendKey{parent.GetUID(), refOf(step.ID, step.Object)}, OwnershipMarks(step.Object)
+	key, marks := contendKey{parent.GetUID(), refOf(step.ID, step.Object)}, marksOf(step.Object)
 	again := r.contend.rewritesMarks(key, marks)
 	if again {
 		if held, ok := r.holdRepair(ctx, rule, parent, live, reader, step, ref); ok {

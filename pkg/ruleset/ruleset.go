@@ -997,7 +997,7 @@ func (s *Set) writeAll(ctx context.Context) {
 			s.mu.Lock()
 			p.o.failures++
 			wait := statusBackoff(p.o.failures)
-			p.o.retryAt = now.Add(wait)
+			p.o.retryAt = time.Now().Add(wait) // from the failure: a write may have waited long for its answer
 			s.mu.Unlock()
 			if !apierrors.IsNotFound(err) { // deleted meanwhile: nothing to report
 				klog.FromContext(ctx).Error(err, "Cannot write a Rule's status; retrying with backoff", "rule", obj.GetName(), "retryIn", wait)
