@@ -40,12 +40,23 @@ const ReasonChildContended = "ChildContended"
 type childGuard struct {
 	now     func() time.Time
 	mu      sync.Mutex
-	parents map[types.UID]map[childRef]*repairHistory // by parent, then child
+	parents map[types.UID]map[repairSlot]*repairHistory // by parent, then child
 }
 
+// contendKey names a child's repairs of one cause: gone, when kgen did not
+// find the child as the parent's (deleted, or its labels or
+// ownerReference taken off), else its fields set back. The two are
+// counted apart: a child deleted once while kgen holds off a writer of
+// its fields is created again at once.
 type contendKey struct {
 	parent types.UID
 	child  childRef
+	gone   bool
+}
+
+type repairSlot struct {
+	child childRef
+	gone  bool
 }
 
 type repairHistory struct {
@@ -77,21 +88,22 @@ func (b *backoffSpan) start(now time.Time) time.Duration {
 }
 
 func newChildGuard(now func() time.Time) *childGuard {
-	return &childGuard{now: now, parents: map[types.UID]map[childRef]*repairHistory{}}
+	return &childGuard{now: now, parents: map[types.UID]map[repairSlot]*repairHistory{}}
 }
 
 // historyLocked returns a child's history; a new one if create, else nil
 // when there is none.
 func (g *childGuard) historyLocked(key contendKey, create bool) *repairHistory {
 	children := g.parents[key.parent]
-	h := children[key.child]
+	slot := repairSlot{key.child, key.gone}
+	h := children[slot]
 	if h == nil && create {
 		if children == nil {
-			children = map[childRef]*repairHistory{}
+			children = map[repairSlot]*repairHistory{}
 			g.parents[key.parent] = children
 		}
 		h = &repairHistory{}
-		children[key.child] = h
+		children[slot] = h
 	}
 	return h
 }
@@ -185,11 +197,11 @@ func (g *childGuard) sweep(olderThan time.Duration) {
 }
 
 // holdRepair is asked before kgen repairs a child (live, or nil when it
-// creates again a child someone deleted): held reports that the child is
-// contended and is not written now; out then says so on the parent's
-// Ready condition and asks for another look when the backoff ends.
-func (r *Reconciler) holdRepair(ctx context.Context, rule *rules.Rule, parent, live *unstructured.Unstructured, reader dynamic.ResourceInterface, step Step, ref string) (out outcome, held bool) {
-	key := contendKey{parent.GetUID(), refOf(step.ID, step.Object)}
+// creates again a child it did not find as the parent's), with the key of
+// the repair's cause: held reports that the child is contended and is not
+// written now; out then says so on the parent's Ready condition and asks
+// for another look when the backoff ends.
+func (r *Reconciler) holdRepair(ctx context.Context, rule *rules.Rule, parent, live *unstructured.Unstructured, reader dynamic.ResourceInterface, step Step, ref string, key contendKey) (out outcome, held bool) {
 	wait, note, start := r.contend.check(key)
 	if wait <= 0 {
 		return outcome{}, false
@@ -197,10 +209,12 @@ func (r *Reconciler) holdRepair(ctx context.Context, rule *rules.Rule, parent, l
 	if start {
 		if live == nil {
 			// Deleted, or kgen's labels or ownerReference taken off
-			// it: either way it is no longer found as the child.
-			note = fmt.Sprintf("child %s: another writer keeps deleting %s, or taking kgen's labels or ownerReference off it: kgen set it back %d times within %s and stops for %s; stop the other writer, or remove the child from the rule",
+			// it: either way it was not found as the child.
+			note = fmt.Sprintf("child %s: %s was deleted, or lost kgen's labels or ownerReference, %d times within %s, and kgen set it back each time; it stops for %s: stop the other writer, or remove the child from the rule",
 				step.ID, ref, contendedAfter, contendedWindow, wait)
 		} else {
+			// Named as the last one: the repairs counted may have
+			// followed other writers' changes.
 			who, fields := r.changedBy(ctx, reader, live, step.Object)
 			what := "fields"
 			if len(fields) > 0 {
@@ -210,8 +224,8 @@ func (r *Reconciler) holdRepair(ctx context.Context, rule *rules.Rule, parent, l
 			if who != "" {
 				by += " (" + who + ")"
 			}
-			note = fmt.Sprintf("child %s: %s keeps changing %s of %s, which the template sets: kgen set it back %d times within %s and stops repairing it for %s; remove the field from the template, or stop the other writer",
-				step.ID, by, what, ref, contendedAfter, contendedWindow, wait)
+			note = fmt.Sprintf("child %s: kgen set %s back %d times within %s, the last time after %s changed %s, which the template sets; it stops repairing it for %s: remove the field from the template, or stop the other writer",
+				step.ID, ref, contendedAfter, contendedWindow, by, what, wait)
 		}
 		r.contend.setNote(key, note)
 		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonChildContended, note)

@@ -115,7 +115,7 @@ func TestChildFoughtOverBacksOff(t *testing.T) {
 	}, {
 		name: "set back after every repair",
 		steps: []step{repaired, repaired, repaired,
-			contended(time.Minute, "another writer (fighter) keeps changing data.a of configmaps team/web-config", "child config", "for 1m0s"),
+			contended(time.Minute, "kgen set configmaps team/web-config back 3 times", "after another writer (fighter) changed data.a", "child config", "for 1m0s"),
 			// It goes on during the backoff: nothing written, the
 			// parent looked at again when the backoff ends.
 			{after: 20 * time.Second, change: fight, reason: ReasonChildContended, requeue: 40 * time.Second},
@@ -129,7 +129,7 @@ func TestChildFoughtOverBacksOff(t *testing.T) {
 		name: "deleted after every creation",
 		steps: []step{
 			{change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady},
-			{change: remove, reason: ReasonChildContended, requeue: time.Minute, event: []string{"another writer keeps deleting configmaps team/web-config", "child config"}},
+			{change: remove, reason: ReasonChildContended, requeue: time.Minute, event: []string{"configmaps team/web-config was deleted, or lost kgen's labels or ownerReference, 3 times", "child config"}},
 			{after: time.Minute, writes: 1, reason: ReasonReady},
 		},
 		backoffs: 1,
@@ -137,10 +137,26 @@ func TestChildFoughtOverBacksOff(t *testing.T) {
 		name: "deleted after every creation, and woken meanwhile by something else",
 		steps: []step{
 			{change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady}, {change: remove, writes: 1, reason: ReasonReady},
-			{change: remove, reason: ReasonChildContended, requeue: time.Minute, event: []string{"keeps deleting"}},
+			{change: remove, reason: ReasonChildContended, requeue: time.Minute, event: []string{"was deleted"}},
 			// Another child's change wakes the parent: still held.
 			{after: 10 * time.Second, reason: ReasonChildContended, requeue: 50 * time.Second},
 			{after: 50 * time.Second, writes: 1, reason: ReasonReady},
+		},
+		backoffs: 1,
+	}, {
+		// A deletion is another cause than a field set back (a soak
+		// counted them together): the child is created again at once
+		// while kgen holds off the writer of its fields, and one
+		// deletion adds nothing to that writer's count.
+		name: "deleted during the backoff from a writer of its fields",
+		steps: []step{repaired, repaired, repaired, contended(time.Minute, "child config"),
+			{after: 10 * time.Second, change: remove, writes: 1, reason: ReasonReady},
+		},
+		backoffs: 1,
+	}, {
+		name: "a deletion among field repairs",
+		steps: []step{repaired, {change: remove, writes: 1, reason: ReasonReady}, repaired, repaired,
+			contended(time.Minute, "child config"),
 		},
 		backoffs: 1,
 	}, {

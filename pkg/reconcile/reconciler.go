@@ -692,15 +692,17 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		out.live, out.ok = live, true
 		return out, nil
 	}
+	// What a repair of this child counts as (see childGuard).
+	key := contendKey{parent.GetUID(), refOf(step.ID, desired), live == nil}
 	if op == OpMarks {
-		return r.writeMarks(ctx, client, reader, rule, parent, live, step, gvr, ref)
+		return r.writeMarks(ctx, client, reader, rule, parent, live, step, gvr, ref, key)
 	}
 
 	// A repair: a field kgen sets was changed, or the child was deleted
 	// after the last reconcile (it existed then).
 	recreate := live == nil && r.seen.had(parent.GetUID(), refOf(step.ID, desired))
 	if op == OpRepair || recreate {
-		if held, ok := r.holdRepair(ctx, rule, parent, live, reader, step, ref); ok {
+		if held, ok := r.holdRepair(ctx, rule, parent, live, reader, step, ref, key); ok {
 			return held, nil
 		}
 	}
@@ -712,7 +714,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			r.wrote(gvr, created, desired, kind)
 			logger.V(2).Info("Created child", "child", step.ID, "object", ref)
 			if recreate {
-				r.contend.repaired(contendKey{parent.GetUID(), refOf(step.ID, desired)})
+				r.contend.repaired(key)
 				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s): it was deleted, and is created again", ref, step.ID)
 			} else {
 				r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventCreated, "Created %s (child %s)", ref, step.ID)
@@ -755,7 +757,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			case who == ownerThis && createOnly:
 				// Its ownerReference was taken away: given back, and
 				// its content kept.
-				return r.writeMarks(ctx, client, reader, rule, parent, existing, step, gvr, ref)
+				return r.writeMarks(ctx, client, reader, rule, parent, existing, step, gvr, ref, key)
 			case who == ownerThis:
 				live = existing
 			case who == ownerGone:
@@ -851,7 +853,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 	case adopted != "":
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventAdopted, "Adopted %s (child %s): %s", ref, step.ID, adopted)
 	case op == OpRepair:
-		r.contend.repaired(contendKey{parent.GetUID(), refOf(step.ID, desired)})
+		r.contend.repaired(key)
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s)%s", ref, step.ID, who)
 	default:
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventUpdated, "Updated %s (child %s)", ref, step.ID)
@@ -864,11 +866,11 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 // took marks off it. Writing marks kgen wrote before is a repair, held
 // off as one when another writer keeps taking them off (holdRepair).
 func (r *Reconciler) writeMarks(ctx context.Context, client, reader dynamic.ResourceInterface, rule *rules.Rule, parent, live *unstructured.Unstructured, step Step,
-	gvr schema.GroupVersionResource, ref string) (outcome, error) {
-	key, marks := contendKey{parent.GetUID(), refOf(step.ID, step.Object)}, marksOf(step.Object)
+	gvr schema.GroupVersionResource, ref string, key contendKey) (outcome, error) {
+	marks := marksOf(step.Object)
 	again := r.contend.rewritesMarks(key, marks)
 	if again {
-		if held, ok := r.holdRepair(ctx, rule, parent, live, reader, step, ref); ok {
+		if held, ok := r.holdRepair(ctx, rule, parent, live, reader, step, ref, key); ok {
 			return held, nil
 		}
 	}
