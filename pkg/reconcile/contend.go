@@ -28,9 +28,10 @@ const ReasonChildContended = "ChildContended"
 // again. Each of its writes is drift, and each repair wakes it: without a
 // bound the two would write the object back and forth at the API
 // server's speed for as long as both run. So, as for a contended status
-// (statusGuard), after contendedAfter repairs of one child within
-// contendedWindow kgen stops repairing it for minBackoff, doubling up to
-// maxBackoff while the fight goes on, and says so. Only repairs count: a
+// (statusGuard), after contendedAfter repairs of one child of one cause
+// (contendKey) within contendedWindow kgen stops repairing it for that
+// cause for minBackoff, doubling up to maxBackoff while the fight goes on,
+// and says so. Only repairs count: a
 // change of the template or the parent that changes the child is applied
 // at once, during a backoff too.
 //
