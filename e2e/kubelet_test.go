@@ -1100,14 +1100,28 @@ func startPodControllers(t *testing.T) {
 	})
 }
 
-// localAddress returns a free local address, 127.0.0.1:PORT.
+// handedOut are the addresses localAddress returned: the port of a
+// listener closed at once may come back for the next one before the first
+// pod binds it (two replicas of one Deployment, started together, were
+// given one health-probe port, and one crashed on "address already in
+// use" for the rest of a test).
+var handedOut sync.Map
+
+// localAddress returns a free local address, 127.0.0.1:PORT, one it has
+// not returned before.
 func localAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if _, taken := handedOut.LoadOrStore(addr, true); !taken {
+			return addr, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", errors.New("no free local port that was not handed out before")
 }
 
 // podsOf returns the pods of a namespace that match a label selector.
