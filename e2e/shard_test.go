@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -864,5 +866,94 @@ func TestShardsMoveParentOfDeadShard(t *testing.T) {
 	}, "rule web's children of the moved parent to be pruned")
 	if p := get(t, gvr, ns, victim); p == nil || p.GetLabels()[shard.Label] != "m2" {
 		t.Errorf("the moved parent is not on shard m2: %v", p)
+	}
+}
+
+// Scenario (contract §7 Rule status, §9, through a change of one replica's
+// grants): two shards, and the one that does not write the Rule's status
+// may not list the rule's child kind. Its parents wait, and the Rule must
+// say so, naming the shard, not Running because the writer runs it. Once
+// that replica may list, the rule runs everywhere and every parent
+// converges.
+func TestShardsRuleNotRunningOnOneReplica(t *testing.T) {
+	const group = "shardgrant.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	home := newNamespace(t)
+	// A rule whose status shard "a" writes, so the problem is b's alone.
+	ring, rule := shard.NewRing([]string{"a", "b"}, 0), ""
+	for i := 0; rule == ""; i++ {
+		if name := fmt.Sprintf("limited-%d", i); ring.Owner(shard.Key(ruleGVR.GroupResource(), "", name)) == "a" {
+			rule = name
+		}
+	}
+	const limited = "kgen-shard-b"
+	allowed := func(secretVerbs ...string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{
+			{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"kgen.dev"}, Resources: []string{"rules/status"}, Verbs: []string{"patch", "update"}},
+			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "patch", "update", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: secretVerbs},
+			{APIGroups: []string{group}, Resources: []string{"gadgets", "gadgets/status", "gadgets/finalizers"}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
+		}
+	}
+	grant(t, limited, allowed("get", "create", "patch", "update", "delete"))
+	waitCan(t, limited, false, authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets", Namespace: ns})
+	kubeconfig, err := env.cp.WriteKubeconfig(limited+".kubeconfig", limited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--shards", "--leader-elect-namespace", home, "--leader-elect-lease-duration", "8s"}
+	procs := map[string]*kgenProcess{
+		"a": startKgen(t, "kgen-shard-a", append(slices.Clone(args), "--shard-id", "a")...),
+		"b": startKgenWith(t, limited, kubeconfig, append(slices.Clone(args), "--shard-id", "b")...),
+	}
+	waitMembers(t, procs, 2)
+	applyRule(t, gadgetRuleDoc(rule, group, "Gadget", ns, `  children:
+  - id: secret
+    template:
+      apiVersion: v1
+      kind: Secret
+      metadata:
+        name: ${parent.metadata.name}
+      stringData:
+        value: v1
+`))
+	waitRuleStatus(t, rule, readyIs("False", "Forbidden", "on shard b", "secrets", "forbidden"))
+
+	// Parents on both shards: a's converge, b's wait.
+	onShard := map[string][]string{}
+	for i := 0; len(onShard["a"]) == 0 || len(onShard["b"]) == 0; i++ {
+		if i == 40 {
+			t.Fatalf("40 parents, and not on both shards: %v", onShard)
+		}
+		name := fmt.Sprintf("g%02d", i)
+		create(t, gvr, gadget(group, ns, name, map[string]any{}))
+		p := waitFor(t, gvr, ns, name, func(o *unstructured.Unstructured) error {
+			if o.GetLabels()[shard.Label] == "" {
+				return fmt.Errorf("labels %v", o.GetLabels())
+			}
+			return nil
+		})
+		id := p.GetLabels()[shard.Label]
+		onShard[id] = append(onShard[id], name)
+	}
+	waitFor(t, secretGVR, ns, onShard["a"][0], nil)
+	if err := readyIs("False", "Forbidden", "on shard b")(get(t, ruleGVR, "", rule)); err != nil {
+		t.Errorf("with parents on both shards: %v", err)
+	}
+
+	grant(t, limited, allowed("get", "list", "watch", "create", "patch", "update", "delete"))
+	eventually(t, 90*time.Second, func() (bool, error) {
+		err := readyIs("True", "Running")(get(t, ruleGVR, "", rule))
+		return err == nil, err
+	}, "the rule to run on every replica once b may list its child kind")
+	for _, name := range onShard["b"] {
+		waitFor(t, secretGVR, ns, name, nil)
 	}
 }

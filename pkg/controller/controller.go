@@ -1737,6 +1737,17 @@ type RuleState struct {
 	// or its caches have not synced, and this one, the previous version,
 	// keeps running; nil when there is none.
 	Next *RuleState
+	// Shards, with sharding, are the other live replicas where the rule
+	// does not run or its caches have not synced, as each published it
+	// (the controller never sets it; pkg/manager does): their parents
+	// wait meanwhile.
+	Shards []ShardState
+}
+
+// ShardState is why a rule does not run on another replica: the reason
+// and message of the Ready condition that replica's state gives.
+type ShardState struct {
+	Shard, Reason, Message string
 }
 
 // UnsyncedCache is an informer of a rule whose cache has not synced yet.

@@ -529,7 +529,8 @@ func impersonator(config *rest.Config) func(rules.ServiceAccount) (dynamic.Inter
 }
 
 // State returns the controller's state of a rule; with sharding, its
-// parent counts are those of every live shard.
+// parent counts are those of every live shard, and Shards says where else
+// it does not run.
 func (p progress) State(rule string) (controller.RuleState, bool) {
 	st, ok := p.m.ctrl.State(rule)
 	if !ok || p.m.shard == nil {
@@ -542,26 +543,60 @@ func (p progress) State(rule string) (controller.RuleState, bool) {
 			st.ReadyParents += counts[rule][1]
 		}
 	}
-	return st, true
-}
-
-// annotationParents is the annotation on a shard's Lease that holds its
-// parent counts per rule, as JSON: {"rule": [parents, readyParents]}.
-const annotationParents = "kgen.dev/parents"
-
-// publishCounts returns what a shard publishes on its Lease: its parent
-// counts of the rules of the rule set.
-func (m *Manager) publishCounts() map[string]string {
-	counts := map[string][2]int{}
-	if m.rules != nil {
-		for _, r := range m.rules.Rules() {
-			if st, ok := m.ctrl.State(r.Name); ok && st.Parents > 0 {
-				counts[r.Name] = [2]int{st.Parents, st.ReadyParents}
+	for id, published := range p.m.shard.Published(annotationNotReady) {
+		var notReady map[string][2]string
+		if json.Unmarshal([]byte(published), &notReady) == nil {
+			if nr, ok := notReady[rule]; ok {
+				st.Shards = append(st.Shards, controller.ShardState{Shard: id, Reason: nr[0], Message: nr[1]})
 			}
 		}
 	}
-	b, _ := json.Marshal(counts)
-	return map[string]string{annotationParents: string(b)}
+	slices.SortFunc(st.Shards, func(a, b controller.ShardState) int { return strings.Compare(a.Shard, b.Shard) })
+	return st, true
+}
+
+const (
+	// annotationParents is the annotation on a shard's Lease that holds
+	// its parent counts per rule, as JSON: {"rule": [parents,
+	// readyParents]}.
+	annotationParents = "kgen.dev/parents"
+	// annotationNotReady is the annotation on a shard's Lease that says
+	// which rules do not run there, or whose caches have not synced, as
+	// JSON: {"rule": [reason, message]}. The shard that writes a Rule's
+	// status reports them: a replica that may not list a kind of the rule
+	// keeps its parents waiting, and nothing else would say so.
+	annotationNotReady = "kgen.dev/not-ready"
+	// maxPublishedMessage bounds each message in annotationNotReady.
+	maxPublishedMessage = 1024
+)
+
+// publishCounts returns what a shard publishes on its Lease: its parent
+// counts of the rules of the rule set, and the rules that do not run
+// here. Both annotations are always there: a Lease keeps an annotation
+// no renewal sets.
+func (m *Manager) publishCounts() map[string]string {
+	counts := map[string][2]int{}
+	notReady := map[string][2]string{}
+	if m.rules != nil {
+		for _, r := range m.rules.Rules() {
+			st, ok := m.ctrl.State(r.Name)
+			if !ok {
+				continue
+			}
+			if st.Parents > 0 {
+				counts[r.Name] = [2]int{st.Parents, st.ReadyParents}
+			}
+			if reason, msg := ruleset.NotReady(st); reason != "" {
+				if len(msg) > maxPublishedMessage { // a Lease's annotations hold 256 KiB in all
+					msg = strings.ToValidUTF8(msg[:maxPublishedMessage], "") + "…"
+				}
+				notReady[r.Name] = [2]string{reason, msg}
+			}
+		}
+	}
+	c, _ := json.Marshal(counts)
+	n, _ := json.Marshal(notReady)
+	return map[string]string{annotationParents: string(c), annotationNotReady: string(n)}
 }
 
 // writesRuleStatus says whether this shard writes a Rule object's status:

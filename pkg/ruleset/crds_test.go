@@ -504,6 +504,14 @@ func TestStatusUnsyncedCaches(t *testing.T) {
 		{name: "a list is refused in a namespace that is gone", state: progress{Running: true, Synced: true,
 			Unsynced: []controller.UnsyncedCache{{Resource: secrets, Err: refused, NamespaceGone: "does not exist"}}},
 			ready: "True", reason: "Running", want: []string{"the rule runs, but not in namespace ns, which does not exist (/v1, Resource=secrets in ns: ", "no RBAC"}, not: []string{"finalizer"}},
+		// With sharding: the rule runs here, but another replica may not
+		// list a kind of it, and its parents wait.
+		{name: "another shard may not list", state: progress{Running: true, Synced: true,
+			Shards: []controller.ShardState{{Shard: "b", Reason: "Forbidden", Message: "caches not synced, as lists or watches fail: secrets: forbidden"}}},
+			reason: "Forbidden", want: []string{"does not run on every replica", "on shard b (Forbidden): caches not synced", "secrets: forbidden"}},
+		{name: "this replica's own problem comes first", state: progress{Running: true, Forbidden: true, Unsynced: []controller.UnsyncedCache{{Resource: secrets, Err: refused}},
+			Shards: []controller.ShardState{{Shard: "b", Reason: "Waiting", Message: "its caches are syncing"}}},
+			reason: "Forbidden", want: []string{"no RBAC"}, not: []string{"shard b"}},
 		{name: "a list is refused in a namespace being deleted", state: progress{Running: true, Synced: true,
 			Unsynced: []controller.UnsyncedCache{{Resource: secrets, Err: refused, NamespaceGone: "is being deleted"}}},
 			ready: "True", reason: "Running", want: []string{"but not in namespace ns, which is being deleted", "parents there that hold kgen's finalizer kgen.dev/cleanup keep it"}},

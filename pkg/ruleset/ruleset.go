@@ -1098,18 +1098,27 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		if st.RecordError != "" {
 			msg += "; kgen cannot use its record of child kinds, so children of a kind that leaves the rule while kgen is stopped may not be pruned: " + st.RecordError
 		}
-		reason, why := notReady(st)
+		reason, why := NotReady(st)
 		switch {
 		case st.Next != nil:
 			// A new version that cannot run yet, or whose caches are
 			// syncing; the previous one runs meanwhile.
-			reason, why = notReady(*st.Next)
+			reason, why = NotReady(*st.Next)
 			if reason == "" {
 				reason, why = ReasonWaiting, "its caches are syncing"
 			}
 			ready = condition(ConditionReady, false, reason, "its new version does not run yet: "+why+"; its previous version keeps running", gen)
 		case reason != "":
 			ready = condition(ConditionReady, false, reason, why, gen)
+		case len(st.Shards) > 0:
+			// It runs here, but not on every replica: the parents of
+			// the others wait.
+			var on []string
+			for _, sh := range st.Shards {
+				on = append(on, fmt.Sprintf("on shard %s (%s): %s", sh.Shard, sh.Reason, sh.Message))
+			}
+			ready = condition(ConditionReady, false, st.Shards[0].Reason,
+				"the rule does not run on every replica, and the parents of those it does not run on wait: "+strings.Join(on, "; "), gen)
 		default:
 			ready = condition(ConditionReady, true, ReasonRunning, msg, gen)
 		}
@@ -1122,10 +1131,10 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 	return status
 }
 
-// notReady returns the reason and message of a Ready condition False for
-// a version of a rule that does not run, or whose caches have not synced;
-// "" when it runs.
-func notReady(st controller.RuleState) (reason, msg string) {
+// NotReady returns the reason and message of a Ready condition False for
+// a version of a rule that does not run, or whose caches have not synced,
+// on this replica; "" when it runs. State.Shards is not looked at.
+func NotReady(st controller.RuleState) (reason, msg string) {
 	var failing, unsynced []string
 	for _, u := range st.Unsynced {
 		if u.Failing() {
