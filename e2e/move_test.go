@@ -184,3 +184,62 @@ func waitParent(t *testing.T, gvr schema.GroupVersionResource, ns, name string, 
 		return nil
 	})
 }
+
+// Scenario (contract §3 "prunes ... nothing else", §7 "A rule that is
+// removed stops being enforced: its children stay", through a change of
+// the rules; a live audit): a rule lets its parents go, by changing its
+// parent kind (team d) or by being deleted (team e), and a new rule with
+// other kinds of children then selects those parents. The first rule's
+// ServiceAccounts stay in both namespaces. Before, the new rule deleted
+// them where another rule happened to watch ServiceAccounts (the first
+// rule itself in team d, an unrelated one in team e), and left them where
+// none did.
+func TestChangeReleasedParentsChildrenStay(t *testing.T) {
+	const group = "released.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	d, e := newNamespace(t), newNamespace(t)
+	gadgets := newCRD(t, group, "Gadget", "gadgets")
+	newCRD(t, group, "Widget", "widgets")
+	saChild := `  children:
+  - id: sa
+    template:
+      apiVersion: v1
+      kind: ServiceAccount
+      metadata:
+        name: ${parent.metadata.name}-sa
+`
+	startKgen(t, "kgen-released")
+	applyRule(t, gadgetRuleDoc("first-d", group, "Gadget", d, saChild))
+	applyRule(t, gadgetRuleDoc("first-e", group, "Gadget", e, saChild))
+	// A rule of another parent kind that watches ServiceAccounts in team e.
+	applyRule(t, gadgetRuleDoc("widgets-e", group, "Widget", e, saChild))
+	sas := map[string]*unstructured.Unstructured{}
+	for _, ns := range []string{d, e} {
+		create(t, gadgets, gadget(group, ns, "p", map[string]any{}))
+		sas[ns] = waitFor(t, saGVR, ns, "p-sa", nil)
+		waitReason(t, gadgets, ns, "p", reconcile.ReasonReady)
+	}
+
+	// first-d now selects Widgets; first-e is deleted. Both let their
+	// Gadget go: its finalizer is removed, its ServiceAccount stays.
+	applyRule(t, gadgetRuleDoc("first-d", group, "Widget", d, saChild))
+	if err := env.dynamic.Resource(ruleGVR).Delete(t.Context(), "first-e", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRuleStatus(t, "first-d", readyIs("True", "Running"))
+	waitGone(t, ruleGVR, "", "first-e")
+	time.Sleep(2 * time.Second) // kgen hears of the deletion at watch speed
+
+	// A new rule selects the Gadgets, with a ConfigMap.
+	for _, ns := range []string{d, e} {
+		applyRule(t, gadgetRuleDoc("second-"+ns, group, "Gadget", ns, configChild("v")))
+		waitFor(t, cmGVR, ns, "p", nil)
+		waitReason(t, gadgets, ns, "p", reconcile.ReasonReady)
+	}
+	time.Sleep(3 * time.Second) // a prune would follow the create within the same reconcile
+	for _, ns := range []string{d, e} {
+		if sa := get(t, saGVR, ns, "p-sa"); sa == nil || sa.GetUID() != sas[ns].GetUID() {
+			t.Errorf("namespace %s: the released parent's ServiceAccount p-sa is gone (or another object): %v", ns, sa)
+		}
+	}
+}

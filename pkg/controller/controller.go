@@ -837,24 +837,55 @@ func (c *Controller) selectedByAny(obj *unstructured.Unstructured) bool {
 }
 
 // Children returns the cached children of a parent: every object that
-// carries the parent's UID, whichever rule made it, in the caches of every
-// running rule's child kinds. A parent moved to this rule from another (by
-// relabelling it) thus also sees the children the other rule made of kinds
-// this rule does not have, and prunes them; while it was that rule's, the
-// other rule kept watching them. It makes the Controller the reconciler's
-// ChildLister.
+// carries the parent's UID in the caches of the rule's child kinds (prune-
+// only ones included), whichever rule made it; and, in the caches of the
+// other running rules, those made by a rule that is loaded and whose
+// parents are of this rule's parent kind. A parent moved to this rule
+// from another (by relabelling it) thus also sees the children the other
+// rule made of kinds this rule does not have, and prunes them; while it
+// was that rule's, the other rule kept watching them. The children of a
+// rule that was removed, or whose parent kind changed, are not: that rule
+// let its parents go, and their children stay (contract §7), also when a
+// rule that watches their kind for parents of its own happens to cache
+// them. It makes the Controller the reconciler's ChildLister.
 func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Unstructured {
 	c.mu.Lock()
-	if c.rules[rule] == nil {
+	rs := c.rules[rule]
+	if rs == nil {
 		c.mu.Unlock()
 		return nil
 	}
-	var regs []*watch.Registration
-	for _, rs := range c.rules {
-		regs = append(regs, rs.childRegistrationsLocked()...)
+	own := rs.childRegistrationsLocked()
+	var others []*watch.Registration
+	movedFrom := map[string]bool{}
+	for name, other := range c.rules {
+		if other == rs {
+			continue
+		}
+		others = append(others, other.childRegistrationsLocked()...)
+		if other.rule.Parent.GroupVersionKind.GroupKind() == rs.rule.Parent.GroupVersionKind.GroupKind() {
+			movedFrom[name] = true
+		}
+	}
+	for name, p := range c.pending {
+		if p.rule.Parent.GroupVersionKind.GroupKind() == rs.rule.Parent.GroupVersionKind.GroupKind() {
+			movedFrom[name] = true
+		}
 	}
 	c.mu.Unlock()
-	return childrenIn(regs, parent)
+	out := childrenIn(own, parent)
+	seen := map[types.UID]bool{}
+	for _, o := range out {
+		seen[o.GetUID()] = true
+	}
+	for _, o := range childrenIn(others, parent) {
+		// Without the label (taken off by someone), it cannot be told: as
+		// before the label was read.
+		if made, ok := o.GetLabels()[reconcile.LabelRule]; !seen[o.GetUID()] && (!ok || movedFrom[made]) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // childrenOf returns the cached children of a parent, of the kinds a rule

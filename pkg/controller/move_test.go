@@ -85,7 +85,7 @@ func TestChildrenOfMovedParent(t *testing.T) { synctest.Test(t, testChildrenOfMo
 
 func testChildrenOfMovedParent(t *testing.T) {
 	parent := labelled(object("example.com/v1", "Gadget", "g", "p1", ""), "tier", "b")
-	made := labelled(object("v1", "ConfigMap", "g", "c1", "p1"), reconcile.LabelChild, "config")
+	made := labelled(labelled(object("v1", "ConfigMap", "g", "c1", "p1"), reconcile.LabelChild, "config"), reconcile.LabelRule, "a")
 	c := startMoveRules(t, parent, made)
 	if got, want := childNames(c, "p1"), []string(nil); !slices.Equal(got, want) {
 		t.Errorf("children for rule r (not running) = %v, want none", got)
@@ -132,6 +132,44 @@ func testChildrenOfMovedParent(t *testing.T) {
 	c.childHandler("a", everywhere)(deployment, false)
 	if n := c.queue.Len(); n != 0 {
 		t.Errorf("queued %d keys for a child rule b watches where it is, want 0", n)
+	}
+}
+
+// In another rule's caches, a rule sees a parent's children made by a
+// rule of its parent kind that is loaded (the parent moved from it), not
+// those of a rule that was removed or whose parent kind changed: that rule
+// let its parents go, and their children stay (contract §7). A live audit:
+// a new rule deleted a removed rule's ServiceAccounts in the one namespace
+// where another rule happened to watch ServiceAccounts, and left them in
+// the others. A child whose rule label someone took off is seen, as before.
+func TestChildrenOfAReleasedParent(t *testing.T) { synctest.Test(t, testChildrenOfAReleasedParent) }
+
+func testChildrenOfAReleasedParent(t *testing.T) {
+	parent := labelled(object("example.com/v1", "Gadget", "g", "p1", ""), "tier", "b")
+	child := func(name, uid, rule string) *unstructured.Unstructured {
+		o := labelled(object("v1", "ConfigMap", name, uid, "p1"), reconcile.LabelChild, name)
+		if rule != "" {
+			o = labelled(o, reconcile.LabelRule, rule)
+		}
+		return o
+	}
+	c := startMoveRules(t, parent, child("moved", "c1", "a"), child("removed", "c2", "gone"), child("unlabelled", "c3", ""))
+	var got []string
+	for _, o := range c.Children("b", "p1") {
+		got = append(got, o.GetName())
+	}
+	slices.Sort(got)
+	if want := []string{"moved", "unlabelled"}; !slices.Equal(got, want) {
+		t.Errorf("children of the parent for rule b = %v, want %v: not the removed rule's", got, want)
+	}
+	// Rule a's own caches show it every child of the parent.
+	got = nil
+	for _, o := range c.Children("a", "p1") {
+		got = append(got, o.GetName())
+	}
+	slices.Sort(got)
+	if want := []string{"moved", "removed", "unlabelled"}; !slices.Equal(got, want) {
+		t.Errorf("children of the parent for rule a = %v, want %v", got, want)
 	}
 }
 
