@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/printers"
+
+	"kgen.dev/kgen/pkg/reconcile"
 )
 
 // Contract §7: a Rule's status (Ready reasons, parent counts), --rules
@@ -816,4 +819,72 @@ func TestRuleReportsWatchFailingAfterSync(t *testing.T) {
 	ruleIs(readyIs("True", "Running"), "the rule to run again once its parents can be read")
 	create(t, v1, gadget(group, ns, "h", map[string]any{}))
 	waitFor(t, cmGVR, ns, "h", nil)
+}
+
+// Scenario (contract §7 "parents of other rules are not [reconciled
+// again], and informers that still have a user are not restarted",
+// through a change of a CRD; a live audit): two rules whose parent kinds
+// share an API group. A change of one kind's CRD relists that kind and
+// reconciles its rule's parents; the other rule's parents are not
+// reconciled again and its kind is not listed again. Before, kgen did
+// both for every rule of the group, at every schema edit.
+func TestChangeCRDLeavesOtherKindsOfItsGroup(t *testing.T) {
+	const group = "onecrd.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gadgets := newCRD(t, group, "Gadget", "gadgets")
+	widgets := newCRD(t, group, "Widget", "widgets")
+	p := startKgen(t, "kgen-onecrd")
+	applyRule(t, gadgetRuleDoc("onecrd-gadgets", group, "Gadget", ns, configChild("g")))
+	applyRule(t, gadgetRuleDoc("onecrd-widgets", group, "Widget", ns, configChild("w")))
+	create(t, gadgets, gadget(group, ns, "g1", map[string]any{}))
+	create(t, widgets, map[string]any{"apiVersion": group + "/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w1", "namespace": ns}, "spec": map[string]any{}})
+	waitFor(t, cmGVR, ns, "g1", nil)
+	waitFor(t, cmGVR, ns, "w1", nil)
+	waitReason(t, gadgets, ns, "g1", reconcile.ReasonReady)
+	waitReason(t, widgets, ns, "w1", reconcile.ReasonReady)
+	time.Sleep(2 * time.Second)
+	count := func(families map[string]*dto.MetricFamily) (gadgetReconciles, gadgetLists, widgetLists float64) {
+		return sumOf(families, "controller_runtime_reconcile_total", map[string]string{"controller": "onecrd-gadgets"}),
+			sumOf(families, "kgen_api_requests_total", map[string]string{"resource": "gadgets", "verb": "list"}),
+			sumOf(families, "kgen_api_requests_total", map[string]string{"resource": "widgets", "verb": "list"})
+	}
+	before, err := scrape(t, p.metric+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0, g0, w0 := count(before)
+
+	// The Widget CRD gains a field.
+	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+	eventually(t, 30*time.Second, func() (bool, error) {
+		crd, err := crds.Get(t.Context(), "widgets."+group, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		crd.Spec.Versions[0].Schema = &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+			Type: "object", XPreserveUnknownFields: new(true), Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"spec": {Type: "object", XPreserveUnknownFields: new(true), Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: "integer"}}},
+			}}}
+		_, err = crds.Update(t.Context(), crd, metav1.UpdateOptions{})
+		return err == nil, err
+	}, "the Widget CRD to be updated")
+	var after map[string]*dto.MetricFamily
+	eventually(t, 30*time.Second, func() (bool, error) {
+		after, err = scrape(t, p.metric+"/metrics")
+		if err != nil {
+			return false, err
+		}
+		_, _, w := count(after)
+		return w > w0, fmt.Errorf("widgets listed %v times, %v before the change", w, w0)
+	}, "kgen to list Widgets again after their CRD changed")
+	time.Sleep(3 * time.Second) // what else the change sets off
+	if after, err = scrape(t, p.metric+"/metrics"); err != nil {
+		t.Fatal(err)
+	}
+	if r, g, _ := count(after); r != r0 || g != g0 {
+		t.Errorf("after the Widget CRD changed, rule onecrd-gadgets reconciled %v times (%v before) and Gadgets were listed %v times (%v before): want no change",
+			r, r0, g, g0)
+	}
 }

@@ -2009,12 +2009,12 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 			// at first) relists nothing: every informer each minute
 			// would cost more than it mends. The core group has no
 			// CRD (an APIService named v1. changed).
-			c.watches.Relist(ch.Group)
+			c.watches.RelistResource(ch.Group, ch.Resource)
 		}
 		go func() {
-			c.refreshParents(func(rs *ruleState) bool { return ch.All || rs.rule.Parent.GroupVersionKind.Group == ch.Group })
+			c.refreshParents(func(rs *ruleState) bool { return ch.Covers(rs.parent.GroupVersionResource().GroupResource()) })
 			if !ch.All {
-				c.requeueUsers(ch.Group)
+				c.requeueUsers(ch)
 			}
 			c.recheck(ch)
 		}()
@@ -2025,8 +2025,8 @@ func (c *Controller) KindsChanged(ch mapper.Change) {
 	}
 }
 
-// recheck asks Config.Recheck about the running rules that use a kind of
-// the changed group (every running rule, for a change of unknown groups).
+// recheck asks Config.Recheck about the running rules that use the
+// changed kind (every running rule, for a change of unknown groups).
 func (c *Controller) recheck(ch mapper.Change) {
 	if c.cfg.Recheck == nil {
 		return
@@ -2034,8 +2034,7 @@ func (c *Controller) recheck(ch mapper.Change) {
 	var running []*rules.Rule
 	c.mu.Lock()
 	for _, rs := range c.rules {
-		uses := ch.All || slices.ContainsFunc(kindsOf(rs.rule), func(gvk schema.GroupVersionKind) bool { return gvk.Group == ch.Group })
-		if rs.active && uses {
+		if rs.active && rs.usesLocked(ch) {
 			running = append(running, rs.rule)
 		}
 	}
@@ -2045,14 +2044,22 @@ func (c *Controller) recheck(ch mapper.Change) {
 	}
 }
 
-// requeueUsers queues every parent of the synced rules that use a kind of
-// the group.
-func (c *Controller) requeueUsers(group string) {
+// usesLocked reports whether a running rule watches a kind the change may
+// be of: its parent kind, a child kind (prune-only ones included) or an
+// input kind. Only the rules that use a changed CRD are reconciled again
+// (contract §7: parents of other rules are not), also when other kinds of
+// its group are theirs. The caller holds Controller.mu.
+func (rs *ruleState) usesLocked(ch mapper.Change) bool {
+	return slices.ContainsFunc(rs.gvrs, func(gvr schema.GroupVersionResource) bool { return ch.Covers(gvr.GroupResource()) })
+}
+
+// requeueUsers queues every parent of the synced rules that use the
+// changed kind.
+func (c *Controller) requeueUsers(ch mapper.Change) {
 	var keys []Key
 	c.mu.Lock()
 	for _, rs := range c.rules {
-		uses := slices.ContainsFunc(kindsOf(rs.rule), func(gvk schema.GroupVersionKind) bool { return gvk.Group == group })
-		if !rs.synced || !uses {
+		if !rs.synced || !rs.usesLocked(ch) {
 			continue
 		}
 		for _, reg := range rs.parentRegs {

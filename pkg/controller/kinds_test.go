@@ -86,3 +86,36 @@ func testParentMappingChangedWhileStarting(t *testing.T) {
 		t.Error("the rule kept the parent mapping it read before the CRD gained its status subresource")
 	}
 }
+
+// A changed CRD reconciles again the parents of the rules that use its
+// kind, and no other: not those of a rule that uses another kind of its
+// group (contract §7; a live audit: with --manage-crds, each schema edit
+// of one rule's parent kind reconciled, and relisted, every rule of the
+// group).
+func TestKindsChangedRequeuesOnlyUsers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client, m := fakeCluster(gadgetWith("g1", false, false))
+		c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100)})
+		activateRule(t, c)
+		waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+		for _, tc := range []struct {
+			change mapper.Change
+			want   int
+		}{
+			{mapper.Change{Group: "example.com", Resource: "widgets", Spec: true}, 0},
+			{mapper.Change{Group: "example.com", Resource: "gadgets", Spec: true}, 1},
+			{mapper.Change{Group: "example.com", Spec: true}, 1}, // an APIService: any kind of the group
+		} {
+			for c.queue.Len() > 0 {
+				k, _ := c.queue.Get()
+				c.queue.Done(k)
+				c.queue.Forget(k)
+			}
+			c.KindsChanged(tc.change)
+			synctest.Wait()
+			if n := c.queue.Len(); n != tc.want {
+				t.Errorf("%+v queued %d parents, want %d", tc.change, n, tc.want)
+			}
+		}
+	})
+}

@@ -125,8 +125,10 @@ func testPreviousVersionRunsWhileNewWaits(t *testing.T) {
 	})
 }
 
-// A changed CRD has the running rules that use a kind of its group checked
-// again (Config.Recheck), and no other rule.
+// A changed CRD has the running rules that use its kind checked again
+// (Config.Recheck), and no other rule: not one that uses another kind of
+// its group (a live audit: every rule of the group was reconciled again
+// at each schema edit with --manage-crds).
 func TestRecheckOnKindsChanged(t *testing.T) {
 	client, m := fakeCluster(gadgetWith("g1", false, false))
 	var mu sync.Mutex
@@ -143,6 +145,8 @@ func TestRecheckOnKindsChanged(t *testing.T) {
 		want   []string
 	}{
 		{mapper.Change{Group: "example.com", Spec: true}, []string{"r"}},
+		{mapper.Change{Group: "example.com", Resource: "gadgets", Spec: true}, []string{"r"}},
+		{mapper.Change{Group: "example.com", Resource: "widgets", Spec: true}, nil},
 		{mapper.Change{Group: "", Spec: true}, []string{"r"}}, // ConfigMaps: a child kind
 		{mapper.Change{Group: "other.example.com", Spec: true}, nil},
 		{mapper.Change{All: true, Spec: true}, []string{"r"}},

@@ -1,6 +1,7 @@
 package mapper
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
@@ -31,6 +32,10 @@ const allGroups = "*"
 type Change struct {
 	// Group is the API group, unless All.
 	Group string
+	// Resource is the resource of the CustomResourceDefinition that
+	// changed (its plural); empty when the change may be of any kind of
+	// the group (an APIService of the group changed) or All.
+	Resource string
 	// All is true when it is not known which groups changed: the watch
 	// could not list at first, and anything may have changed before it
 	// did, or it is not watching (see Watcher).
@@ -40,6 +45,15 @@ type Change struct {
 	// than only its status (such as a CRD becoming established).
 	Spec bool
 }
+
+// Covers reports whether the change may be of the group and resource.
+func (c Change) Covers(gr schema.GroupResource) bool {
+	return c.All || gr.Group == c.Group && (c.Resource == "" || gr.Resource == c.Resource)
+}
+
+// changeKey is what the Watcher announces a change of: a group, and the
+// resource of a CustomResourceDefinition or "" for the whole group.
+type changeKey struct{ group, resource string }
 
 // Watcher follows the CustomResourceDefinitions and APIServices of a
 // cluster, with metadata-only informers, and keeps a Mapper's cache true
@@ -62,7 +76,7 @@ type Watcher struct {
 
 	mu        sync.Mutex
 	subs      []func(Change)
-	pending   map[string]bool // group -> spec changed, not yet announced
+	pending   map[changeKey]bool // spec changed, not yet announced
 	timer     *time.Timer
 	informers []cache.SharedIndexInformer
 	// broken holds, for each informer whose watch failed, its last synced
@@ -77,7 +91,7 @@ type Watcher struct {
 // NewWatcher returns a Watcher of m's cluster through client. Run starts
 // it.
 func NewWatcher(m *Mapper, client metadata.Interface) *Watcher {
-	return &Watcher{mapper: m, client: client, settle: time.Second, pending: map[string]bool{}, broken: map[cache.SharedIndexInformer]string{}}
+	return &Watcher{mapper: m, client: client, settle: time.Second, pending: map[changeKey]bool{}, broken: map[cache.SharedIndexInformer]string{}}
 }
 
 // Subscribe has f called with every change, after the Mapper's cache was
@@ -95,10 +109,23 @@ func (w *Watcher) Run(ctx context.Context) {
 	var synced []cache.InformerSynced
 	for _, gvr := range []schema.GroupVersionResource{crdGVR, apiServiceGVR} {
 		informer := factory.ForResource(gvr).Informer()
+		keyOf := func(obj any) changeKey {
+			m := objectMeta(obj)
+			if m == nil {
+				return changeKey{}
+			}
+			// A CRD is named RESOURCE.GROUP; an APIService VERSION.GROUP,
+			// and serves any kind of its group.
+			first, group, _ := strings.Cut(m.Name, ".")
+			if gvr == crdGVR {
+				return changeKey{group, first}
+			}
+			return changeKey{group: group}
+		}
 		_, _ = informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc: func(obj any, initial bool) {
 				if !initial {
-					w.changed(groupOf(obj), true)
+					w.changed(keyOf(obj), true)
 				}
 			},
 			UpdateFunc: func(old, obj any) {
@@ -109,9 +136,9 @@ func (w *Watcher) Run(ctx context.Context) {
 				// A CRD deleted and created again while the watch was
 				// down comes back from the relist as an update, with a
 				// new UID and maybe the same generation.
-				w.changed(groupOf(obj), o.Generation != n.Generation || o.UID != n.UID)
+				w.changed(keyOf(obj), o.Generation != n.Generation || o.UID != n.UID)
 			},
-			DeleteFunc: func(obj any) { w.changed(groupOf(obj), true) },
+			DeleteFunc: func(obj any) { w.changed(keyOf(obj), true) },
 		})
 		logged := false
 		// A watch that fails after the first list needs no announcement
@@ -154,7 +181,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		unlisted := w.unlisted
 		w.mu.Unlock()
 		if unlisted {
-			w.changed(allGroups, true)
+			w.changed(changeKey{group: allGroups}, true)
 		}
 	}
 	<-ctx.Done()
@@ -177,7 +204,7 @@ func (w *Watcher) refreshUnwatched(ctx context.Context) {
 			return
 		case <-ticker.C:
 			if !w.watching() {
-				w.changed(allGroups, true)
+				w.changed(changeKey{group: allGroups}, true)
 			}
 		}
 	}
@@ -205,12 +232,12 @@ func (w *Watcher) watching() bool {
 	return len(w.informers) > 0
 }
 
-// changed records a change of group and announces it, with the others,
-// once none came for the settle time.
-func (w *Watcher) changed(group string, spec bool) {
+// changed records a change and announces it, with the others, once none
+// came for the settle time.
+func (w *Watcher) changed(key changeKey, spec bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.pending[group] = w.pending[group] || spec
+	w.pending[key] = w.pending[key] || spec
 	if w.timer != nil {
 		w.timer.Stop()
 	}
@@ -220,18 +247,26 @@ func (w *Watcher) changed(group string, spec bool) {
 func (w *Watcher) announce() {
 	w.mu.Lock()
 	pending := w.pending
-	w.pending = map[string]bool{}
+	w.pending = map[changeKey]bool{}
 	subs := slices.Clone(w.subs)
 	w.mu.Unlock()
 	// A kind that was just added may take discovery a moment to serve:
 	// misses reset the cache for a while (see Mapper.changed).
-	groups := slices.Sorted(maps.Keys(pending))
+	keys := slices.SortedFunc(maps.Keys(pending), func(a, b changeKey) int {
+		return cmp.Or(strings.Compare(a.group, b.group), strings.Compare(a.resource, b.resource))
+	})
+	var groups []string
+	for _, k := range keys {
+		if !slices.Contains(groups, k.group) {
+			groups = append(groups, k.group)
+		}
+	}
 	w.mapper.changed(groups)
-	for _, group := range groups {
+	for _, k := range keys {
 		for _, f := range subs {
-			c := Change{Group: group, Spec: pending[group]}
-			if group == allGroups {
-				c = Change{All: true, Spec: pending[group]}
+			c := Change{Group: k.group, Resource: k.resource, Spec: pending[k]}
+			if k.group == allGroups {
+				c = Change{All: true, Spec: pending[k]}
 			}
 			f(c)
 		}
@@ -246,15 +281,4 @@ func objectMeta(obj any) *metav1.ObjectMeta {
 		return &o.ObjectMeta
 	}
 	return nil
-}
-
-// groupOf returns the group of a CRD (named plural.group) or an APIService
-// (named version.group; "v1." for the core group), from its name.
-func groupOf(obj any) string {
-	m := objectMeta(obj)
-	if m == nil {
-		return ""
-	}
-	_, group, _ := strings.Cut(m.Name, ".")
-	return group
 }

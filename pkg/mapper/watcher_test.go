@@ -115,7 +115,7 @@ func TestWatcherKeepsTheMapperTrue(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if c := got.take(); !slices.Equal(c, []Change{{Group: "later.example.com", Spec: true}}) {
+		if c := got.take(); !slices.Equal(c, []Change{{Group: "later.example.com", Resource: "squids", Spec: true}}) {
 			t.Errorf("changes = %+v, want one spec change of later.example.com", c)
 		}
 		if got, err := m.ResourceFor(squid); err != nil || got.Resource != "squids" {
@@ -152,7 +152,7 @@ func TestWatcherKeepsTheMapperTrue(t *testing.T) {
 			}
 			return 1
 		})
-		if !slices.Equal(c, []Change{{Group: "example.com", Spec: true}, {Group: "later.example.com", Spec: true}}) {
+		if !slices.Equal(c, []Change{{Group: "example.com", Resource: "octopodes", Spec: true}, {Group: "later.example.com", Resource: "squids", Spec: true}}) {
 			t.Errorf("changes = %+v, want spec changes of example.com and later.example.com, once each", c)
 		}
 
@@ -166,7 +166,7 @@ func TestWatcherKeepsTheMapperTrue(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if c := got.take(); !slices.Equal(c, []Change{{Group: "example.com", Spec: true}}) {
+		if c := got.take(); !slices.Equal(c, []Change{{Group: "example.com", Resource: "octopodes", Spec: true}}) {
 			t.Errorf("changes = %+v, want a spec change of example.com", c)
 		}
 		cancel()

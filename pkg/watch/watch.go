@@ -291,11 +291,16 @@ func (m *Manager) stopLocked(inf *Informer) {
 // the group changed, what they cache was decoded under its old schema.
 // Informers over the dynamic client (without Config.REST) are left as
 // they are. The handlers get every object again (see Config.ResyncPeriod).
-func (m *Manager) Relist(group string) {
+func (m *Manager) Relist(group string) { m.RelistResource(group, "") }
+
+// RelistResource is Relist of one resource of the group (its plural, as a
+// CustomResourceDefinition names it), in every version; of every
+// resource of the group when resource is "".
+func (m *Manager) RelistResource(group, resource string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for key, inf := range m.informers {
-		if key.GVR.Group == group && inf.lw != nil {
+		if key.GVR.Group == group && (resource == "" || key.GVR.Resource == resource) && inf.lw != nil {
 			inf.lw.Relist()
 		}
 	}
