@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +22,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/openapi/openapitest"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/pkg/controller"
@@ -737,7 +739,8 @@ func TestSetDirectoryEmptied(t *testing.T) {
 // runs, and its status says so: Accepted=True, Ready "the rule runs",
 // not a previous version that never was.
 func TestStatusConflictResolved(t *testing.T) {
-	ctx := context.Background()
+	var logged []string
+	ctx := klog.NewContext(context.Background(), funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{}))
 	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
 		Progress: progress{Running: true, Synced: true}, Apply: func([]*rules.Rule) {}})
 	if err != nil {
@@ -769,6 +772,17 @@ func TestStatusConflictResolved(t *testing.T) {
 	}
 	if acc, ready := conditions("second"); acc["status"] != "False" || !strings.Contains(fmt.Sprint(acc["message"]), `rule "first"`) || ready["status"] != "False" {
 		t.Errorf("the conflicting rule: Accepted = %v, Ready = %v; want both False, naming rule first", acc, ready)
+	}
+	// The log says it once, not at every recompute while it lasts.
+	s.recompute(ctx)
+	var conflicts []string
+	for _, l := range logged {
+		if strings.Contains(l, "conflicts with another rule") {
+			conflicts = append(conflicts, l)
+		}
+	}
+	if len(conflicts) != 1 || !strings.Contains(conflicts[0], `"rule"="second"`) || !strings.Contains(conflicts[0], `rule \"first\"`) {
+		t.Errorf("logged %q, want one line naming rule second and the rule it conflicts with", conflicts)
 	}
 
 	if !s.observe(ctx, first, true) {

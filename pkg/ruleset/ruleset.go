@@ -158,6 +158,9 @@ type object struct {
 	// next to the other rules (rules.CheckSet), as the last recompute
 	// found; nil once it runs.
 	conflict error
+	// loggedConflict is the conflict last logged: each is logged once,
+	// not at every recompute while it lasts.
+	loggedConflict string
 	// typeErr is why its running version does not start: it does not
 	// fit its parent kind's schema (see Set.Admit); nil otherwise.
 	typeErr error
@@ -861,6 +864,15 @@ func (s *Set) recompute(ctx context.Context) {
 		}
 		if o := s.objects[bad]; o != nil && !fromFile[bad] {
 			o.conflict = errors.New(strings.TrimPrefix(errs[0].Error(), errs[0].Pos.String()+": "))
+			// Its status says so too; the log says it once.
+			if msg := o.conflict.Error(); msg != o.loggedConflict {
+				o.loggedConflict = msg
+				if instead != nil {
+					klog.FromContext(ctx).Error(o.conflict, "Rule object conflicts with another rule; its previous version keeps running", "rule", bad)
+				} else {
+					klog.FromContext(ctx).Error(o.conflict, "Rule object conflicts with another rule; it does not run", "rule", bad)
+				}
+			}
 		} else if instead != nil {
 			klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; its previous version keeps running", "rule", bad)
 		} else {
@@ -883,6 +895,9 @@ func (s *Set) recompute(ctx context.Context) {
 	}
 	s.applied, s.fromFile = next, fromFile
 	for name, o := range s.objects {
+		if o.conflict == nil {
+			o.loggedConflict = "" // logged again if it comes back
+		}
 		for r := range o.versions {
 			if r != o.rule && r != next[name] && r != o.recorded {
 				delete(o.versions, r)
