@@ -628,12 +628,18 @@ func (c *Controller) conflictEnded(key Key) {
 // reconcileKey reconciles one parent, turning a panic into an error.
 func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcile.Result, err error) {
 	start := time.Now()
+	// A key of a rule that cannot reconcile yet is no reconcile: counted
+	// as a success, it made the reconcile metrics of a rule that could
+	// not list a kind show nothing but successes (a live audit).
+	counted := true
 	defer func() {
 		if p := recover(); p != nil {
 			c.metrics.panickedIn(key.Rule)
 			err = fmt.Errorf("panic reconciling %s: %v\n%s", key, p, debug.Stack())
 		}
-		c.metrics.reconciled(key.Rule, start, result, err)
+		if counted || err != nil {
+			c.metrics.reconciled(key.Rule, start, result, err)
+		}
 	}()
 	c.mu.Lock()
 	rs, ok := c.rules[key.Rule]
@@ -653,6 +659,7 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 		// children would look missing): the rule's start queues every
 		// parent once its caches have synced. A rule that waits still
 		// finalizes its deleted parents (waiting.go).
+		counted = false
 		if ok {
 			return reconcile.Result{}, c.finalizeWaiting(ctx, key, rs)
 		}

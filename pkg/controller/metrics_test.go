@@ -10,19 +10,25 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	clientmetrics "k8s.io/client-go/tools/metrics"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"kgen.dev/kgen/internal/golden"
 	"kgen.dev/kgen/pkg/reconcile"
+	"kgen.dev/kgen/rules"
 )
 
 func TestRequestVerb(t *testing.T) {
@@ -237,4 +243,29 @@ func TestWorkersAndRemovedRules(t *testing.T) {
 	if seen["b"] != 11 {
 		t.Errorf("rule b has %d series, want 11", seen["b"])
 	}
+}
+
+// A key of a rule whose caches have not synced (it may not list a child
+// kind) is not reconciled, and not counted as a reconcile: a live audit
+// saw a rule that could not run show 20 successful reconciles.
+func TestUnsyncedRuleCountsNoReconcile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client, m := fakeCluster(gadgetWith("g1", false, false))
+		client.PrependReactor("list", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(cmResource.GroupResource(), "", errors.New("no RBAC"))
+		})
+		metrics := NewMetrics(prometheus.NewRegistry())
+		c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Metrics: metrics})
+		ctx := activateRule(t, c)
+		synctest.Wait()
+		if s, _ := c.State("r"); s.Synced {
+			t.Fatal("the rule synced without listing its child kind")
+		}
+		if _, err := c.reconcileKey(ctx, Key{Rule: "r", Namespace: "ns", Name: "g1"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := reconcilesOf(metrics); n != 0 {
+			t.Errorf("%d reconciles counted for a rule that cannot reconcile, want 0", n)
+		}
+	})
 }
