@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -1316,4 +1317,93 @@ func TestLanguageExamplesFitPublishedSchemas(t *testing.T) {
 	if checked == 0 {
 		t.Error("no child of the examples was checked against a published schema")
 	}
+}
+
+// Scenario (contract §6 "Failures are visible", §8 typed expressions,
+// through a change of a CRD while kgen is stopped; a live audit): a rule
+// reads parent.spec.num; while kgen is stopped the CRD loses the field,
+// and a parent changes. The restarted kgen runs the rule that ran before,
+// as it keeps running a rule through such a change while it runs: the
+// parent says its render fails (InvalidSpec, naming the field), and once
+// the CRD has the field again it converges. Before, the rule did not
+// start, and the parent kept Ready=True of its old generation.
+func TestLanguageCRDChangedWhileStopped(t *testing.T) {
+	const group = "stoppedcrd.example.com"
+	ns := newNamespace(t)
+	withNum := func(num bool) *apiextensionsv1.JSONSchemaProps {
+		spec := map[string]apiextensionsv1.JSONSchemaProps{"x": {Type: "string"}}
+		if num {
+			spec["num"] = apiextensionsv1.JSONSchemaProps{Type: "integer"}
+		}
+		return &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"spec":   {Type: "object", Properties: spec},
+			"status": {Type: "object", XPreserveUnknownFields: new(true)},
+		}}
+	}
+	gvr := createCRD(t, crdOf(group, "Gadget", "gadgets", apiextensionsv1.NamespaceScoped, withNum(true)))
+	setSchema := func(num bool) {
+		t.Helper()
+		crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+		eventually(t, 30*time.Second, func() (bool, error) {
+			crd, err := crds.Get(t.Context(), "gadgets."+group, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			crd.Spec.Versions[0].Schema.OpenAPIV3Schema = withNum(num)
+			_, err = crds.Update(t.Context(), crd, metav1.UpdateOptions{})
+			return err == nil, err
+		}, "the CRD to be updated")
+	}
+	file := languageRule(t, "stopped-crd", group, []string{ns}, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data:
+        n: ${string(parent.spec.num + 1)}
+        x: ${parent.spec.x}
+`)
+	first := startKgen(t, "kgen-stopped-crd", "--rules", file, "--rule-objects=false")
+	create(t, gvr, gadget(group, ns, "g", map[string]any{"x": "a", "num": int64(1)}))
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
+		if d := o.Object["data"]; fmt.Sprint(d) != "map[n:2 x:a]" {
+			return fmt.Errorf("data %v", d)
+		}
+		return nil
+	})
+	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+	first.stop()
+
+	setSchema(false)
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"x": "b"}})
+	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := startKgen(t, "kgen-stopped-crd", "--rules", file, "--rule-objects=false")
+	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, "num")
+	if log := second.output.String(); !strings.Contains(log, "it keeps running") {
+		t.Errorf("the log does not say the rule keeps running although it no longer fits its CRD:\n%s", tailOf(log, 3000))
+	}
+
+	// The field back, and set: the parent converges.
+	setSchema(true)
+	patch, _ = json.Marshal(map[string]any{"spec": map[string]any{"num": int64(5)}})
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			return false, err
+		}
+		o := get(t, gvr, ns, "g")
+		n, _, _ := unstructured.NestedInt64(o.Object, "spec", "num")
+		return n == 5, fmt.Errorf("spec.num = %d", n)
+	}, "the parent to keep spec.num")
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
+		if d := o.Object["data"]; fmt.Sprint(d) != "map[n:6 x:b]" {
+			return fmt.Errorf("data %v", d)
+		}
+		return nil
+	})
+	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
 }

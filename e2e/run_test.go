@@ -168,6 +168,12 @@ func (p *kgenProcess) kill() {
 	<-p.done
 }
 
+// stop ends the process as a pod's deletion does (SIGTERM), and waits.
+func (p *kgenProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+}
+
 func httpGet(url string) (int, string, error) {
 	resp, err := http.Get(url)
 	if err != nil {

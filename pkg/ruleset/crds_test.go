@@ -945,3 +945,66 @@ func TestCRDsPrepareRefusesTypeChange(t *testing.T) {
 		})
 	}
 }
+
+// A version that ran before starts although it no longer fits its kinds'
+// schemas (a CRD changed while kgen was stopped), reported as a running
+// rule is after such a change: a file rule kgen's record knows, a Rule
+// object whose status records this version as running. One that never
+// ran still waits (a live audit: a restarted kgen left the parents of
+// such a rule unreconciled, Ready=True of their old generation).
+func TestAdmitWhatRanBefore(t *testing.T) {
+	ctx := context.Background()
+	ran := map[string]bool{"known": true}
+	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs:      &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
+		RanBefore: func(_ context.Context, rule string) bool { return ran[rule] },
+		Apply:     func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.loaded.Store(true)
+	var te *TypeError
+	if err := s.Admit(ctx, appRule(t, "new", "parent.spec.imgae")); !errors.As(err, &te) {
+		t.Errorf("Admit() = %v for a file rule that never ran, want a TypeError", err)
+	}
+	known := appRule(t, "known", "parent.spec.imgae")
+	if err := s.Admit(ctx, known); err != nil {
+		t.Errorf("Admit() = %v for a file rule that ran before, want it to start", err)
+	}
+	if err := s.fileTypeErrs[known]; err == nil || !strings.Contains(err.Error(), "the rule keeps running") {
+		t.Errorf("its reported error = %v, want one that says it keeps running", err)
+	}
+
+	object := func(name string, running bool) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(ruleDoc(name, "parent.spec.imgae")), &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetUID(types.UID("u-" + name))
+		obj.SetGeneration(3)
+		if running {
+			_ = unstructured.SetNestedField(obj.Object, int64(3), "status", "running", "generation")
+		}
+		return obj
+	}
+	s.cfg.CRDs.Resources = served{} // taken as the CRD is not served, checked when it starts
+	for _, o := range []*unstructured.Unstructured{object("ran", true), object("never", false)} {
+		if !s.observe(ctx, o, false) {
+			t.Fatalf("Rule object %s was not taken", o.GetName())
+		}
+	}
+	s.recompute(ctx)
+	s.cfg.CRDs.Resources = serveApps
+	if err := s.Admit(ctx, s.objects["never"].rule); !errors.As(err, &te) {
+		t.Errorf("Admit() = %v for a Rule object that never ran, want a TypeError", err)
+	}
+	if err := s.Admit(ctx, s.objects["ran"].rule); err != nil {
+		t.Errorf("Admit() = %v for a Rule object whose status records it running, want it to start", err)
+	}
+	s.mu.Lock()
+	acc := s.statusLocked("ran", s.objects["ran"])["conditions"].([]any)[0].(map[string]any)
+	s.mu.Unlock()
+	if acc["status"] != "False" || !strings.Contains(fmt.Sprint(acc["message"]), "keeps running") {
+		t.Errorf("Accepted = %v, want False, saying the rule keeps running", acc)
+	}
+}

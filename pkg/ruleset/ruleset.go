@@ -105,6 +105,11 @@ type Config struct {
 	// kind's CRD: a new version that does not fit is not applied, and
 	// Admit keeps a rule that does not fit from starting.
 	CRDs *CRDs
+	// RanBefore, when set, says whether a rule of this name ran before
+	// (kgen's record of it; controller.Controller.RanBefore): Admit then
+	// lets a file rule that no longer fits its kinds' schemas start, as a
+	// running rule keeps running through such a CRD change.
+	RanBefore func(ctx context.Context, rule string) bool
 }
 
 // Set is the set of rules a kgen serves. Create it with New, which reads the
@@ -695,8 +700,37 @@ func (s *Set) checkTypes(ctx context.Context, rule *rules.Rule) error {
 // Accepted False, reason Invalid, with the field path in the Rule and the
 // expression. It is asked again at every try to start the rule, so a fixed
 // CRD or rule lets it start.
+//
+// A version that ran before (a Rule object's status records it as the one
+// that runs; a file rule whose name kgen's record holds) starts all the
+// same, reported as Recheck reports it: one of its CRDs changed while kgen
+// was stopped, or while its kind was not served, and had kgen run through
+// the change the rule would have kept running. Not starting it left its
+// parents unreconciled, their Ready condition as it was before the change
+// (a live audit). A file rule edited while kgen was stopped into a version
+// that does not fit starts too: nothing tells it from the version that ran.
 func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
-	return s.check(ctx, rule, false)
+	ran := s.ranBefore(ctx, rule)
+	err := s.check(ctx, rule, ran)
+	if te := (*TypeError)(nil); ran && errors.As(err, &te) {
+		return nil // reported; it runs
+	}
+	return err
+}
+
+// ranBefore tells whether this version of a rule ran before kgen (or the
+// rule) started: see Admit.
+func (s *Set) ranBefore(ctx context.Context, rule *rules.Rule) bool {
+	s.mu.Lock()
+	o := s.objects[rule.Name]
+	fromFile := s.fromFile[rule.Name]
+	if o != nil && !fromFile {
+		ran := o.recorded == rule || o.restored == rule || o.rule == rule && runsRecorded(o)
+		s.mu.Unlock()
+		return ran
+	}
+	s.mu.Unlock()
+	return s.cfg.RanBefore != nil && s.cfg.RanBefore(ctx, rule.Name)
 }
 
 // Recheck checks a running rule again against the schemas of its kinds,
