@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -208,7 +209,7 @@ func TestChangeReleasedParentsChildrenStay(t *testing.T) {
       metadata:
         name: ${parent.metadata.name}-sa
 `
-	startKgen(t, "kgen-released")
+	p := startKgen(t, "kgen-released")
 	applyRule(t, gadgetRuleDoc("first-d", group, "Gadget", d, saChild))
 	applyRule(t, gadgetRuleDoc("first-e", group, "Gadget", e, saChild))
 	// A rule of another parent kind that watches ServiceAccounts in team e.
@@ -227,8 +228,16 @@ func TestChangeReleasedParentsChildrenStay(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRuleStatus(t, "first-d", readyIs("True", "Running"))
-	waitGone(t, ruleGVR, "", "first-e")
-	time.Sleep(2 * time.Second) // kgen hears of the deletion at watch speed
+	// kgen has removed first-e before second-e comes: a rule that takes
+	// the parents over in the same change is a rename, and prunes.
+	eventually(t, 30*time.Second, func() (bool, error) {
+		for _, line := range strings.Split(p.output.String(), "\n") {
+			if strings.Contains(line, `"Rule removed"`) && strings.Contains(line, `rule="first-e"`) {
+				return true, nil
+			}
+		}
+		return false, errors.New("not logged yet")
+	}, "kgen to remove rule first-e")
 
 	// A new rule selects the Gadgets, with a ConfigMap.
 	for _, ns := range []string{d, e} {

@@ -865,6 +865,7 @@ func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Uns
 	own := rs.childRegistrationsLocked()
 	var others []*watch.Registration
 	movedFrom := map[string]bool{}
+	movedFrom[rule] = true // its own, in a cache of another rule's only
 	for name, other := range c.rules {
 		if other == rs {
 			continue
@@ -1929,6 +1930,22 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 			c.rules[name] = newRuleState(r)
 			c.metrics.addRule(name, c.cfg.Workers)
 		}
+		delete(c.record.letGo, name) // loaded again: its own, not inherited
+	}
+	// The parent scopes of a removed rule that no rule covers now: kgen
+	// lets those parents go (see recordState.letGo).
+	for name := range c.record.parents {
+		if _, ok := next[name]; ok {
+			continue
+		}
+		for _, s := range c.record.parents[name] {
+			if !c.coveredLocked(s) && !slices.Contains(c.record.letGo[name], s) {
+				if c.record.letGo == nil {
+					c.record.letGo = map[string][]ChildScope{}
+				}
+				c.record.letGo[name] = append(c.record.letGo[name], s)
+			}
+		}
 	}
 	c.mu.Unlock()
 	select {
@@ -1986,17 +2003,18 @@ func (c *Controller) startPending(ctx context.Context, waiting map[*rules.Rule]s
 // KindsChanged is told that the kinds of an API group may have changed: a
 // CustomResourceDefinition or APIService was added, changed or removed (see
 // mapper.Watcher). Waiting rules are tried again at once. When a definition
-// changed, what is known of the group's schemas is dropped, the running
-// rules whose parent kind is of the group read its mapping again (see
-// refreshParents), the informers of the group's kinds list again (the
-// server decodes objects under the new schema, and a resumed watch would
-// not send the unchanged ones again), the parents of the running rules
-// that use a kind of the group are reconciled again under the new
-// schemas, and those rules are checked against them again
-// (Config.Recheck); a change of unknown
-// groups (the first list of a watch that could not list at first) drops
-// every schema, reads every parent mapping again and checks every running
-// rule, but reconciles nothing. It does not block: what reads discovery
+// changed, what is known of the group's schemas is dropped, and for the
+// CRD's kind (every kind of the group, for an APIService): the running
+// rules whose parent kind it is read its mapping again (see
+// refreshParents), its informers list again (the server decodes objects
+// under the new schema, and a resumed watch would not send the unchanged
+// ones again), the parents of the running rules that use it are
+// reconciled again under the new schemas, and those rules are checked
+// against them again (Config.Recheck); rules that use only other kinds of
+// the group are left alone. A change of unknown groups (the first list of
+// a watch that could not list at first) drops every schema, reads every
+// parent mapping again and checks every running rule, but reconciles
+// nothing. It does not block: what reads discovery
 // runs on its own goroutine.
 func (c *Controller) KindsChanged(ch mapper.Change) {
 	c.kindsChanges.Add(1)

@@ -141,7 +141,8 @@ func testChildrenOfMovedParent(t *testing.T) {
 // let its parents go, and their children stay (contract §7). A live audit:
 // a new rule deleted a removed rule's ServiceAccounts in the one namespace
 // where another rule happened to watch ServiceAccounts, and left them in
-// the others. A child whose rule label someone took off is seen, as before.
+// the others. A child whose rule label someone took off is seen, as before,
+// and so is one of the rule's own in another rule's cache only.
 func TestChildrenOfAReleasedParent(t *testing.T) { synctest.Test(t, testChildrenOfAReleasedParent) }
 
 func testChildrenOfAReleasedParent(t *testing.T) {
@@ -153,13 +154,15 @@ func testChildrenOfAReleasedParent(t *testing.T) {
 		}
 		return o
 	}
-	c := startMoveRules(t, parent, child("moved", "c1", "a"), child("removed", "c2", "gone"), child("unlabelled", "c3", ""))
+	c := startMoveRules(t, parent, child("moved", "c1", "a"), child("removed", "c2", "gone"), child("unlabelled", "c3", ""),
+		child("own", "c4", "b")) // b's own, of a kind only a watches now
+
 	var got []string
 	for _, o := range c.Children("b", "p1") {
 		got = append(got, o.GetName())
 	}
 	slices.Sort(got)
-	if want := []string{"moved", "unlabelled"}; !slices.Equal(got, want) {
+	if want := []string{"moved", "own", "unlabelled"}; !slices.Equal(got, want) {
 		t.Errorf("children of the parent for rule b = %v, want %v: not the removed rule's", got, want)
 	}
 	// Rule a's own caches show it every child of the parent.
@@ -168,7 +171,7 @@ func testChildrenOfAReleasedParent(t *testing.T) {
 		got = append(got, o.GetName())
 	}
 	slices.Sort(got)
-	if want := []string{"moved", "removed", "unlabelled"}; !slices.Equal(got, want) {
+	if want := []string{"moved", "own", "removed", "unlabelled"}; !slices.Equal(got, want) {
 		t.Errorf("children of the parent for rule a = %v, want %v", got, want)
 	}
 }

@@ -570,3 +570,43 @@ func testPruneOnlyScopeOfNarrowedRule(t *testing.T) {
 		t.Errorf("record = %v, want the rule's namespace alone", got)
 	}
 }
+
+// A removed rule's child kinds are inherited by a rule that takes its
+// parents over in the same edit (a rename), not by one that selects them
+// after kgen let them go: a removed rule's children stay (contract §7),
+// also before the sweep drops its parent scopes from the record (a
+// review: a new Rule created moments after the old one was deleted
+// inherited, and pruned, what the old one made).
+func TestLetGoParentsAreNotInherited(t *testing.T) {
+	gadgetsInNS := ChildScope{GroupVersionKind: gadgetKind, Namespace: "ns"}
+	old := gadgetRule(t, configChild)
+	old.Name = "old"
+	inherited := func(steps ...[]*rules.Rule) []ChildScope {
+		rec := &memRecord{
+			scopes:  map[string][]ChildScope{"old": {{GroupVersionKind: deployments, Namespace: "ns"}}},
+			parents: map[string][]ChildScope{"old": {gadgetsInNS}},
+		}
+		c := New(Config{Rules: []*rules.Rule{old}, Record: rec, Recorder: record.NewFakeRecorder(10)})
+		if err := c.loadRecord(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range steps {
+			c.SetRules(set)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		rs := c.rules["r"]
+		rs.parentScopes = []ChildScope{gadgetsInNS} // as once it runs
+		return c.inheritedLocked(rs)
+	}
+	r := gadgetRule(t, deployChild)
+	if got := inherited([]*rules.Rule{r}); len(got) != 1 {
+		t.Errorf("renamed in one edit: inherited %v, want the old rule's Deployments", got)
+	}
+	if got := inherited(nil, []*rules.Rule{r}); len(got) != 0 {
+		t.Errorf("removed, then another rule: inherited %v, want nothing: kgen let the parents go", got)
+	}
+	if got := inherited(nil, []*rules.Rule{old}, []*rules.Rule{r}); len(got) != 1 {
+		t.Errorf("removed, added back, then renamed: inherited %v, want the old rule's Deployments", got)
+	}
+}

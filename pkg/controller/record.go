@@ -505,6 +505,14 @@ type recordState struct {
 	// be tried again; sweeping is set while a sweep runs.
 	sweeps   map[ChildScope]sweepRetry
 	sweeping bool
+	// letGo are the parent scopes, by rule, that this process saw the
+	// rule leave while no other rule covered them: kgen let those parents
+	// go, with their children (contract §7), so a rule that selects them
+	// later does not inherit the rule's child kinds (inheritedLocked),
+	// even before the sweep drops the scopes from the record. A scope a
+	// rule leaves to another that covers it at once (a rename in one
+	// edit) is not let go: the other rule takes over, as after a restart.
+	letGo map[string][]ChildScope
 }
 
 // recordLogEvery bounds how often a failing read or write of the record is
@@ -608,7 +616,8 @@ func settle(rs *ruleState, s ChildScope) {
 // inheritedLocked returns the child scopes recorded for rules that are no
 // longer loaded and that watched parents where this rule now does: a rule
 // renamed (or replaced by another of its parents' kind) while kgen was
-// stopped. Their children are this rule's parents' now, and a kind that
+// stopped, or in one edit; not where this process let the parents go
+// (recordState.letGo). Their children are this rule's parents' now, and a kind that
 // left the rule with the rename is pruned like one that left it under its
 // own name. The caller holds Controller.mu.
 func (c *Controller) inheritedLocked(rs *ruleState) []ChildScope {
@@ -618,6 +627,9 @@ func (c *Controller) inheritedLocked(rs *ruleState) []ChildScope {
 			continue
 		}
 		overlaps := slices.ContainsFunc(c.record.parents[rule], func(old ChildScope) bool {
+			if slices.Contains(c.record.letGo[rule], old) {
+				return false
+			}
 			return slices.ContainsFunc(rs.parentScopes, func(now ChildScope) bool { return now.covers(old) || old.covers(now) })
 		})
 		if overlaps {
