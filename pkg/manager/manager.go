@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -567,8 +568,10 @@ const (
 	// status reports them: a replica that may not list a kind of the rule
 	// keeps its parents waiting, and nothing else would say so.
 	annotationNotReady = "kgen.dev/not-ready"
-	// maxPublishedMessage bounds each message in annotationNotReady.
+	// maxPublishedMessage bounds each message in annotationNotReady, and
+	// maxNotReadyBytes the whole annotation (see notReadyAnnotation).
 	maxPublishedMessage = 1024
+	maxNotReadyBytes    = 32 << 10
 )
 
 // publishCounts returns what a shard publishes on its Lease: its parent
@@ -588,16 +591,43 @@ func (m *Manager) publishCounts() map[string]string {
 				counts[r.Name] = [2]int{st.Parents, st.ReadyParents}
 			}
 			if reason, msg := ruleset.NotReady(st); reason != "" {
-				if len(msg) > maxPublishedMessage { // a Lease's annotations hold 256 KiB in all
-					msg = strings.ToValidUTF8(msg[:maxPublishedMessage], "") + "…"
-				}
 				notReady[r.Name] = [2]string{reason, msg}
 			}
 		}
 	}
 	c, _ := json.Marshal(counts)
-	n, _ := json.Marshal(notReady)
-	return map[string]string{annotationParents: string(c), annotationNotReady: string(n)}
+	return map[string]string{annotationParents: string(c), annotationNotReady: notReadyAnnotation(notReady)}
+}
+
+// notReadyAnnotation returns the JSON of annotationNotReady, within
+// maxNotReadyBytes: a Lease's annotations hold 256 KiB in all, and a
+// renewal the API server refuses loses the Lease. Each message is cut to
+// maxPublishedMessage; when that is still too much (hundreds of rules
+// waiting at once), the messages go and the reasons stay, and past that
+// the rules that do not fit are left out, in name order (each replica's
+// log says it all).
+func notReadyAnnotation(notReady map[string][2]string) string {
+	cut := map[string][2]string{}
+	for name, nr := range notReady {
+		if len(nr[1]) > maxPublishedMessage {
+			nr[1] = strings.ToValidUTF8(nr[1][:maxPublishedMessage], "") + "…"
+		}
+		cut[name] = nr
+	}
+	if b, _ := json.Marshal(cut); len(b) <= maxNotReadyBytes {
+		return string(b)
+	}
+	reasons := map[string][2]string{}
+	size := 2
+	for _, name := range slices.Sorted(maps.Keys(cut)) {
+		entry, _ := json.Marshal(map[string][2]string{name: {cut[name][0], ""}})
+		if size += len(entry) - 1; size > maxNotReadyBytes {
+			break
+		}
+		reasons[name] = [2]string{cut[name][0], ""}
+	}
+	b, _ := json.Marshal(reasons)
+	return string(b)
 }
 
 // writesRuleStatus says whether this shard writes a Rule object's status:

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -56,5 +57,33 @@ func TestEventSpamKeyPerReason(t *testing.T) {
 	}
 	if r.Skip {
 		t.Error("the first DeleteFailed event was held back by the Forbidden ones")
+	}
+}
+
+// The not-ready annotation a shard publishes on its Lease stays within
+// its budget, whatever the number of rules that wait: a Lease whose
+// annotations exceed 256 KiB is refused, and its shard loses it. Messages
+// are cut first, then dropped (reasons kept), then rules left out.
+func TestNotReadyAnnotationBounded(t *testing.T) {
+	long := strings.Repeat(`"quoted" <error> `, 200)
+	for _, n := range []int{1, 30, 3000, 30000} {
+		notReady := map[string][2]string{}
+		for i := range n {
+			notReady[fmt.Sprintf("rule-%05d", i)] = [2]string{"Forbidden", long}
+		}
+		out := notReadyAnnotation(notReady)
+		if len(out) > maxNotReadyBytes {
+			t.Errorf("%d rules: %d bytes, want at most %d", n, len(out), maxNotReadyBytes)
+		}
+		var back map[string][2]string
+		if err := json.Unmarshal([]byte(out), &back); err != nil {
+			t.Fatalf("%d rules: %v", n, err)
+		}
+		if back["rule-00000"][0] != "Forbidden" {
+			t.Errorf("%d rules: the first rule's reason is lost: %v", n, back["rule-00000"])
+		}
+		if n == 1 && !strings.HasPrefix(back["rule-00000"][1], `"quoted" <error>`) {
+			t.Errorf("one rule: its message is lost: %q", back["rule-00000"][1])
+		}
 	}
 }

@@ -163,9 +163,10 @@ type object struct {
 	// next to the other rules (rules.CheckSet), as the last recompute
 	// found; nil once it runs.
 	conflict error
-	// loggedConflict is the conflict last logged: each is logged once,
-	// not at every recompute while it lasts.
-	loggedConflict string
+	// loggedConflicts are the conflicts logged while it has one: each is
+	// logged once, not at every recompute while it lasts (a rejected new
+	// version and the previous version after it can each have one).
+	loggedConflicts map[string]bool
 	// typeErr is why its running version does not start: it does not
 	// fit its parent kind's schema (see Set.Admit); nil otherwise.
 	typeErr error
@@ -899,8 +900,11 @@ func (s *Set) recompute(ctx context.Context) {
 		if o := s.objects[bad]; o != nil && !fromFile[bad] {
 			o.conflict = errors.New(strings.TrimPrefix(errs[0].Error(), errs[0].Pos.String()+": "))
 			// Its status says so too; the log says it once.
-			if msg := o.conflict.Error(); msg != o.loggedConflict {
-				o.loggedConflict = msg
+			if msg := o.conflict.Error(); !o.loggedConflicts[msg] {
+				if o.loggedConflicts == nil {
+					o.loggedConflicts = map[string]bool{}
+				}
+				o.loggedConflicts[msg] = true
 				if instead != nil {
 					klog.FromContext(ctx).Error(o.conflict, "Rule object conflicts with another rule; its previous version keeps running", "rule", bad)
 				} else {
@@ -930,7 +934,7 @@ func (s *Set) recompute(ctx context.Context) {
 	s.applied, s.fromFile = next, fromFile
 	for name, o := range s.objects {
 		if o.conflict == nil {
-			o.loggedConflict = "" // logged again if it comes back
+			o.loggedConflicts = nil // logged again if it comes back
 		}
 		for r := range o.versions {
 			if r != o.rule && r != next[name] && r != o.recorded {
@@ -1161,13 +1165,24 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 			ready = condition(ConditionReady, false, reason, why, gen)
 		case len(st.Shards) > 0:
 			// It runs here, but not on every replica: the parents of
-			// the others wait.
+			// the others wait. The reason is the gravest of theirs.
 			var on []string
+			reason := ""
 			for _, sh := range st.Shards {
-				on = append(on, fmt.Sprintf("on shard %s (%s): %s", sh.Shard, sh.Reason, sh.Message))
+				why := sh.Message
+				if why == "" {
+					why = "its log says why" // cut to fit its Lease
+				}
+				on = append(on, fmt.Sprintf("on shard %s (%s): %s", sh.Shard, sh.Reason, why))
+				if reason == "" || gravity(sh.Reason) > gravity(reason) {
+					reason = sh.Reason
+				}
 			}
-			ready = condition(ConditionReady, false, st.Shards[0].Reason,
-				"the rule does not run on every replica, and the parents of those it does not run on wait: "+strings.Join(on, "; "), gen)
+			msg := "the rule does not run on every replica, and the parents of those it does not run on wait: " + strings.Join(on, "; ")
+			if st.RecordError != "" {
+				msg += "; and here kgen cannot use its record of child kinds: " + st.RecordError
+			}
+			ready = condition(ConditionReady, false, reason, msg, gen)
 		default:
 			ready = condition(ConditionReady, true, ReasonRunning, msg, gen)
 		}
@@ -1178,6 +1193,20 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		status["running"] = ran
 	}
 	return status
+}
+
+// gravity orders the reasons a replica gives for not running a rule:
+// the one that needs a person's grant first.
+func gravity(reason string) int {
+	switch reason {
+	case ReasonForbidden:
+		return 3
+	case ReasonKindNotServed:
+		return 2
+	case ReasonWaiting:
+		return 1
+	}
+	return 0
 }
 
 // NotReady returns the reason and message of a Ready condition False for

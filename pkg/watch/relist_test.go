@@ -307,17 +307,18 @@ func TestManagerRelist(t *testing.T) {
 			}
 
 			lists := srv.lists.Load()
-			m.Relist("other.example.com")
+			m.RelistResource("other.example.com", "")
+			m.RelistResource("example.com", "widgets")
 			time.Sleep(500 * time.Millisecond)
 			if n := srv.lists.Load(); n != lists {
-				t.Errorf("a relist of another group made %d lists", n-lists)
+				t.Errorf("a relist of another group, or of another resource of the group, made %d lists", n-lists)
 			}
 
 			// Two relists asked for at once make one list; the watch
 			// goes on until it starts.
 			srv.setDefault(8080)
-			m.Relist("example.com")
-			m.Relist("example.com")
+			m.RelistResource("example.com", "")
+			m.RelistResource("example.com", "")
 			srv.add("q")
 			waitUntil(t, "the handler to get q from the watch", func() bool { return got.get("q") != "" })
 			waitUntil(t, "the handler to get the default", func() bool { return got.get("p") == "map[port:8080]" })
@@ -332,7 +333,7 @@ func TestManagerRelist(t *testing.T) {
 			start := time.Now()
 			for port := 8081; port <= 8085; port++ {
 				srv.setDefault(port)
-				m.Relist("example.com")
+				m.RelistResource("example.com", "")
 				want := fmt.Sprintf("map[port:%d]", port)
 				waitUntil(t, "the handler to get "+want, func() bool { return got.get("p") == want })
 				if c := cached("p"); c != want {
@@ -349,7 +350,7 @@ func TestManagerRelist(t *testing.T) {
 			// An object that went while no event told of it is deleted
 			// by the relist, and its handler told.
 			srv.remove("q")
-			m.Relist("example.com")
+			m.RelistResource("example.com", "")
 			waitUntil(t, "the handler to be told q is gone", func() bool { return got.isDeleted("q") })
 			if u, _ := reg.Informer().Get("n", "q"); u != nil {
 				t.Errorf("the cache still holds q: %v", u)
@@ -366,7 +367,7 @@ func TestManagerRelist(t *testing.T) {
 			srv.refuseLists.Store(1)
 			srv.refuseWatches.Store(2)
 			srv.setDefault(9090)
-			m.Relist("example.com")
+			m.RelistResource("example.com", "")
 			waitUntil(t, "the handler to get the default after refusals", func() bool { return got.get("p") == "map[port:9090]" })
 			srv.add("s")
 			waitUntil(t, "the handler to get s from the watch after refusals", func() bool { return got.get("s") != "" })
@@ -408,7 +409,7 @@ func TestManagerRelist(t *testing.T) {
 			srv.rv++
 			srv.objects["u"] = srv.rv
 			srv.mu.Unlock()
-			m.Relist("example.com")
+			m.RelistResource("example.com", "")
 			waitUntil(t, "the cache to hold the new u", func() bool { return uid() != before && uid() != "" })
 			waitUntil(t, "the handler to be told of the new u", func() bool { return got.times("u") >= 3 })
 			if got.deletesOf("u") != 1 || got.isDeleted("u") {
@@ -474,7 +475,7 @@ func TestRelistDeleteIsACopy(t *testing.T) {
 		}
 	}()
 	srv.remove("p")
-	m.Relist("example.com")
+	m.RelistResource("example.com", "")
 	waitUntil(t, "the handler to be told p is gone", func() bool { return got.isDeleted("p") })
 	close(stop)
 	<-done
@@ -568,7 +569,7 @@ func TestRelistFallsBackToTheReflector(t *testing.T) {
 	srv.remove("p")
 	srv.setDefault(8080)
 	srv.refuseLists.Store(3)
-	m.Relist("example.com")
+	m.RelistResource("example.com", "")
 	waitUntil(t, "the handler to be told p is gone", func() bool { return got.isDeleted("p") })
 	waitUntil(t, "the handler to get the default", func() bool { return got.get("q") == "map[port:8080]" && got.get("r") == "map[port:8080]" })
 	if srv.reflectorLists.Load() == before {
@@ -582,7 +583,7 @@ func TestRelistFallsBackToTheReflector(t *testing.T) {
 
 	before = srv.reflectorLists.Load()
 	srv.remove("q")
-	m.Relist("example.com")
+	m.RelistResource("example.com", "")
 	waitUntil(t, "the handler to be told q is gone", func() bool { return got.isDeleted("q") })
 	if n := srv.reflectorLists.Load() - before; n != 0 {
 		t.Errorf("the reflector listed %d times, want the relist in the stream", n)

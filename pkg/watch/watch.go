@@ -286,16 +286,13 @@ func (m *Manager) stopLocked(inf *Informer) {
 	}
 }
 
-// Relist makes the running informers of an API group's resources list
-// them again (see listWatch.Relist): after a CustomResourceDefinition of
-// the group changed, what they cache was decoded under its old schema.
-// Informers over the dynamic client (without Config.REST) are left as
-// they are. The handlers get every object again (see Config.ResyncPeriod).
-func (m *Manager) Relist(group string) { m.RelistResource(group, "") }
-
-// RelistResource is Relist of one resource of the group (its plural, as a
-// CustomResourceDefinition names it), in every version; of every
-// resource of the group when resource is "".
+// RelistResource makes the running informers of a resource of an API group
+// (its plural, as a CustomResourceDefinition names it; every resource of
+// the group when "") list it again, in every version (see
+// listWatch.Relist): after a CustomResourceDefinition changed, what they
+// cache was decoded under its old schema. Informers over the dynamic
+// client (without Config.REST) are left as they are. The handlers get
+// every object again (see Config.ResyncPeriod).
 func (m *Manager) RelistResource(group, resource string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
