@@ -661,7 +661,9 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 		// finalizes its deleted parents (waiting.go).
 		counted = false
 		if ok {
-			return reconcile.Result{}, c.finalizeWaiting(ctx, key, rs)
+			// Finalizing a deleted parent is a reconcile; nothing else is.
+			counted, err = c.finalizeWaiting(ctx, key, rs)
+			return reconcile.Result{}, err
 		}
 		return reconcile.Result{}, nil
 	}

@@ -194,8 +194,9 @@ func (c *Controller) queueWaitingDeleted() {
 // finalizeWaiting finalizes a parent of a waiting rule that is being
 // deleted and carries kgen's finalizer: it deletes the children only the
 // finalizer guards, then removes it. A parent that is not being deleted,
-// or a rule that does not wait, is left alone.
-func (c *Controller) finalizeWaiting(ctx context.Context, key Key, rs *ruleState) error {
+// or a rule that does not wait, is left alone; finalizing says whether it
+// was one to finalize.
+func (c *Controller) finalizeWaiting(ctx context.Context, key Key, rs *ruleState) (finalizing bool, err error) {
 	c.mu.Lock()
 	regs, mapping := c.waitingParentRegsLocked(rs)
 	reg := regs[key.Namespace]
@@ -204,15 +205,15 @@ func (c *Controller) finalizeWaiting(ctx context.Context, key Key, rs *ruleState
 	}
 	c.mu.Unlock()
 	if reg == nil {
-		return nil
+		return false, nil
 	}
 	cached, err := reg.Informer().Get(key.Namespace, key.Name)
 	if err != nil || cached == nil {
-		return err
+		return false, err
 	}
 	parent := c.watches.Writes().Latest(cached)
 	if !beingFinalized(parent) {
-		return nil
+		return false, nil
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", key.Rule, "parent", klog.KObj(parent)))
 	// Where earlier versions of the rule made children is in the record,
@@ -220,7 +221,7 @@ func (c *Controller) finalizeWaiting(ctx context.Context, key Key, rs *ruleState
 	if err := c.loadRecord(ctx); err != nil {
 		// Without it, children an earlier version made would be missed
 		// and left behind once the finalizer goes: try again later.
-		return fmt.Errorf("finalize %s while rule %s waits: read the record of where rules made children: %w", klog.KObj(parent), rs.rule.Name, err)
+		return true, fmt.Errorf("finalize %s while rule %s waits: read the record of where rules made children: %w", klog.KObj(parent), rs.rule.Name, err)
 	}
 	children, err := c.listChildren(ctx, parent, c.guardedScopes(rs.rule, parent))
 	if apierrors.IsForbidden(err) {
@@ -229,16 +230,16 @@ func (c *Controller) finalizeWaiting(ctx context.Context, key Key, rs *ruleState
 		if c.cfg.Events != reconcile.EventsNone {
 			c.cfg.Recorder.Event(parent, corev1.EventTypeWarning, reconcile.ReasonForbidden, err.Error())
 		}
-		return err
+		return true, err
 	}
 	if err != nil {
-		return fmt.Errorf("finalize %s while rule %s waits: %w", klog.KObj(parent), rs.rule.Name, err)
+		return true, fmt.Errorf("finalize %s while rule %s waits: %w", klog.KObj(parent), rs.rule.Name, err)
 	}
 	if err := c.reconciler.Release(ctx, rs.rule, mapping, parent, children); err != nil {
-		return err
+		return true, err
 	}
 	klog.FromContext(ctx).Info("Finalized a deleted parent while its rule waits", "finalizer", reconcile.Finalizer, "children", len(children))
-	return nil
+	return true, nil
 }
 
 // guardedScopes returns where the children of a parent of a rule that only

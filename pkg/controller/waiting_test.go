@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -107,7 +109,8 @@ spec:
 		t.Fatal(err)
 	}
 	recorder := record.NewFakeRecorder(1000)
-	runController(t, New(Config{Rules: rs, Client: client, Mapper: m, Recorder: recorder, Workers: 1}))
+	metrics := NewMetrics(prometheus.NewRegistry())
+	runController(t, New(Config{Rules: rs, Client: client, Mapper: m, Recorder: recorder, Workers: 1, Metrics: metrics}))
 
 	finalizers := func(name string) []string {
 		obj, err := client.Tracker().Get(gadgets, "ns", name)
@@ -161,6 +164,11 @@ spec:
 	}
 	if !exists("alive-remote") {
 		t.Error("the child of the parent not being deleted was deleted")
+	}
+	// Finalizing is a reconcile, counted as one; the parent not being
+	// deleted is not reconciled while the rule waits, and not counted.
+	if n := testutil.ToFloat64(metrics.reconciles.WithLabelValues("r", resultSuccess)); n < 1 || n > 2 {
+		t.Errorf("reconcile_total{result=success} = %v, want the finalized parent's (1, or 2 while the cache still shows the finalizer)", n)
 	}
 }
 
