@@ -1319,16 +1319,19 @@ func TestLanguageExamplesFitPublishedSchemas(t *testing.T) {
 	}
 }
 
-// Scenario (contract §6 "Failures are visible", §8 typed expressions,
-// through a change of a CRD while kgen is stopped; a live audit): a rule
+// Scenario (contract §6 "Failures are visible", §7, §8 typed expressions,
+// through a change of a CRD while kgen is stopped; a live audit): a Rule
 // reads parent.spec.num; while kgen is stopped the CRD loses the field,
-// and a parent changes. The restarted kgen runs the rule that ran before,
-// as it keeps running a rule through such a change while it runs: the
-// parent says its render fails (InvalidSpec, naming the field), and once
-// the CRD has the field again it converges. Before, the rule did not
-// start, and the parent kept Ready=True of its old generation.
+// and a parent changes. The restarted kgen runs the version that ran
+// before (its status records it), as it keeps running a rule through such
+// a change while it runs: the parent says its render fails (InvalidSpec,
+// naming the field), the Rule says Accepted=False and that it keeps
+// running, and once the CRD has the field again the parent converges.
+// Before, the rule did not start, and the parent kept Ready=True of its
+// old generation.
 func TestLanguageCRDChangedWhileStopped(t *testing.T) {
 	const group = "stoppedcrd.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
 	ns := newNamespace(t)
 	withNum := func(num bool) *apiextensionsv1.JSONSchemaProps {
 		spec := map[string]apiextensionsv1.JSONSchemaProps{"x": {Type: "string"}}
@@ -1354,7 +1357,7 @@ func TestLanguageCRDChangedWhileStopped(t *testing.T) {
 			return err == nil, err
 		}, "the CRD to be updated")
 	}
-	file := languageRule(t, "stopped-crd", group, []string{ns}, `  children:
+	applyRule(t, languageRuleText("stopped-crd", group, []string{ns}, `  children:
   - id: config
     template:
       apiVersion: v1
@@ -1362,18 +1365,24 @@ func TestLanguageCRDChangedWhileStopped(t *testing.T) {
       metadata:
         name: ${parent.metadata.name}
       data:
-        n: ${string(parent.spec.num + 1)}
+        next: ${string(parent.spec.num + 1)}
         x: ${parent.spec.x}
-`)
-	first := startKgen(t, "kgen-stopped-crd", "--rules", file, "--rule-objects=false")
+`))
+	first := startKgen(t, "kgen-stopped-crd")
 	create(t, gvr, gadget(group, ns, "g", map[string]any{"x": "a", "num": int64(1)}))
 	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
-		if d := o.Object["data"]; fmt.Sprint(d) != "map[n:2 x:a]" {
+		if d := o.Object["data"]; fmt.Sprint(d) != "map[next:2 x:a]" {
 			return fmt.Errorf("data %v", d)
 		}
 		return nil
 	})
 	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+	waitRuleStatus(t, "stopped-crd", func(o *unstructured.Unstructured) error {
+		if gen, _, _ := unstructured.NestedInt64(o.Object, "status", "running", "generation"); gen != o.GetGeneration() {
+			return fmt.Errorf("status.running.generation = %d", gen)
+		}
+		return nil
+	})
 	first.stop()
 
 	setSchema(false)
@@ -1381,8 +1390,9 @@ func TestLanguageCRDChangedWhileStopped(t *testing.T) {
 	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	second := startKgen(t, "kgen-stopped-crd", "--rules", file, "--rule-objects=false")
+	second := startKgen(t, "kgen-stopped-crd")
 	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, "num")
+	waitRuleStatus(t, "stopped-crd", accepted("False", "num", "the rule keeps running"))
 	if log := second.output.String(); !strings.Contains(log, "it keeps running") {
 		t.Errorf("the log does not say the rule keeps running although it no longer fits its CRD:\n%s", tailOf(log, 3000))
 	}
@@ -1400,7 +1410,7 @@ func TestLanguageCRDChangedWhileStopped(t *testing.T) {
 		return n == 5, fmt.Errorf("spec.num = %d", n)
 	}, "the parent to keep spec.num")
 	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
-		if d := o.Object["data"]; fmt.Sprint(d) != "map[n:6 x:b]" {
+		if d := o.Object["data"]; fmt.Sprint(d) != "map[next:6 x:b]" {
 			return fmt.Errorf("data %v", d)
 		}
 		return nil

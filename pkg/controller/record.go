@@ -537,20 +537,6 @@ func (c *Controller) logRecordError(ctx context.Context, rule string, err error)
 	}
 }
 
-// RanBefore reports whether kgen's record (see Config.Record) holds where
-// a rule of this name watched its parents or made children: it ran before,
-// in this process or an earlier one. False when the record cannot be read.
-func (c *Controller) RanBefore(ctx context.Context, rule string) bool {
-	if err := c.loadRecord(ctx); err != nil {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, children := c.record.want[rule]
-	_, parents := c.record.parents[rule]
-	return children || parents
-}
-
 // loadRecord reads the Record unless it was read already, and merges it
 // into what the controller wants recorded; the error says why it could not
 // be read. Without a Record, scopes are remembered only while kgen runs.

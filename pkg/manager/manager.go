@@ -263,7 +263,6 @@ func New(opts Options) (*Manager, error) {
 			Progress:     progress{m},
 			WritesStatus: writesStatus,
 			CRDs:         crds,
-			RanBefore:    func(ctx context.Context, rule string) bool { return m.ctrl.RanBefore(ctx, rule) },
 		})
 		if err != nil {
 			return nil, err

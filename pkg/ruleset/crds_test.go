@@ -949,65 +949,83 @@ func TestCRDsPrepareRefusesTypeChange(t *testing.T) {
 	}
 }
 
-// A version that ran before starts although it no longer fits its kinds'
-// schemas (a CRD changed while kgen was stopped), reported as a running
-// rule is after such a change: a file rule kgen's record knows, a Rule
-// object whose status records this version as running. One that never
-// ran still waits (a live audit: a restarted kgen left the parents of
-// such a rule unreconciled, Ready=True of their old generation).
+// A version of a Rule object that ran before starts although it no
+// longer fits its kinds' schemas (a CRD changed while kgen was stopped),
+// reported as a running rule is after such a change: the latest version
+// when its status records it as running, or the recorded version when
+// the latest does not fit either. One that never ran still waits, and so
+// does a file rule, of which kgen does not know which version ran (a live
+// audit: a restarted kgen left the parents of such a rule unreconciled,
+// Ready=True of their old generation).
 func TestAdmitWhatRanBefore(t *testing.T) {
 	ctx := context.Background()
-	ran := map[string]bool{"known": true}
 	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
-		CRDs:      &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
-		RanBefore: func(_ context.Context, rule string) bool { return ran[rule] },
-		Apply:     func([]*rules.Rule) {}})
+		CRDs:  &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
+		Apply: func([]*rules.Rule) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.loaded.Store(true)
 	var te *TypeError
-	if err := s.Admit(ctx, appRule(t, "new", "parent.spec.imgae")); !errors.As(err, &te) {
-		t.Errorf("Admit() = %v for a file rule that never ran, want a TypeError", err)
-	}
-	known := appRule(t, "known", "parent.spec.imgae")
-	if err := s.Admit(ctx, known); err != nil {
-		t.Errorf("Admit() = %v for a file rule that ran before, want it to start", err)
-	}
-	if err := s.fileTypeErrs[known]; err == nil || !strings.Contains(err.Error(), "the rule keeps running") {
-		t.Errorf("its reported error = %v, want one that says it keeps running", err)
+	if err := s.Admit(ctx, appRule(t, "file", "parent.spec.imgae")); !errors.As(err, &te) {
+		t.Errorf("Admit() = %v for a file rule, want a TypeError", err)
 	}
 
-	object := func(name string, running bool) *unstructured.Unstructured {
+	// generation 3; running is the generation status.running records
+	// (0: none), runningField the field that version reads.
+	object := func(name string, running int64, runningField string) *unstructured.Unstructured {
 		obj := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal([]byte(ruleDoc(name, "parent.spec.imgae")), &obj.Object); err != nil {
 			t.Fatal(err)
 		}
 		obj.SetUID(types.UID("u-" + name))
 		obj.SetGeneration(3)
-		if running {
-			_ = unstructured.SetNestedField(obj.Object, int64(3), "status", "running", "generation")
+		if running > 0 {
+			ran := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(ruleDoc(name, runningField)), &ran.Object); err != nil {
+				t.Fatal(err)
+			}
+			_ = unstructured.SetNestedField(obj.Object, running, "status", "running", "generation")
+			_ = unstructured.SetNestedField(obj.Object, ran.Object["spec"], "status", "running", "spec")
 		}
 		return obj
 	}
-	s.cfg.CRDs.Resources = served{} // taken as the CRD is not served, checked when it starts
-	for _, o := range []*unstructured.Unstructured{object("ran", true), object("never", false)} {
-		if !s.observe(ctx, o, false) {
-			t.Fatalf("Rule object %s was not taken", o.GetName())
+	// Observed with the CRD served, as at a restart.
+	for _, tc := range []struct {
+		obj    *unstructured.Unstructured
+		starts bool
+		// accepted is what Accepted's message says: of the latest
+		// version, which runs, or does not
+		accepted string
+	}{
+		{object("latest-ran", 3, "parent.spec.imgae"), true, "the rule keeps running"},
+		{object("older-ran", 2, "parent.spec.imaeg"), true, `${parent.spec.imgae}: parent.spec has no field "imgae"`},
+		{object("never", 0, ""), false, ""},
+	} {
+		name := tc.obj.GetName()
+		s.observe(ctx, tc.obj, false)
+		s.recompute(ctx)
+		s.mu.Lock()
+		rule := s.applied[name]
+		s.mu.Unlock()
+		if !tc.starts {
+			if rule != nil {
+				t.Errorf("%s: a version that never ran and does not fit is handed to the controller", name)
+			}
+			continue
 		}
-	}
-	s.recompute(ctx)
-	s.cfg.CRDs.Resources = serveApps
-	if err := s.Admit(ctx, s.objects["never"].rule); !errors.As(err, &te) {
-		t.Errorf("Admit() = %v for a Rule object that never ran, want a TypeError", err)
-	}
-	if err := s.Admit(ctx, s.objects["ran"].rule); err != nil {
-		t.Errorf("Admit() = %v for a Rule object whose status records it running, want it to start", err)
-	}
-	s.mu.Lock()
-	acc := s.statusLocked("ran", s.objects["ran"])["conditions"].([]any)[0].(map[string]any)
-	s.mu.Unlock()
-	if acc["status"] != "False" || !strings.Contains(fmt.Sprint(acc["message"]), "keeps running") {
-		t.Errorf("Accepted = %v, want False, saying the rule keeps running", acc)
+		if rule == nil {
+			t.Errorf("%s: no version is handed to the controller", name)
+			continue
+		}
+		if err := s.Admit(ctx, rule); err != nil {
+			t.Errorf("%s: Admit() = %v for the version that ran, want it to start", name, err)
+		}
+		s.mu.Lock()
+		acc := s.statusLocked(name, s.objects[name])["conditions"].([]any)[0].(map[string]any)
+		s.mu.Unlock()
+		if acc["status"] != "False" || !strings.Contains(fmt.Sprint(acc["message"]), tc.accepted) {
+			t.Errorf("%s: Accepted = %v, want False, saying %q", name, acc, tc.accepted)
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // that version again: the previous valid version keeps running across a
 // restart too, so its parents are repaired and finalized. A recorded
 // version that is not valid under this kgen (or none) runs nothing, as
-// before.
+// before; one that no longer fits its CRD runs (see Admit).
 func TestRuleObjectRestoredAtStart(t *testing.T) {
 	ctx := context.Background()
 	object := func(t *testing.T, gen int64, expr string, status map[string]any) *unstructured.Unstructured {
@@ -78,10 +78,19 @@ func TestRuleObjectRestoredAtStart(t *testing.T) {
 	}, {
 		name: "the recorded version is invalid under this kgen",
 		status: func() map[string]any {
-			spec := object(t, 1, "parent.spec.imgae", nil).Object["spec"]
+			spec := object(t, 1, "parent.spec.image +", nil).Object["spec"]
 			return map[string]any{"running": map[string]any{"generation": int64(1), "spec": spec}}
 		}(),
 		message: "no valid version of the rule runs",
+	}, {
+		// It ran, and a CRD changed under it while kgen was stopped: it
+		// runs, as it would have kept running (Admit reports it).
+		name: "the recorded version no longer fits its CRD",
+		status: func() map[string]any {
+			spec := object(t, 1, "parent.spec.imgae", nil).Object["spec"]
+			return map[string]any{"running": map[string]any{"generation": int64(1), "spec": spec}}
+		}(),
+		want: "${parent.spec.imgae}", message: "the rule runs (its previous valid version, of generation 1: the latest is not accepted)",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

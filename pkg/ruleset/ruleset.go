@@ -105,11 +105,6 @@ type Config struct {
 	// kind's CRD: a new version that does not fit is not applied, and
 	// Admit keeps a rule that does not fit from starting.
 	CRDs *CRDs
-	// RanBefore, when set, says whether a rule of this name ran before
-	// (kgen's record of it; controller.Controller.RanBefore): Admit then
-	// lets a file rule that no longer fits its kinds' schemas start, as a
-	// running rule keeps running through such a CRD change.
-	RanBefore func(ctx context.Context, rule string) bool
 }
 
 // Set is the set of rules a kgen serves. Create it with New, which reads the
@@ -590,6 +585,12 @@ func (s *Set) observe(ctx context.Context, u *unstructured.Unstructured, deleted
 		// parent kind's CRD.
 		if rule, err = rules.FromObject(u.Object, s.cfg.Options); err == nil {
 			err = s.checkTypes(ctx, rule)
+			if err != nil && !known && runsRecorded(&object{obj: u}) {
+				// The version that ran before kgen started, and no longer
+				// fits a CRD that changed meanwhile: it runs, and Admit
+				// reports it, as for a running rule (see Admit).
+				err = nil
+			}
 		}
 		if err != nil && !known {
 			restored, ran = s.restore(ctx, u)
@@ -657,8 +658,10 @@ func Running(u *unstructured.Unstructured) (doc map[string]any, generation int64
 }
 
 // restore returns the version of a Rule object that a kgen ran before, as
-// its status records it (status.running), compiled and checked as the
-// object's latest version is; nil if there is none, or it does not pass.
+// its status records it (status.running), compiled as the object's latest
+// version is; nil if there is none, or it does not compile. It is not
+// checked against its kinds' schemas: it ran, and Admit reports a CRD that
+// changed under it since, as for a running rule.
 // It is what runs when kgen starts while the object's latest version is
 // invalid: the contract keeps the previous valid version running, and a
 // restart must not drop it (its parents would not be repaired, and a
@@ -670,9 +673,6 @@ func (s *Set) restore(ctx context.Context, u *unstructured.Unstructured) (*rules
 	}
 	spec, _ := doc["spec"].(map[string]any)
 	rule, err := rules.FromObject(doc, s.cfg.Options)
-	if err == nil {
-		err = s.checkTypes(ctx, rule)
-	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "The version of the Rule object that kgen ran before, recorded in its status, is not valid either", "rule", u.GetName(), "ranGeneration", gen)
 		return nil, version{}
@@ -702,16 +702,15 @@ func (s *Set) checkTypes(ctx context.Context, rule *rules.Rule) error {
 // expression. It is asked again at every try to start the rule, so a fixed
 // CRD or rule lets it start.
 //
-// A version that ran before (a Rule object's status records it as the one
-// that runs; a file rule whose name kgen's record holds) starts all the
-// same, reported as Recheck reports it: one of its CRDs changed while kgen
-// was stopped, or while its kind was not served, and had kgen run through
-// the change the rule would have kept running. Not starting it left its
-// parents unreconciled, their Ready condition as it was before the change
-// (a live audit). A file rule edited while kgen was stopped into a version
-// that does not fit starts too: nothing tells it from the version that ran.
+// A version of a Rule object that ran before (its status records it as
+// the one that runs) starts all the same, reported as Recheck reports it:
+// one of its CRDs changed while kgen was stopped, or while its kind was not
+// served, and had kgen run through the change the rule would have kept
+// running. Not starting it left its parents unreconciled, their Ready
+// condition as it was before the change (a live audit). A file rule has
+// no such record of the version that ran, and does not start.
 func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
-	ran := s.ranBefore(ctx, rule)
+	ran := s.ranBefore(rule)
 	err := s.check(ctx, rule, ran)
 	if te := (*TypeError)(nil); ran && errors.As(err, &te) {
 		return nil // reported; it runs
@@ -719,19 +718,16 @@ func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
 	return err
 }
 
-// ranBefore tells whether this version of a rule ran before kgen (or the
-// rule) started: see Admit.
-func (s *Set) ranBefore(ctx context.Context, rule *rules.Rule) bool {
+// ranBefore tells whether this version of a Rule object ran before kgen
+// (or the rule) started: see Admit.
+func (s *Set) ranBefore(rule *rules.Rule) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	o := s.objects[rule.Name]
-	fromFile := s.fromFile[rule.Name]
-	if o != nil && !fromFile {
-		ran := o.recorded == rule || o.restored == rule || o.rule == rule && runsRecorded(o)
-		s.mu.Unlock()
-		return ran
+	if o == nil || s.fromFile[rule.Name] {
+		return false
 	}
-	s.mu.Unlock()
-	return s.cfg.RanBefore != nil && s.cfg.RanBefore(ctx, rule.Name)
+	return o.recorded == rule || o.restored == rule || o.rule == rule && runsRecorded(o)
 }
 
 // Recheck checks a running rule again against the schemas of its kinds,
