@@ -1898,6 +1898,8 @@ func (c *Controller) stateLocked(rs *ruleState) RuleState {
 // released: kgen's finalizer goes (after the children only it guards, if
 // the parent is being deleted); its children stay.
 func (c *Controller) SetRules(set []*rules.Rule) {
+	// Asked before c.mu: the rule set's answer takes its own lock.
+	loaded := c.cfg.RulesLoaded == nil || c.cfg.RulesLoaded()
 	c.mu.Lock()
 	next := map[string]*rules.Rule{}
 	for _, r := range set {
@@ -1934,20 +1936,8 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 		}
 		delete(c.record.letGo, name) // loaded again: its own, not inherited
 	}
-	// The parent scopes of a removed rule that no rule covers now: kgen
-	// lets those parents go (see recordState.letGo).
-	for name := range c.record.parents {
-		if _, ok := next[name]; ok {
-			continue
-		}
-		for _, s := range c.record.parents[name] {
-			if !c.coveredLocked(s) && !slices.Contains(c.record.letGo[name], s) {
-				if c.record.letGo == nil {
-					c.record.letGo = map[string][]ChildScope{}
-				}
-				c.record.letGo[name] = append(c.record.letGo[name], s)
-			}
-		}
+	if loaded {
+		c.markLetGoLocked()
 	}
 	c.mu.Unlock()
 	select {

@@ -157,7 +157,11 @@ func (c *Controller) dueParentsLocked(now time.Time) map[ChildScope][]string {
 			continue
 		}
 		for _, s := range scopes {
-			if c.coveredLocked(s) || now.Before(c.record.sweeps[s].next) {
+			// A scope kgen let go is swept even once another rule covers
+			// it (the sweep spares the parents a rule selects): so it
+			// leaves the record, and the let-go holds after a restart.
+			letGo := slices.Contains(c.record.letGo[rule], s)
+			if c.coveredLocked(s) && !letGo || now.Before(c.record.sweeps[s].next) {
 				continue
 			}
 			out[s] = append(out[s], rule)
@@ -169,6 +173,29 @@ func (c *Controller) dueParentsLocked(now time.Time) map[ChildScope][]string {
 	return out
 }
 
+// markLetGoLocked marks the recorded parent scopes of rules that are not
+// loaded and that no rule covers as let go (see recordState.letGo), once
+// the record was read; the caller holds c.mu and knows every rule is
+// loaded (a rule not read yet is not a removed one).
+func (c *Controller) markLetGoLocked() {
+	if !c.record.loaded {
+		return
+	}
+	for name, scopes := range c.record.parents {
+		if c.rules[name] != nil || c.pending[name] != nil {
+			continue
+		}
+		for _, s := range scopes {
+			if !c.coveredLocked(s) && !slices.Contains(c.record.letGo[name], s) {
+				if c.record.letGo == nil {
+					c.record.letGo = map[string][]ChildScope{}
+				}
+				c.record.letGo[name] = append(c.record.letGo[name], s)
+			}
+		}
+	}
+}
+
 // beginSweep tells whether a sweep of recorded parent scopes is due, and if
 // so marks one as running: every rule is loaded, the Record was read, no
 // sweep runs, and some recorded scope no rule covers is not backing off.
@@ -178,6 +205,7 @@ func (c *Controller) beginSweep() bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.markLetGoLocked()
 	if !c.record.loaded || c.record.sweeping || len(c.dueParentsLocked(time.Now())) == 0 {
 		return false
 	}
@@ -255,6 +283,11 @@ func (c *Controller) dropParentScope(ctx context.Context, s ChildScope, recorded
 			c.record.parents[rule] = kept
 		} else {
 			delete(c.record.parents, rule)
+		}
+		if kept := slices.DeleteFunc(slices.Clone(c.record.letGo[rule]), func(r ChildScope) bool { return r == s }); len(kept) > 0 {
+			c.record.letGo[rule] = kept
+		} else {
+			delete(c.record.letGo, rule)
 		}
 		changed = append(changed, rule)
 	}

@@ -610,3 +610,52 @@ func TestLetGoParentsAreNotInherited(t *testing.T) {
 		t.Errorf("removed, added back, then renamed: inherited %v, want the old rule's Deployments", got)
 	}
 }
+
+// The let-go holds after a restart: the sweep drops a let-go parent scope
+// from the record even once another rule covers it (a review: nothing
+// swept a covered scope, so a restarted kgen inherited, and pruned, what
+// the removed rule had left).
+func TestLetGoOutlivesARestart(t *testing.T) { synctest.Test(t, testLetGoOutlivesARestart) }
+
+func testLetGoOutlivesARestart(t *testing.T) {
+	gadgetsInNS := ChildScope{GroupVersionKind: gadgetKind, Namespace: "ns"}
+	old := gadgetRule(t, configChild)
+	old.Name = "old"
+	rec := &memRecord{
+		scopes:  map[string][]ChildScope{"old": {{GroupVersionKind: deployments, Namespace: "ns"}}},
+		parents: map[string][]ChildScope{"old": {gadgetsInNS}},
+	}
+	client, m := fakeCluster(object("example.com/v1", "Gadget", "g", "p1", ""))
+	c := New(Config{Rules: []*rules.Rule{old}, Client: client, Mapper: m, Record: rec, Recorder: record.NewFakeRecorder(10)})
+	defer c.queue.ShutDown()
+	ctx := context.Background()
+	if err := c.loadRecord(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.SetRules(nil)                                       // old removed: its parents let go
+	c.SetRules([]*rules.Rule{gadgetRule(t, deployChild)}) // r covers them now
+	if !c.beginSweep() {
+		t.Fatal("no sweep due for the let-go scope another rule covers")
+	}
+	c.sweepParents(ctx)
+	rec.mu.Lock()
+	left := rec.parents["old"]
+	rec.mu.Unlock()
+	if len(left) != 0 {
+		t.Fatalf("the record still holds the removed rule's parent scopes %v after the sweep", left)
+	}
+	// A restart: the record no longer leads r to the old rule's kinds.
+	restarted := New(Config{Rules: []*rules.Rule{gadgetRule(t, deployChild)}, Client: client, Mapper: m, Record: rec, Recorder: record.NewFakeRecorder(10)})
+	defer restarted.queue.ShutDown()
+	if err := restarted.loadRecord(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted.mu.Lock()
+	rs := restarted.rules["r"]
+	rs.parentScopes = []ChildScope{gadgetsInNS}
+	got := restarted.inheritedLocked(rs)
+	restarted.mu.Unlock()
+	if len(got) != 0 {
+		t.Errorf("after a restart, r inherits %v from the rule kgen let go", got)
+	}
+}
