@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -547,7 +548,11 @@ func (p progress) State(rule string) (controller.RuleState, bool) {
 	for id, published := range p.m.shard.Published(annotationNotReady) {
 		var notReady map[string][2]string
 		if json.Unmarshal([]byte(published), &notReady) == nil {
-			if nr, ok := notReady[rule]; ok {
+			nr, ok := notReady[rule]
+			if !ok {
+				nr, ok = notReady[leftOut]
+			}
+			if ok {
 				st.Shards = append(st.Shards, controller.ShardState{Shard: id, Reason: nr[0], Message: nr[1]})
 			}
 		}
@@ -616,11 +621,17 @@ func notReadyAnnotation(notReady map[string][2]string) string {
 	if b, _ := json.Marshal(cut); len(b) <= maxNotReadyBytes {
 		return string(b)
 	}
+	// The gravest first (Forbidden needs a person), then by name; room is
+	// kept for the entry that says how many were left out.
+	names := slices.SortedFunc(maps.Keys(cut), func(a, b string) int {
+		return cmp.Or(ruleset.Gravity(cut[b][0])-ruleset.Gravity(cut[a][0]), strings.Compare(a, b))
+	})
 	reasons := map[string][2]string{}
-	size := 2
-	for _, name := range slices.Sorted(maps.Keys(cut)) {
+	size, room := 2, 128
+	for i, name := range names {
 		entry, _ := json.Marshal(map[string][2]string{name: {cut[name][0], ""}})
-		if size += len(entry) - 1; size > maxNotReadyBytes {
+		if size += len(entry) - 1; size > maxNotReadyBytes-room {
+			reasons[leftOut] = [2]string{ruleset.ReasonWaiting, fmt.Sprintf("%d rules do not run there; its Lease holds the state of only some of them, its log says all", len(names)-i)}
 			break
 		}
 		reasons[name] = [2]string{cut[name][0], ""}
@@ -628,6 +639,11 @@ func notReadyAnnotation(notReady map[string][2]string) string {
 	b, _ := json.Marshal(reasons)
 	return string(b)
 }
+
+// leftOut is the entry of annotationNotReady that stands for the rules
+// left out of it: no rule is named "…". A reader takes every rule the
+// annotation does not name as not running there, for that reason.
+const leftOut = "…"
 
 // writesRuleStatus says whether this shard writes a Rule object's status:
 // the shard the ring gives the Rule does.

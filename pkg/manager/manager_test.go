@@ -69,8 +69,9 @@ func TestNotReadyAnnotationBounded(t *testing.T) {
 	for _, n := range []int{1, 30, 3000, 30000} {
 		notReady := map[string][2]string{}
 		for i := range n {
-			notReady[fmt.Sprintf("rule-%05d", i)] = [2]string{"Forbidden", long}
+			notReady[fmt.Sprintf("rule-%05d", i)] = [2]string{"Waiting", long}
 		}
+		notReady["zz-refused"] = [2]string{"Forbidden", long} // last by name, first by gravity
 		out := notReadyAnnotation(notReady)
 		if len(out) > maxNotReadyBytes {
 			t.Errorf("%d rules: %d bytes, want at most %d", n, len(out), maxNotReadyBytes)
@@ -79,8 +80,16 @@ func TestNotReadyAnnotationBounded(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &back); err != nil {
 			t.Fatalf("%d rules: %v", n, err)
 		}
-		if back["rule-00000"][0] != "Forbidden" {
-			t.Errorf("%d rules: the first rule's reason is lost: %v", n, back["rule-00000"])
+		if back["zz-refused"][0] != "Forbidden" {
+			t.Errorf("%d rules: the Forbidden rule's reason is lost: %v", n, back["zz-refused"])
+		}
+		named := len(back)
+		left, ok := back[leftOut]
+		if ok {
+			named--
+		}
+		if ok != (named < n+1) {
+			t.Errorf("%d rules, %d named: left-out entry %v, want one exactly when some are left out", n+1, named, left)
 		}
 		if n == 1 && !strings.HasPrefix(back["rule-00000"][1], `"quoted" <error>`) {
 			t.Errorf("one rule: its message is lost: %q", back["rule-00000"][1])

@@ -1170,7 +1170,7 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 					why = "its log says why" // cut to fit its Lease
 				}
 				on = append(on, fmt.Sprintf("on shard %s (%s): %s", sh.Shard, sh.Reason, why))
-				if reason == "" || gravity(sh.Reason) > gravity(reason) {
+				if reason == "" || Gravity(sh.Reason) > Gravity(reason) {
 					reason = sh.Reason
 				}
 			}
@@ -1191,9 +1191,9 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 	return status
 }
 
-// gravity orders the reasons a replica gives for not running a rule:
+// Gravity orders the reasons a replica gives for not running a rule:
 // the one that needs a person's grant first.
-func gravity(reason string) int {
+func Gravity(reason string) int {
 	switch reason {
 	case ReasonForbidden:
 		return 3
