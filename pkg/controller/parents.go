@@ -275,6 +275,7 @@ func (c *Controller) dropParentScope(ctx context.Context, s ChildScope, recorded
 	c.mu.Lock()
 	delete(c.record.sweeps, s)
 	var changed []string
+	wasLetGo := map[string]bool{}
 	for _, rule := range recordedBy {
 		if rs := c.rules[rule]; rs != nil && slices.Contains(rs.parentScopes, s) {
 			continue
@@ -284,6 +285,7 @@ func (c *Controller) dropParentScope(ctx context.Context, s ChildScope, recorded
 		} else {
 			delete(c.record.parents, rule)
 		}
+		wasLetGo[rule] = slices.Contains(c.record.letGo[rule], s)
 		if kept := slices.DeleteFunc(slices.Clone(c.record.letGo[rule]), func(r ChildScope) bool { return r == s }); len(kept) > 0 {
 			c.record.letGo[rule] = kept
 		} else {
@@ -294,9 +296,28 @@ func (c *Controller) dropParentScope(ctx context.Context, s ChildScope, recorded
 	c.mu.Unlock()
 	for _, rule := range changed {
 		if err := c.writeParents(ctx, rule); err != nil {
-			// Kept in memory: the next write of the rule's record, or
-			// the next run, sweeps it again at the cost of a list.
 			c.logRecordError(ctx, rule, err)
+			// The record still holds the scope: so does memory, and a
+			// let-go scope stays marked, so that a later sweep (with the
+			// sweep's backoff) drops it. Dropped from memory only, a
+			// scope another rule covers would never be swept again, and
+			// a restart would take its rule as renamed.
+			c.mu.Lock()
+			if c.rules[rule] == nil && !slices.Contains(c.record.parents[rule], s) {
+				c.record.parents[rule] = sortScopes(append(c.record.parents[rule], s))
+				if wasLetGo[rule] {
+					if c.record.letGo == nil {
+						c.record.letGo = map[string][]ChildScope{}
+					}
+					c.record.letGo[rule] = append(c.record.letGo[rule], s)
+				}
+				if c.record.sweeps == nil {
+					c.record.sweeps = map[ChildScope]sweepRetry{}
+				}
+				r := c.record.sweeps[s]
+				c.record.sweeps[s] = sweepRetry{failures: r.failures + 1, next: time.Now().Add(min(sweepRetryBase<<min(r.failures, 16), sweepRetryMax))}
+			}
+			c.mu.Unlock()
 		}
 	}
 }

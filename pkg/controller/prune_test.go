@@ -634,8 +634,27 @@ func testLetGoOutlivesARestart(t *testing.T) {
 	}
 	c.SetRules(nil)                                       // old removed: its parents let go
 	c.SetRules([]*rules.Rule{gadgetRule(t, deployChild)}) // r covers them now
+	// A record that cannot be written keeps the scope and its mark, for
+	// a later sweep.
+	rec.mu.Lock()
+	rec.failSave = errors.New("the API server is away")
+	rec.mu.Unlock()
 	if !c.beginSweep() {
 		t.Fatal("no sweep due for the let-go scope another rule covers")
+	}
+	c.sweepParents(ctx)
+	c.mu.Lock()
+	kept, marked, retry := c.record.parents["old"], c.record.letGo["old"], c.record.sweeps[gadgetsInNS]
+	c.mu.Unlock()
+	if len(kept) != 1 || len(marked) != 1 || retry.failures != 1 {
+		t.Fatalf("after a sweep whose record write failed: scopes %v, let go %v, retry %+v; want the scope kept, marked, and retried later", kept, marked, retry)
+	}
+	rec.mu.Lock()
+	rec.failSave = nil
+	rec.mu.Unlock()
+	time.Sleep(time.Hour) // the sweep's backoff
+	if !c.beginSweep() {
+		t.Fatal("no sweep due for the let-go scope after its backoff")
 	}
 	c.sweepParents(ctx)
 	rec.mu.Lock()

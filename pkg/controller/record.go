@@ -505,13 +505,17 @@ type recordState struct {
 	// be tried again; sweeping is set while a sweep runs.
 	sweeps   map[ChildScope]sweepRetry
 	sweeping bool
-	// letGo are the parent scopes, by rule, that this process saw the
-	// rule leave while no other rule covered them: kgen let those parents
-	// go, with their children (contract §7), so a rule that selects them
-	// later does not inherit the rule's child kinds (inheritedLocked),
-	// even before the sweep drops the scopes from the record. A scope a
-	// rule leaves to another that covers it at once (a rename in one
-	// edit) is not let go: the other rule takes over, as after a restart.
+	// letGo are the recorded parent scopes, by rule, of rules that are not
+	// loaded, that this process found covered by no rule once every rule
+	// was loaded (markLetGoLocked): kgen let those parents go, with their
+	// children (contract §7), so a rule that selects them later does not
+	// inherit the rule's child kinds (inheritedLocked), even before the
+	// sweep drops the scopes from the record (it sweeps them even once
+	// covered). A scope a rule leaves to another that covers it at once (a
+	// rename in one edit) is not let go: the other rule takes over, as
+	// after a restart. The marks are in memory: a restart before the sweep
+	// succeeded, or another replica that did not see the scope uncovered,
+	// takes the later rule as a rename (docs/controller.md).
 	letGo map[string][]ChildScope
 }
 
