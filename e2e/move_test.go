@@ -189,16 +189,19 @@ func waitParent(t *testing.T, gvr schema.GroupVersionResource, ns, name string, 
 // Scenario (contract §3 "prunes ... nothing else", §7 "A rule that is
 // removed stops being enforced: its children stay", through a change of
 // the rules; a live audit): a rule lets its parents go, by changing its
-// parent kind (team d) or by being deleted (team e), and a new rule with
-// other kinds of children then selects those parents. The first rule's
-// ServiceAccounts stay in both namespaces. Before, the new rule deleted
-// them where another rule happened to watch ServiceAccounts (the first
-// rule itself in team d, an unrelated one in team e), and left them where
-// none did.
+// parent kind (team d) or by being deleted (teams e and f; in f another
+// Gadget rule selects other parents), and a new rule with other kinds of
+// children then selects those parents. The first rule's ServiceAccounts
+// stay in every namespace, also once another rule is removed later.
+// Before, the new rule deleted them where another rule happened to watch
+// ServiceAccounts (the first rule itself in team d, an unrelated one in
+// team e), and left them where none did; and (a live check of that fix)
+// where another rule of the kind watched the namespace, the removal of
+// any rule later had them pruned.
 func TestChangeReleasedParentsChildrenStay(t *testing.T) {
 	const group = "released.example.com"
 	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
-	d, e := newNamespace(t), newNamespace(t)
+	d, e, f := newNamespace(t), newNamespace(t), newNamespace(t)
 	gadgets := newCRD(t, group, "Gadget", "gadgets")
 	newCRD(t, group, "Widget", "widgets")
 	saChild := `  children:
@@ -209,46 +212,79 @@ func TestChangeReleasedParentsChildrenStay(t *testing.T) {
       metadata:
         name: ${parent.metadata.name}-sa
 `
+	// A Gadget rule of the parents labelled tier: TIER in one namespace.
+	selecting := func(name, ns, tier, body string) string {
+		return fmt.Sprintf(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  parent: {apiVersion: %s/v1, kind: Gadget, namespaces: [%s], selector: {matchLabels: {tier: %s}}}
+%s`, name, group, ns, tier, body)
+	}
 	p := startKgen(t, "kgen-released")
 	applyRule(t, gadgetRuleDoc("first-d", group, "Gadget", d, saChild))
 	applyRule(t, gadgetRuleDoc("first-e", group, "Gadget", e, saChild))
 	// A rule of another parent kind that watches ServiceAccounts in team e.
 	applyRule(t, gadgetRuleDoc("widgets-e", group, "Widget", e, saChild))
+	// In team f, another Gadget rule, of other parents.
+	applyRule(t, selecting("first-f", f, "web", saChild))
+	applyRule(t, selecting("other-f", f, "other", configChild("o")))
 	sas := map[string]*unstructured.Unstructured{}
-	for _, ns := range []string{d, e} {
-		create(t, gadgets, gadget(group, ns, "p", map[string]any{}))
+	for _, ns := range []string{d, e, f} {
+		obj := gadget(group, ns, "p", map[string]any{})
+		obj["metadata"].(map[string]any)["labels"] = map[string]any{"tier": "web"}
+		create(t, gadgets, obj)
 		sas[ns] = waitFor(t, saGVR, ns, "p-sa", nil)
 		waitReason(t, gadgets, ns, "p", reconcile.ReasonReady)
 	}
-
-	// first-d now selects Widgets; first-e is deleted. Both let their
-	// Gadget go: its finalizer is removed, its ServiceAccount stays.
-	applyRule(t, gadgetRuleDoc("first-d", group, "Widget", d, saChild))
-	if err := env.dynamic.Resource(ruleGVR).Delete(t.Context(), "first-e", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	removed := func(rule string) {
+		t.Helper()
+		eventually(t, 30*time.Second, func() (bool, error) {
+			for _, line := range strings.Split(p.output.String(), "\n") {
+				if strings.Contains(line, `"Rule removed"`) && strings.Contains(line, `rule="`+rule+`"`) {
+					return true, nil
+				}
+			}
+			return false, errors.New("not logged yet")
+		}, "kgen to remove rule %s", rule)
 	}
-	waitRuleStatus(t, "first-d", readyIs("True", "Running"))
-	// kgen has removed first-e before second-e comes: a rule that takes
-	// the parents over in the same change is a rename, and prunes.
-	eventually(t, 30*time.Second, func() (bool, error) {
-		for _, line := range strings.Split(p.output.String(), "\n") {
-			if strings.Contains(line, `"Rule removed"`) && strings.Contains(line, `rule="first-e"`) {
-				return true, nil
+	kept := func(when string) {
+		t.Helper()
+		time.Sleep(3 * time.Second) // a prune would follow the create within the same reconcile
+		for _, ns := range []string{d, e, f} {
+			if sa := get(t, saGVR, ns, "p-sa"); sa == nil || sa.GetUID() != sas[ns].GetUID() {
+				t.Errorf("%s, namespace %s: the released parent's ServiceAccount p-sa is gone (or another object): %v", when, ns, sa)
 			}
 		}
-		return false, errors.New("not logged yet")
-	}, "kgen to remove rule first-e")
+	}
+
+	// first-d now selects Widgets; first-e and first-f are deleted. Each
+	// lets its Gadget go: its finalizer is removed, its ServiceAccount
+	// stays.
+	applyRule(t, gadgetRuleDoc("first-d", group, "Widget", d, saChild))
+	for _, rule := range []string{"first-e", "first-f"} {
+		if err := env.dynamic.Resource(ruleGVR).Delete(t.Context(), rule, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRuleStatus(t, "first-d", readyIs("True", "Running"))
+	// kgen has removed them before the new rules come: a rule that takes
+	// the parents over in the same change is a rename, and prunes.
+	removed("first-e")
+	removed("first-f")
 
 	// A new rule selects the Gadgets, with a ConfigMap.
-	for _, ns := range []string{d, e} {
-		applyRule(t, gadgetRuleDoc("second-"+ns, group, "Gadget", ns, configChild("v")))
+	for _, ns := range []string{d, e, f} {
+		applyRule(t, selecting("second-"+ns, ns, "web", configChild("v")))
 		waitFor(t, cmGVR, ns, "p", nil)
 		waitReason(t, gadgets, ns, "p", reconcile.ReasonReady)
 	}
-	time.Sleep(3 * time.Second) // a prune would follow the create within the same reconcile
-	for _, ns := range []string{d, e} {
-		if sa := get(t, saGVR, ns, "p-sa"); sa == nil || sa.GetUID() != sas[ns].GetUID() {
-			t.Errorf("namespace %s: the released parent's ServiceAccount p-sa is gone (or another object): %v", ns, sa)
-		}
+	kept("after the new rules")
+
+	// Another rule removed later leads no rule to prune them either.
+	if err := env.dynamic.Resource(ruleGVR).Delete(t.Context(), "other-f", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	removed("other-f")
+	kept("after another rule of the kind was removed")
 }

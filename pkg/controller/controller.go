@@ -864,7 +864,19 @@ func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Uns
 		c.mu.Unlock()
 		return nil
 	}
-	own := rs.childRegistrationsLocked()
+	own := slices.Clone(rs.childRegs)
+	var inherited []*pruneWatch
+	for _, p := range rs.pruning {
+		if p.inherited {
+			inherited = append(inherited, p)
+		} else {
+			own = append(own, p.reg)
+		}
+	}
+	var from map[ChildScope][]string
+	if len(inherited) > 0 {
+		from = c.inheritedFromLocked(rs)
+	}
 	var others []*watch.Registration
 	movedFrom := map[string]bool{}
 	movedFrom[rule] = true // its own, in a cache of another rule's only
@@ -887,6 +899,18 @@ func (c *Controller) Children(rule string, parent types.UID) []*unstructured.Uns
 	seen := map[types.UID]bool{}
 	for _, o := range out {
 		seen[o.GetUID()] = true
+	}
+	// In a scope inherited from a removed rule, only what that rule made:
+	// the rule renamed into this one. Another object of the parent there
+	// (left by a rule kgen let go, say) is not this rule's to prune.
+	for _, p := range inherited {
+		for _, o := range childrenIn([]*watch.Registration{p.reg}, parent) {
+			made, ok := o.GetLabels()[reconcile.LabelRule]
+			if !seen[o.GetUID()] && (!ok || made == rule || slices.Contains(from[p.scope], made)) {
+				seen[o.GetUID()] = true
+				out = append(out, o)
+			}
+		}
 	}
 	for _, o := range childrenIn(others, parent) {
 		// Without the label (taken off by someone), it cannot be told: as
@@ -1905,6 +1929,21 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 	for _, r := range set {
 		next[r.Name] = r
 	}
+	// The versions loaded before this change: a rule new or changed in it
+	// may take over a removed rule's parents (a rename); one that was there
+	// already selected other parents (rules that may select one parent do
+	// not load together).
+	before := map[*rules.Rule]bool{}
+	var removed []string
+	for name, rs := range c.rules {
+		before[rs.rule] = true
+		if p := c.pending[name]; p != nil {
+			before[p.rule] = true
+		}
+		if _, ok := next[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
 	for name, rs := range c.rules {
 		r, ok := next[name]
 		p := c.pending[name]
@@ -1936,7 +1975,24 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 		}
 		delete(c.record.letGo, name) // loaded again: its own, not inherited
 	}
-	if loaded {
+	if loaded && c.record.loaded {
+		// The parents of a removed rule that no rule new or changed in
+		// this change covers: kgen lets them go (recordState.letGo),
+		// whatever other rules of their kind select in their namespace.
+		for _, name := range removed {
+			for _, sc := range c.record.parents[name] {
+				takenOver := slices.ContainsFunc(set, func(r *rules.Rule) bool {
+					return !before[r] && r.Parent.GroupVersionKind.GroupKind() == sc.GroupVersionKind.GroupKind() &&
+						(len(r.Parent.Namespaces) == 0 || slices.Contains(r.Parent.Namespaces, "") || slices.Contains(r.Parent.Namespaces, sc.Namespace))
+				})
+				if !takenOver && !slices.Contains(c.record.letGo[name], sc) {
+					if c.record.letGo == nil {
+						c.record.letGo = map[string][]ChildScope{}
+					}
+					c.record.letGo[name] = append(c.record.letGo[name], sc)
+				}
+			}
+		}
 		c.markLetGoLocked()
 	}
 	c.mu.Unlock()

@@ -678,3 +678,59 @@ func testLetGoOutlivesARestart(t *testing.T) {
 		t.Errorf("after a restart, r inherits %v from the rule kgen let go", got)
 	}
 }
+
+// Another rule of the parents' kind in their namespace (other parents, by
+// its selector) does not make a removed rule's parents taken over: kgen
+// lets them go all the same (a live check: the let-go mark was skipped
+// whenever any rule of the kind watched the namespace, and a later rule
+// inherited, and pruned, what the removed rule had left).
+func TestLetGoBesideAnotherRuleOfTheKind(t *testing.T) {
+	gadgetsInNS := ChildScope{GroupVersionKind: gadgetKind, Namespace: "ns"}
+	old, other := gadgetRule(t, configChild), gadgetRule(t, configChild)
+	old.Name, other.Name = "old", "other"
+	rec := &memRecord{
+		scopes:  map[string][]ChildScope{"old": {{GroupVersionKind: deployments, Namespace: "ns"}}},
+		parents: map[string][]ChildScope{"old": {gadgetsInNS}},
+	}
+	c := New(Config{Rules: []*rules.Rule{old, other}, Record: rec, Recorder: record.NewFakeRecorder(10)})
+	defer c.queue.ShutDown()
+	if err := c.loadRecord(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.SetRules([]*rules.Rule{other})                             // old removed; other stays
+	c.SetRules([]*rules.Rule{other, gadgetRule(t, deployChild)}) // r comes later
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rs := c.rules["r"]
+	rs.parentScopes = []ChildScope{gadgetsInNS}
+	if got := c.inheritedLocked(rs); len(got) != 0 {
+		t.Errorf("r inherits %v from the rule kgen let go beside another rule of the kind", got)
+	}
+}
+
+// In a scope inherited from a removed rule (renamed into this one while
+// kgen was stopped), a rule counts as its parents' children only what
+// that rule made: not an object of the parent labelled with a third rule.
+func TestInheritedScopeCountsOnlyTheRenamedRulesChildren(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		made := func(name, uid, rule string) *unstructured.Unstructured {
+			o := object("apps/v1", "Deployment", name, uid, "p1")
+			l := o.GetLabels()
+			l[reconcile.LabelRule] = rule
+			o.SetLabels(l)
+			return o
+		}
+		client, m := fakeCluster(object("example.com/v1", "Gadget", "g", "p1", ""), made("by-old", "d1", "old"), made("by-third", "d2", "third"))
+		rec := &memRecord{
+			scopes:  map[string][]ChildScope{"old": {{GroupVersionKind: deployments, Namespace: "ns"}}},
+			parents: map[string][]ChildScope{"old": {{GroupVersionKind: gadgetKind, Namespace: "ns"}}},
+		}
+		c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+		activateRule(t, c)
+		waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced && len(s.Pruning) == 1 })
+		waitFor(t, "the inherited scope's cache", func() bool { return slices.Contains(childNames(c, "p1"), "Deployment/by-old") })
+		if got, want := childNames(c, "p1"), []string{"Deployment/by-old"}; !slices.Equal(got, want) {
+			t.Errorf("children of p1 = %v, want %v: not the third rule's", got, want)
+		}
+	})
+}

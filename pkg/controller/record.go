@@ -611,7 +611,15 @@ func settle(rs *ruleState, s ChildScope) {
 // left the rule with the rename is pruned like one that left it under its
 // own name. The caller holds Controller.mu.
 func (c *Controller) inheritedLocked(rs *ruleState) []ChildScope {
-	var out []ChildScope
+	return sortScopes(slices.Collect(maps.Keys(c.inheritedFromLocked(rs))))
+}
+
+// inheritedFromLocked is inheritedLocked with, for each scope, the removed
+// rules it is inherited from: in an inherited scope a rule counts as its
+// parents' children only the objects those rules made (see Children). The
+// caller holds Controller.mu.
+func (c *Controller) inheritedFromLocked(rs *ruleState) map[ChildScope][]string {
+	out := map[ChildScope][]string{}
 	for rule, scopes := range c.record.want {
 		if rule == rs.rule.Name || c.rules[rule] != nil || c.pending[rule] != nil {
 			continue
@@ -623,7 +631,9 @@ func (c *Controller) inheritedLocked(rs *ruleState) []ChildScope {
 			return slices.ContainsFunc(rs.parentScopes, func(now ChildScope) bool { return now.covers(old) || old.covers(now) })
 		})
 		if overlaps {
-			out = append(out, scopes...)
+			for _, s := range scopes {
+				out[s] = append(out[s], rule)
+			}
 		}
 	}
 	return out
