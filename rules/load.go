@@ -1538,3 +1538,8 @@ func (l *loader) serviceAccount(r *Rule, n *yaml.Node, w where) {
 		r.ServiceAccount = sa
 	}
 }
+
+// MayOverlap reports whether two parents of one kind may select one
+// object: their namespaces meet, and their selectors do not require
+// different values of one label.
+func MayOverlap(a, b Parent) bool { return mayOverlap(a, b) }

@@ -1934,14 +1934,14 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 	// already selected other parents (rules that may select one parent do
 	// not load together).
 	before := map[*rules.Rule]bool{}
-	var removed []string
+	var removed []*rules.Rule
 	for name, rs := range c.rules {
 		before[rs.rule] = true
 		if p := c.pending[name]; p != nil {
 			before[p.rule] = true
 		}
 		if _, ok := next[name]; !ok {
-			removed = append(removed, name)
+			removed = append(removed, rs.rule)
 		}
 	}
 	for name, rs := range c.rules {
@@ -1975,24 +1975,20 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 		}
 		delete(c.record.letGo, name) // loaded again: its own, not inherited
 	}
-	if loaded && c.record.loaded {
-		// The parents of a removed rule that no rule new or changed in
-		// this change covers: kgen lets them go (recordState.letGo),
-		// whatever other rules of their kind select in their namespace.
-		for _, name := range removed {
-			for _, sc := range c.record.parents[name] {
-				takenOver := slices.ContainsFunc(set, func(r *rules.Rule) bool {
-					return !before[r] && r.Parent.GroupVersionKind.GroupKind() == sc.GroupVersionKind.GroupKind() &&
-						(len(r.Parent.Namespaces) == 0 || slices.Contains(r.Parent.Namespaces, "") || slices.Contains(r.Parent.Namespaces, sc.Namespace))
-				})
-				if !takenOver && !slices.Contains(c.record.letGo[name], sc) {
-					if c.record.letGo == nil {
-						c.record.letGo = map[string][]ChildScope{}
-					}
-					c.record.letGo[name] = append(c.record.letGo[name], sc)
-				}
-			}
+	// A removed rule's parents are let go (recordState.letGo) unless a
+	// rule new or changed in this change may select them (a rename),
+	// whatever other rules of their kind select in their namespace. Judged
+	// once every rule is loaded and the record read.
+	var takers []*rules.Rule
+	for _, r := range set {
+		if !before[r] {
+			takers = append(takers, r)
 		}
+	}
+	for _, r := range removed {
+		c.record.removals = append(c.record.removals, removal{rule: r, takers: takers})
+	}
+	if loaded {
 		c.markLetGoLocked()
 	}
 	c.mu.Unlock()

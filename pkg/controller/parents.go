@@ -173,24 +173,48 @@ func (c *Controller) dueParentsLocked(now time.Time) map[ChildScope][]string {
 	return out
 }
 
-// markLetGoLocked marks the recorded parent scopes of rules that are not
-// loaded and that no rule covers as let go (see recordState.letGo), once
-// the record was read; the caller holds c.mu and knows every rule is
-// loaded (a rule not read yet is not a removed one).
+// markLetGoLocked marks as let go (see recordState.letGo) the recorded
+// parent scopes of the rules removed since (recordState.removals) that no
+// rule new or changed in the same change may select, and those of rules
+// that are not loaded and that no rule covers, once the record was read;
+// the caller holds c.mu and knows every rule is loaded (a rule not read
+// yet is not a removed one).
 func (c *Controller) markLetGoLocked() {
 	if !c.record.loaded {
 		return
 	}
+	mark := func(name string, s ChildScope) {
+		if !slices.Contains(c.record.letGo[name], s) {
+			if c.record.letGo == nil {
+				c.record.letGo = map[string][]ChildScope{}
+			}
+			c.record.letGo[name] = append(c.record.letGo[name], s)
+		}
+	}
+	for _, rm := range c.record.removals {
+		name := rm.rule.Name
+		if c.rules[name] != nil || c.pending[name] != nil {
+			continue // back since
+		}
+		for _, s := range c.record.parents[name] {
+			takenOver := slices.ContainsFunc(rm.takers, func(r *rules.Rule) bool {
+				return r.Parent.GroupVersionKind.GroupKind() == s.GroupVersionKind.GroupKind() &&
+					(len(r.Parent.Namespaces) == 0 || slices.Contains(r.Parent.Namespaces, "") || slices.Contains(r.Parent.Namespaces, s.Namespace)) &&
+					rules.MayOverlap(r.Parent, rm.rule.Parent)
+			})
+			if !takenOver {
+				mark(name, s)
+			}
+		}
+	}
+	c.record.removals = nil
 	for name, scopes := range c.record.parents {
 		if c.rules[name] != nil || c.pending[name] != nil {
 			continue
 		}
 		for _, s := range scopes {
-			if !c.coveredLocked(s) && !slices.Contains(c.record.letGo[name], s) {
-				if c.record.letGo == nil {
-					c.record.letGo = map[string][]ChildScope{}
-				}
-				c.record.letGo[name] = append(c.record.letGo[name], s)
+			if !c.coveredLocked(s) {
+				mark(name, s)
 			}
 		}
 	}

@@ -681,30 +681,69 @@ func testLetGoOutlivesARestart(t *testing.T) {
 
 // Another rule of the parents' kind in their namespace (other parents, by
 // its selector) does not make a removed rule's parents taken over: kgen
-// lets them go all the same (a live check: the let-go mark was skipped
-// whenever any rule of the kind watched the namespace, and a later rule
-// inherited, and pruned, what the removed rule had left).
+// lets them go all the same, also when that rule changes in the same
+// change, and when the removal comes before the record was read (a live
+// check and a review: the let-go mark was skipped whenever any rule of the
+// kind watched the namespace, and a later rule inherited, and pruned, what
+// the removed rule had left). A rule that may select the parents, new in
+// the same change, takes them over (a rename).
 func TestLetGoBesideAnotherRuleOfTheKind(t *testing.T) {
 	gadgetsInNS := ChildScope{GroupVersionKind: gadgetKind, Namespace: "ns"}
-	old, other := gadgetRule(t, configChild), gadgetRule(t, configChild)
-	old.Name, other.Name = "old", "other"
-	rec := &memRecord{
-		scopes:  map[string][]ChildScope{"old": {{GroupVersionKind: deployments, Namespace: "ns"}}},
-		parents: map[string][]ChildScope{"old": {gadgetsInNS}},
+	selecting := func(name, tier, children string) *rules.Rule {
+		rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: `+name+`}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns], selector: {matchLabels: {tier: `+tier+`}}}
+  children:
+`+children), rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs[0]
 	}
-	c := New(Config{Rules: []*rules.Rule{old, other}, Record: rec, Recorder: record.NewFakeRecorder(10)})
-	defer c.queue.ShutDown()
-	if err := c.loadRecord(context.Background()); err != nil {
-		t.Fatal(err)
+	old, other := selecting("old", "web", configChild), selecting("other", "other", configChild)
+	inherits := func(loadFirst bool, steps ...[]*rules.Rule) []ChildScope {
+		rec := &memRecord{
+			scopes:  map[string][]ChildScope{"old": {{GroupVersionKind: deployments, Namespace: "ns"}}},
+			parents: map[string][]ChildScope{"old": {gadgetsInNS}},
+		}
+		c := New(Config{Rules: []*rules.Rule{old, other}, Record: rec, Recorder: record.NewFakeRecorder(10)})
+		defer c.queue.ShutDown()
+		if loadFirst {
+			if err := c.loadRecord(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, set := range steps {
+			c.SetRules(set)
+		}
+		if err := c.loadRecord(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.markLetGoLocked() // as the next sweep pass does
+		rs := c.rules["r"]
+		rs.parentScopes = []ChildScope{gadgetsInNS}
+		return c.inheritedLocked(rs)
 	}
-	c.SetRules([]*rules.Rule{other})                             // old removed; other stays
-	c.SetRules([]*rules.Rule{other, gadgetRule(t, deployChild)}) // r comes later
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	rs := c.rules["r"]
-	rs.parentScopes = []ChildScope{gadgetsInNS}
-	if got := c.inheritedLocked(rs); len(got) != 0 {
-		t.Errorf("r inherits %v from the rule kgen let go beside another rule of the kind", got)
+	r := selecting("r", "web", deployChild)
+	for _, tc := range []struct {
+		name      string
+		loadFirst bool
+		steps     [][]*rules.Rule
+		inherits  bool
+	}{
+		{"removed; r later", true, [][]*rules.Rule{{other}, {other, r}}, false},
+		{"removed while the other rule changes; r later", true, [][]*rules.Rule{{selecting("other", "other", deployChild)}, {other, r}}, false},
+		{"removed before the record was read; r later", false, [][]*rules.Rule{{other}, {other, r}}, false},
+		{"renamed to r in one change", true, [][]*rules.Rule{{other, r}}, true},
+		{"renamed to r in one change, before the record was read", false, [][]*rules.Rule{{other, r}}, true},
+	} {
+		if got := inherits(tc.loadFirst, tc.steps...); (len(got) > 0) != tc.inherits {
+			t.Errorf("%s: r inherits %v, want inherited: %t", tc.name, got, tc.inherits)
+		}
 	}
 }
 

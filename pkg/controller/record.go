@@ -24,6 +24,7 @@ import (
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/pkg/shard"
 	"kgen.dev/kgen/pkg/watch"
+	"kgen.dev/kgen/rules"
 )
 
 // Children of kinds that left a rule.
@@ -506,17 +507,29 @@ type recordState struct {
 	sweeps   map[ChildScope]sweepRetry
 	sweeping bool
 	// letGo are the recorded parent scopes, by rule, of rules that are not
-	// loaded, that this process found covered by no rule once every rule
-	// was loaded (markLetGoLocked): kgen let those parents go, with their
-	// children (contract §7), so a rule that selects them later does not
-	// inherit the rule's child kinds (inheritedLocked), even before the
-	// sweep drops the scopes from the record (it sweeps them even once
-	// covered). A scope a rule leaves to another that covers it at once (a
-	// rename in one edit) is not let go: the other rule takes over, as
-	// after a restart. The marks are in memory: a restart before the sweep
-	// succeeded, or another replica that did not see the scope uncovered,
-	// takes the later rule as a rename (docs/controller.md).
+	// loaded and whose parents kgen let go, with their children (contract
+	// §7): removed while kgen runs with no rule new or changed in the same
+	// change that may select their parents, or found covered by no rule
+	// once every rule is loaded (markLetGoLocked). A rule that selects
+	// them later does not inherit the rule's child kinds
+	// (inheritedLocked), even before the sweep drops the scopes from the
+	// record (it sweeps them even once covered). A rule renamed in one
+	// edit is not let go: the new name takes over, as after a restart. The
+	// marks are in memory: a restart before the sweep succeeded, or
+	// another replica that did not see the removal, takes the later rule
+	// as a rename (docs/controller.md).
 	letGo map[string][]ChildScope
+	// removals are the rules removed from the set, each with the rules
+	// new or changed in the same change, until markLetGoLocked judges
+	// them (once every rule is loaded and the record read).
+	removals []removal
+}
+
+// removal is a rule removed from the set, and the rules new or changed in
+// the same change: those that may take its parents over (a rename).
+type removal struct {
+	rule   *rules.Rule
+	takers []*rules.Rule
 }
 
 // recordLogEvery bounds how often a failing read or write of the record is
