@@ -1974,6 +1974,7 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 			c.metrics.addRule(name, c.cfg.Workers)
 		}
 		delete(c.record.letGo, name) // loaded again: its own, not inherited
+		c.record.removals = slices.DeleteFunc(c.record.removals, func(rm removal) bool { return rm.rule.Name == name })
 	}
 	// A removed rule's parents are let go (recordState.letGo) unless a
 	// rule new or changed in this change may select them (a rename),

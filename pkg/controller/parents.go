@@ -198,6 +198,10 @@ func (c *Controller) markLetGoLocked() {
 		}
 		for _, s := range c.record.parents[name] {
 			takenOver := slices.ContainsFunc(rm.takers, func(r *rules.Rule) bool {
+				// A taker counts while that version of it is loaded.
+				if rs, p := c.rules[r.Name], c.pending[r.Name]; (rs == nil || rs.rule != r) && (p == nil || p.rule != r) {
+					return false
+				}
 				return r.Parent.GroupVersionKind.GroupKind() == s.GroupVersionKind.GroupKind() &&
 					(len(r.Parent.Namespaces) == 0 || slices.Contains(r.Parent.Namespaces, "") || slices.Contains(r.Parent.Namespaces, s.Namespace)) &&
 					rules.MayOverlap(r.Parent, rm.rule.Parent)

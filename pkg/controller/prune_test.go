@@ -740,6 +740,7 @@ spec:
 		{"removed before the record was read; r later", false, [][]*rules.Rule{{other}, {other, r}}, false},
 		{"renamed to r in one change", true, [][]*rules.Rule{{other, r}}, true},
 		{"renamed to r in one change, before the record was read", false, [][]*rules.Rule{{other, r}}, true},
+		{"removed, back, then renamed, before the record was read", false, [][]*rules.Rule{{other}, {other, old}, {other, r}}, true},
 	} {
 		if got := inherits(tc.loadFirst, tc.steps...); (len(got) > 0) != tc.inherits {
 			t.Errorf("%s: r inherits %v, want inherited: %t", tc.name, got, tc.inherits)
