@@ -846,10 +846,12 @@ func (c *Controller) selectedByAny(obj *unstructured.Unstructured) bool {
 }
 
 // Children returns the cached children of a parent: every object that
-// carries the parent's UID in the caches of the rule's child kinds (prune-
-// only ones included), whichever rule made it; and, in the caches of the
-// other running rules, those made by a rule that is loaded and whose
-// parents are of this rule's parent kind. A parent moved to this rule
+// carries the parent's UID in the caches of the rule's child kinds and of
+// its own prune-only scopes, whichever rule made it; in a scope inherited
+// from a removed rule (a rename, see inheritedLocked), those that rule or
+// this one made; and, in the caches of the other running rules, those
+// made by this rule or by a rule that is loaded and whose parents are of
+// this rule's parent kind. A parent moved to this rule
 // from another (by relabelling it) thus also sees the children the other
 // rule made of kinds this rule does not have, and prunes them; while it
 // was that rule's, the other rule kept watching them. The children of a
