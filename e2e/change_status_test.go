@@ -65,17 +65,9 @@ func TestChangeStatusFieldRejected(t *testing.T) {
 
 	// The CRD loses status.child; the API server drops it from what it
 	// serves once the new schema is in effect.
-	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
-	eventually(t, 30*time.Second, func() (bool, error) {
-		cur, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		next := typedStatusCRD(group, false)
-		next.ResourceVersion = cur.ResourceVersion
-		_, err = crds.Update(t.Context(), next, metav1.UpdateOptions{})
-		return err == nil, err
-	}, "the CRD update")
+	updateCRD(t, crd.Name, func(cur *apiextensionsv1.CustomResourceDefinition) {
+		cur.Spec = typedStatusCRD(group, false).Spec
+	})
 	waitFor(t, gvr, ns, "g", func(p *unstructured.Unstructured) error {
 		if v, found, _ := unstructured.NestedFieldNoCopy(p.Object, "status", "child"); found {
 			return fmt.Errorf("status.child = %v, want it pruned by the new schema", v)

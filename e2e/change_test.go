@@ -381,7 +381,6 @@ func TestChangeCRDSchemaFollowed(t *testing.T) {
 	ns := newNamespace(t)
 	crd := gadgetCRD(group, false)
 	gvr := serveCRD(t, crd)
-	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
 	startController(t, nil, gadgetRule(t, "schema", group, `  children:
   - id: config
     template:
@@ -397,16 +396,9 @@ func TestChangeCRDSchemaFollowed(t *testing.T) {
 	}
 
 	// The CRD now keys conditions by type.
-	eventually(t, 30*time.Second, func() (bool, error) {
-		cur, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		next := gadgetCRD(group, true)
-		next.ResourceVersion = cur.ResourceVersion
-		_, err = crds.Update(t.Context(), next, metav1.UpdateOptions{})
-		return err == nil, err
-	}, "the CRD update")
+	updateCRD(t, crd.Name, func(cur *apiextensionsv1.CustomResourceDefinition) {
+		cur.Spec = gadgetCRD(group, true).Spec
+	})
 	// kgen hears of it within the watcher's settle time; the server
 	// publishes the new schema a moment after the update.
 	time.Sleep(5 * time.Second)
@@ -431,7 +423,6 @@ func TestChangeCRDGainsStatusSubresource(t *testing.T) {
 	crd := gadgetCRD(group, true)
 	crd.Spec.Versions[0].Subresources = nil
 	gvr := serveCRD(t, crd)
-	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
 	startController(t, nil, gadgetRule(t, "gainstatus", group, `  children:
   - id: config
     template:
@@ -448,15 +439,9 @@ func TestChangeCRDGainsStatusSubresource(t *testing.T) {
 		t.Fatalf("the parent has a status while its CRD has no status subresource: %v", p)
 	}
 
-	eventually(t, 30*time.Second, func() (bool, error) {
-		cur, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
+	updateCRD(t, crd.Name, func(cur *apiextensionsv1.CustomResourceDefinition) {
 		cur.Spec.Versions[0].Subresources = &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}
-		_, err = crds.Update(t.Context(), cur, metav1.UpdateOptions{})
-		return err == nil, err
-	}, "the CRD update")
+	})
 	waitFor(t, gvr, ns, "s", func(p *unstructured.Unstructured) error {
 		if c := readyCondition(p); c == nil || c["status"] != "True" {
 			return fmt.Errorf("Ready = %v", c)
@@ -1746,14 +1731,9 @@ spec:
 	create(t, gvr, app("before"))
 	waitReason(t, gvr, ns, "before", reconcile.ReasonInvalid, "port")
 
-	live, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crd.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	live.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = props(true)["spec"]
-	if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Update(t.Context(), live, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	updateCRD(t, crd.Name, func(live *apiextensionsv1.CustomResourceDefinition) {
+		live.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = props(true)["spec"]
+	})
 	changed := time.Now()
 	for i := range 10 {
 		create(t, gvr, app(fmt.Sprintf("after-%d", i)))
@@ -1837,14 +1817,9 @@ spec:
 
 	var slowest time.Duration
 	for i := 1; i <= 10; i++ {
-		live, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crd.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		live.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec(8080, i)
-		if _, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Update(t.Context(), live, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		updateCRD(t, crd.Name, func(live *apiextensionsv1.CustomResourceDefinition) {
+			live.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec(8080, i)
+		})
 		// By then kgen has heard of the change (a second after it) and
 		// used to have stopped watching for its relist.
 		time.Sleep(1500 * time.Millisecond)

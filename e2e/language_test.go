@@ -1346,16 +1346,9 @@ func TestLanguageCRDChangedWhileStopped(t *testing.T) {
 	gvr := createCRD(t, crdOf(group, "Gadget", "gadgets", apiextensionsv1.NamespaceScoped, withNum(true)))
 	setSchema := func(num bool) {
 		t.Helper()
-		crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
-		eventually(t, 30*time.Second, func() (bool, error) {
-			crd, err := crds.Get(t.Context(), "gadgets."+group, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
+		updateCRD(t, "gadgets."+group, func(crd *apiextensionsv1.CustomResourceDefinition) {
 			crd.Spec.Versions[0].Schema.OpenAPIV3Schema = withNum(num)
-			_, err = crds.Update(t.Context(), crd, metav1.UpdateOptions{})
-			return err == nil, err
-		}, "the CRD to be updated")
+		})
 	}
 	applyRule(t, languageRuleText("stopped-crd", group, []string{ns}, `  children:
   - id: config

@@ -146,6 +146,24 @@ func installCRD(t *testing.T, file string) *apiextensionsv1.CustomResourceDefini
 	return crd
 }
 
+// updateCRD changes the named CRD with change, from its live version, and
+// tries again until the API server takes the update (another writer, such
+// as the API server's own status controller, may have changed it since the
+// read).
+func updateCRD(t *testing.T, name string, change func(*apiextensionsv1.CustomResourceDefinition)) {
+	t.Helper()
+	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
+	eventually(t, 30*time.Second, func() (bool, error) {
+		crd, err := crds.Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		change(crd)
+		_, err = crds.Update(t.Context(), crd, metav1.UpdateOptions{})
+		return err == nil, err
+	}, "the CRD %s to be updated", name)
+}
+
 // eventually polls cond every 100ms until it returns true, and fails the
 // test with the last error it returned if timeout passes first. The error
 // only explains a false; it does not stop the polling.

@@ -653,16 +653,10 @@ func TestRuleRecheckedWhenCRDChanges(t *testing.T) {
 	}, "gizmos to be served")
 	update := func(field string) {
 		t.Helper()
-		eventually(t, 30*time.Second, func() (bool, error) {
-			got, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
+		updateCRD(t, crd.Name, func(got *apiextensionsv1.CustomResourceDefinition) {
 			crd = got
 			withField(field)
-			_, err = crds.Update(t.Context(), crd, metav1.UpdateOptions{})
-			return err == nil, err
-		}, "the CRD to take field %s", field)
+		})
 	}
 
 	startControllerWith(t, controllerOptions{RuleObjects: true})
@@ -799,16 +793,7 @@ func TestRuleReportsWatchFailingAfterSync(t *testing.T) {
 
 	setConversion := func(conv *apiextensionsv1.CustomResourceConversion) {
 		t.Helper()
-		crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
-		eventually(t, 10*time.Second, func() (bool, error) {
-			live, err := crds.Get(t.Context(), crd.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			live.Spec.Conversion = conv
-			_, err = crds.Update(t.Context(), live, metav1.UpdateOptions{})
-			return err == nil, err
-		}, "the CRD's conversion to change")
+		updateCRD(t, crd.Name, func(live *apiextensionsv1.CustomResourceDefinition) { live.Spec.Conversion = conv })
 	}
 	url := "https://127.0.0.1:1/convert"
 	setConversion(&apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
@@ -857,19 +842,12 @@ func TestChangeCRDLeavesOtherKindsOfItsGroup(t *testing.T) {
 	r0, g0, w0 := count(before)
 
 	// The Widget CRD gains a field.
-	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
-	eventually(t, 30*time.Second, func() (bool, error) {
-		crd, err := crds.Get(t.Context(), "widgets."+group, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
+	updateCRD(t, "widgets."+group, func(crd *apiextensionsv1.CustomResourceDefinition) {
 		crd.Spec.Versions[0].Schema = &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
 			Type: "object", XPreserveUnknownFields: new(true), Properties: map[string]apiextensionsv1.JSONSchemaProps{
 				"spec": {Type: "object", XPreserveUnknownFields: new(true), Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: "integer"}}},
 			}}}
-		_, err = crds.Update(t.Context(), crd, metav1.UpdateOptions{})
-		return err == nil, err
-	}, "the Widget CRD to be updated")
+	})
 	var after map[string]*dto.MetricFamily
 	eventually(t, 30*time.Second, func() (bool, error) {
 		after, err = scrape(t, p.metric+"/metrics")

@@ -131,17 +131,11 @@ spec:
 
 	// v1 is no longer served: the rule, which reads v2, goes on; the
 	// record of where it watched its parents at v1 does not stop it.
-	crds := env.crds.ApiextensionsV1().CustomResourceDefinitions()
 	for _, name := range []string{"gadgets." + group, "widgets." + group} {
-		crd, err := crds.Get(t.Context(), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		crd.Spec.Versions[0].Served, crd.Spec.Versions[0].Storage = false, false
-		crd.Spec.Versions[1].Storage = true
-		if _, err := crds.Update(t.Context(), crd, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		updateCRD(t, name, func(crd *apiextensionsv1.CustomResourceDefinition) {
+			crd.Spec.Versions[0].Served, crd.Spec.Versions[0].Storage = false, false
+			crd.Spec.Versions[1].Storage = true
+		})
 	}
 	eventually(t, 30*time.Second, func() (bool, error) {
 		_, err := env.dynamic.Resource(gadgets).Namespace(ns).List(t.Context(), metav1.ListOptions{Limit: 1})

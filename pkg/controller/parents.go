@@ -137,6 +137,7 @@ func (c *Controller) coveredLocked(s ChildScope) bool {
 		if rs.active {
 			namespaces = slices.Collect(maps.Keys(rs.parentRegs))
 		}
+		// An active rule without a namespace list watches in "", every namespace.
 		if len(namespaces) == 0 || slices.Contains(namespaces, "") || slices.Contains(namespaces, s.Namespace) {
 			return true
 		}
@@ -203,7 +204,7 @@ func (c *Controller) markLetGoLocked() {
 					return false
 				}
 				return r.Parent.GroupVersionKind.GroupKind() == s.GroupVersionKind.GroupKind() &&
-					(len(r.Parent.Namespaces) == 0 || slices.Contains(r.Parent.Namespaces, "") || slices.Contains(r.Parent.Namespaces, s.Namespace)) &&
+					(len(r.Parent.Namespaces) == 0 || slices.Contains(r.Parent.Namespaces, s.Namespace)) &&
 					rules.MayOverlap(r.Parent, rm.rule.Parent)
 			})
 			if !takenOver {
