@@ -1410,3 +1410,107 @@ func TestLanguageCRDChangedWhileStopped(t *testing.T) {
 	})
 	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
 }
+
+// Scenario (as TestLanguageCRDChangedWhileStopped, for a rules file): a
+// file rule reads parent.spec.num; while kgen is stopped the CRD loses the
+// field, and a parent changes. kgen's record holds the version of the rule
+// that ran, so the restarted kgen runs it: the parent says its render
+// fails (InvalidSpec, naming the field) and the log that the rule keeps
+// running; once the CRD has the field again the parent converges. Before,
+// a file rule did not start, and its parent kept Ready=True of its old
+// generation. A version of the file edited while kgen was stopped, which
+// never ran, does not start past the same error.
+func TestLanguageFileRuleCRDChangedWhileStopped(t *testing.T) {
+	const group = "stoppedfile.example.com"
+	ns := newNamespace(t)
+	withNum := func(num bool) *apiextensionsv1.JSONSchemaProps {
+		spec := map[string]apiextensionsv1.JSONSchemaProps{"x": {Type: "string"}}
+		if num {
+			spec["num"] = apiextensionsv1.JSONSchemaProps{Type: "integer"}
+		}
+		return &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"spec":   {Type: "object", Properties: spec},
+			"status": {Type: "object", XPreserveUnknownFields: new(true)},
+		}}
+	}
+	gvr := createCRD(t, crdOf(group, "Gadget", "gadgets", apiextensionsv1.NamespaceScoped, withNum(true)))
+	setSchema := func(num bool) {
+		t.Helper()
+		updateCRD(t, "gadgets."+group, func(crd *apiextensionsv1.CustomResourceDefinition) {
+			crd.Spec.Versions[0].Schema.OpenAPIV3Schema = withNum(num)
+		})
+	}
+	rule := func(extra string) string {
+		return languageRuleText("stopped-file", group, []string{ns}, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data:
+        next: ${string(parent.spec.num + 1)}
+        x: ${parent.spec.x}
+`+extra)
+	}
+	file := writeRules(t, rule(""))
+	args := []string{"--rules", file, "--rule-objects=false"}
+	first := startKgen(t, "kgen-stopped-file", args...)
+	create(t, gvr, gadget(group, ns, "g", map[string]any{"x": "a", "num": int64(1)}))
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
+		if d := o.Object["data"]; fmt.Sprint(d) != "map[next:2 x:a]" {
+			return fmt.Errorf("data %v", d)
+		}
+		return nil
+	})
+	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+	eventually(t, 30*time.Second, func() (bool, error) {
+		v := recordOf(t, metav1.NamespaceDefault, "stopped-file"+controller.RunningKeySuffix)
+		return strings.HasPrefix(v, "sha256:"), fmt.Errorf("recorded version %q", v)
+	}, "the record to hold the running version")
+	first.stop()
+
+	setSchema(false)
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"x": "b"}})
+	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := startKgen(t, "kgen-stopped-file", args...)
+	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, "num")
+	eventually(t, 30*time.Second, func() (bool, error) {
+		return strings.Contains(second.output.String(), "it keeps running"), errors.New("no line says so")
+	}, "the log to say the rule keeps running although it no longer fits its CRD")
+	second.stop()
+
+	// Edited while stopped: this version never ran, and waits.
+	if err := os.WriteFile(file, []byte(rule("        y: ${parent.spec.x}\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third := startKgen(t, "kgen-stopped-file", args...)
+	eventually(t, 60*time.Second, func() (bool, error) {
+		return strings.Contains(third.output.String(), "has no field"), errors.New("no line says why")
+	}, "the log to say why the edited rule does not start")
+	if cm := get(t, cmGVR, ns, "g"); cm == nil || cm.Object["data"].(map[string]any)["y"] != nil {
+		t.Fatalf("the edited version, which never ran and does not fit the CRD, wrote the child: %v", cm)
+	}
+
+	// The field back, and set: the parent converges, with the edit.
+	setSchema(true)
+	patch, _ = json.Marshal(map[string]any{"spec": map[string]any{"num": int64(5)}})
+	eventually(t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			return false, err
+		}
+		o := get(t, gvr, ns, "g")
+		n, _, _ := unstructured.NestedInt64(o.Object, "spec", "num")
+		return n == 5, fmt.Errorf("spec.num = %d", n)
+	}, "the parent to keep spec.num")
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
+		if d := o.Object["data"]; fmt.Sprint(d) != "map[next:6 x:b y:b]" {
+			return fmt.Errorf("data %v", d)
+		}
+		return nil
+	})
+	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+}

@@ -3,6 +3,8 @@ package rules
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -348,7 +350,7 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 			before := len(l.errs)
 			r := l.rule(n)
 			if r != nil && len(l.errs) == before {
-				r.source = &source{file: file, data: data, opts: c.opts, digest: documentDigest(n), object: c.object}
+				r.source = &source{file: file, data: data, opts: c.opts, digest: documentDigest(n), version: versionDigest(n), object: c.object}
 				rules = append(rules, r)
 			}
 		}
@@ -379,6 +381,29 @@ func documentDigest(n *yaml.Node) [32]byte {
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum
+}
+
+// versionDigest identifies what a rule document says, its name and spec,
+// whatever its place in its file, its comments or its layout: two
+// documents with one digest are one version of a rule. It is "" for a
+// document whose spec JSON cannot hold (a map with keys that are not
+// strings), which is then never taken for one that ran before.
+func versionDigest(n *yaml.Node) string {
+	var doc struct {
+		Metadata struct {
+			Name string `yaml:"name"`
+		} `yaml:"metadata"`
+		Spec any `yaml:"spec"`
+	}
+	if err := n.Decode(&doc); err != nil {
+		return ""
+	}
+	data, err := json.Marshal([]any{doc.Metadata.Name, doc.Spec}) // map keys sorted
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // documents returns the rules a YAML document holds: itself, or the items

@@ -120,8 +120,10 @@ type source struct {
 	file string
 	data []byte
 	opts Options
-	// digest identifies the rule's document (see documentDigest).
-	digest [32]byte
+	// digest identifies the rule's document (see documentDigest), and
+	// version what it says (see versionDigest).
+	digest  [32]byte
+	version string
 	// object is set for a Rule object's YAML (see parse).
 	object bool
 }
@@ -139,6 +141,18 @@ func (r *Rule) SameDocument(o *Rule) bool {
 		return false
 	}
 	return r.source.file == o.source.file && r.source.digest == o.source.digest
+}
+
+// Version identifies what the rule's document says, its name and its spec,
+// as "sha256:HEX": the same for the same rule wherever it is in its file
+// and however it is laid out, and different for any change of the spec.
+// kgen records the version of each rule that runs, to know after a restart
+// whether a rule ran before. It is "" for a rule made in memory.
+func (r *Rule) Version() string {
+	if r.source == nil {
+		return ""
+	}
+	return r.source.version
 }
 
 // Child returns the child with the given id, or nil.

@@ -30,3 +30,73 @@ func TestParseChildrenThatMayDiffer(t *testing.T) {
 		})
 	}
 }
+
+// A rule's Version is what it says: the same wherever the rule is in its
+// file, however it is laid out, and as a Rule object; any change of its
+// spec or name is another version.
+func TestVersion(t *testing.T) {
+	version := func(t *testing.T, doc string) string {
+		t.Helper()
+		rs, err := Parse("rules.yaml", []byte(doc), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.Name == "r" {
+				if r.Version() == "" {
+					t.Fatal("no version")
+				}
+				return r.Version()
+			}
+		}
+		t.Fatalf("no rule r in %s", doc)
+		return ""
+	}
+	base := version(t, header+"  - id: a\n"+cm("x"))
+	same := map[string]string{
+		"after another rule": strings.NewReplacer("{name: r}", "{name: q}", "kind: App}", "kind: Other}").Replace(header) + "  - id: a\n" + cm("x") + "---\n" + header + "  - id: a\n" + cm("x"),
+		"with comments and flow style": "# a comment\n" + strings.Replace(header, "  children:\n", "  children: # the children\n", 1) +
+			"  - {id: a, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"x\"}}}\n",
+		"with labels": strings.Replace(header, "{name: r}", "{name: r, labels: {team: a}}", 1) + "  - id: a\n" + cm("x"),
+	}
+	for name, doc := range same {
+		if got := version(t, doc); got != base {
+			t.Errorf("%s: version %s, want %s", name, got, base)
+		}
+	}
+	obj := map[string]any{"apiVersion": "kgen.dev/v1alpha1", "kind": "Rule",
+		"metadata": map[string]any{"name": "r", "generation": int64(3), "resourceVersion": "12"},
+		"spec": map[string]any{
+			"parent":   map[string]any{"apiVersion": "example.com/v1", "kind": "App"},
+			"children": []any{map[string]any{"id": "a", "template": map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x"}}}},
+		},
+		"status": map[string]any{"observedGeneration": int64(3)},
+	}
+	r, err := FromObject(obj, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Version() != base {
+		t.Errorf("as a Rule object: version %s, want %s", r.Version(), base)
+	}
+	other := map[string]string{
+		"another child name": header + "  - id: a\n" + cm("y"),
+		"another child id":   header + "  - id: b\n" + cm("x"),
+		"another rule name":  strings.Replace(header, "{name: r}", "{name: r2}", 1) + "  - id: a\n" + cm("x"),
+	}
+	for name, doc := range other {
+		r := "r"
+		if name == "another rule name" {
+			r = "r2"
+		}
+		rs, err := Parse("rules.yaml", []byte(doc), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, got := range rs {
+			if got.Name == r && got.Version() == base {
+				t.Errorf("%s: the same version %s", name, base)
+			}
+		}
+	}
+}

@@ -99,8 +99,9 @@ type Config struct {
 	// Admit, when set, is asked once a rule's parent kind is served,
 	// before its informers start: an error (its expressions do not fit
 	// the parent's schema) keeps the rule waiting with the error, and it
-	// is asked again at the next try.
-	Admit func(ctx context.Context, rule *rules.Rule) error
+	// is asked again at the next try. ranBefore says whether the Record
+	// holds this version of the rule as the one that last started.
+	Admit func(ctx context.Context, rule *rules.Rule, ranBefore bool) error
 	// Recheck, when set, is asked for each running rule that uses a kind
 	// of an API group whose CustomResourceDefinitions changed, after the
 	// schemas known of the group were dropped: it reports a rule that no
@@ -1134,7 +1135,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	// Only once every kind is served: Admit reads the parent kind's CRD,
 	// which a rule that waits for a child kind must not cost every try.
 	if c.cfg.Admit != nil {
-		if err := c.cfg.Admit(ctx, rule); err != nil {
+		if err := c.cfg.Admit(ctx, rule, c.ranBefore(ctx, rule)); err != nil {
 			return c.setWaiting(rs, err)
 		}
 	}

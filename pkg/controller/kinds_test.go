@@ -68,7 +68,7 @@ func testParentMappingChangedWhileStarting(t *testing.T) {
 	disc := fakeDiscovery()
 	m := mapper.New(disc)
 	var c *Controller
-	admit := func(context.Context, *rules.Rule) error {
+	admit := func(context.Context, *rules.Rule, bool) error {
 		gadgets := disc.Resources[2]
 		gadgets.APIResources = append(gadgets.APIResources, metav1.APIResource{Name: "gadgets/status"})
 		m.Reset()
@@ -118,4 +118,50 @@ func TestKindsChangedRequeuesOnlyUsers(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A rule that starts records its version; at the next start Admit is told
+// that this version ran before (so a file rule starts past a CRD changed
+// while kgen was stopped, as a Rule object does), and not for another
+// version. A rule removed from the set leaves the record.
+func TestRunningVersionRecorded(t *testing.T) { synctest.Test(t, testRunningVersionRecorded) }
+
+func testRunningVersionRecorded(t *testing.T) {
+	rec := &memRecord{scopes: map[string][]ChildScope{}}
+	start := func(rule *rules.Rule) (*Controller, context.Context, bool) {
+		t.Helper()
+		client, m := fakeCluster(gadgetWith("g1", false, false))
+		var ran bool
+		admit := func(_ context.Context, _ *rules.Rule, ranBefore bool) error { ran = ranBefore; return nil }
+		c := New(Config{Rules: []*rules.Rule{rule}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec, Admit: admit})
+		ctx := activateRule(t, c)
+		waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+		synctest.Wait()
+		return c, ctx, ran
+	}
+	v1 := gadgetRule(t, configChild)
+	if _, _, ran := start(v1); ran {
+		t.Error("a rule kgen never ran was admitted as one that ran before")
+	}
+	if got := rec.getRunning("r"); got != v1.Version() {
+		t.Fatalf("recorded version %q, want %q", got, v1.Version())
+	}
+	if _, _, ran := start(gadgetRule(t, configChild)); !ran {
+		t.Error("the version that ran, at the next start, was not admitted as one that ran before")
+	}
+	v2 := gadgetRule(t, deployChild)
+	c, ctx, ran := start(v2)
+	if ran {
+		t.Error("another version of the rule was admitted as one that ran before")
+	}
+	if got := rec.getRunning("r"); got != v2.Version() {
+		t.Errorf("recorded version %q after the new version started, want %q", got, v2.Version())
+	}
+	c.mu.Lock()
+	delete(c.rules, "r") // removed from the set
+	c.mu.Unlock()
+	c.prunePass(ctx)
+	if got := rec.getRunning("r"); got != "" {
+		t.Errorf("recorded version %q after the rule was removed, want none", got)
+	}
 }

@@ -218,7 +218,7 @@ func testWaitingRuleIsNotAdmittedEachTry(t *testing.T) {
 	var admitted atomic.Int32
 	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild+widgetChild)}, Client: client, Mapper: m,
 		Recorder: record.NewFakeRecorder(1000), Workers: 1, RetryInterval: time.Second,
-		Admit: func(context.Context, *rules.Rule) error { admitted.Add(1); return nil }})
+		Admit: func(context.Context, *rules.Rule, bool) error { admitted.Add(1); return nil }})
 	runController(t, c)
 	waitFor(t, "the rule to wait for Widget", func() bool { s, _ := c.State("r"); return s.KindNotServed })
 	time.Sleep(time.Minute)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ type memRecord struct {
 	mu      sync.Mutex
 	scopes  map[string][]ChildScope
 	parents map[string][]ChildScope
+	running map[string]string
 	saves   int
 	// failLoad and failSave, when set, are what Load and the saves return.
 	failLoad, failSave error
@@ -49,7 +51,32 @@ func (m *memRecord) Load(context.Context) (Recorded, error) {
 	for k, v := range m.parents {
 		out.Parents[k] = slices.Clone(v)
 	}
+	out.Running = maps.Clone(m.running)
 	return out, nil
+}
+
+func (m *memRecord) UpdateRunning(_ context.Context, rule, version string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failSave != nil {
+		return m.failSave
+	}
+	if m.running == nil {
+		m.running = map[string]string{}
+	}
+	if version == "" {
+		delete(m.running, rule)
+	} else {
+		m.running[rule] = version
+	}
+	return nil
+}
+
+// getRunning returns the running version recorded for a rule.
+func (m *memRecord) getRunning(rule string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.running[rule]
 }
 
 func (m *memRecord) Update(_ context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error) {

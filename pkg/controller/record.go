@@ -50,7 +50,11 @@ import (
 // its old version recorded, which kgen keeps in memory too.
 //
 // The same Record keeps where each rule watched its parents, so that
-// parents where no rule looks any more are released (parents.go).
+// parents where no rule looks any more are released (parents.go), and the
+// version of each rule that last started (rules.Rule.Version), so that a
+// rule that ran before is known as such after a restart: Config.Admit
+// starts it past a type error its CRD's change, made while kgen was
+// stopped, brings, as a running rule keeps running through one.
 //
 // Under sharding every replica writes the Record, so a write changes only
 // what this replica learned (Record.Update: scopes added, and removed),
@@ -97,6 +101,9 @@ func compareScopes(a, b ChildScope) int { return strings.Compare(a.String(), b.S
 type Recorded struct {
 	Children map[string][]ChildScope
 	Parents  map[string][]ChildScope
+	// Running is the version of each rule that last started
+	// (rules.Rule.Version).
+	Running map[string]string
 }
 
 // Record keeps the child and parent scopes of every rule where they
@@ -112,6 +119,9 @@ type Record interface {
 	Update(ctx context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error)
 	// UpdateParents does the same to a rule's parent scopes.
 	UpdateParents(ctx context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error)
+	// UpdateRunning records the version of a rule that started; ""
+	// removes the rule's entry.
+	UpdateRunning(ctx context.Context, rule, version string) error
 }
 
 // DefaultRecordName is the name of the ConfigMap of a ConfigMapRecord.
@@ -121,7 +131,8 @@ const DefaultRecordName = "kgen-state"
 // name is a valid key) for its child scopes, and one, the rule's name with
 // ParentsKeySuffix, for its parent scopes (no rule name has a "_", so the
 // two never meet), whose values have a line per scope,
-// "APIVERSION KIND [NAMESPACE]":
+// "APIVERSION KIND [NAMESPACE]", and one, with RunningKeySuffix, for the
+// version of the rule that last started:
 //
 //	data:
 //	  webapp: |
@@ -129,6 +140,7 @@ const DefaultRecordName = "kgen-state"
 //	    v1 ConfigMap team-a
 //	  webapp_parents: |
 //	    example.com/v1 WebApp team-a
+//	  webapp_running: sha256:9f86d0…
 //
 // It reads the ConfigMap with get and changes one key at a time: it reads
 // the ConfigMap, adds and removes scopes in the key's value, and writes the
@@ -169,6 +181,12 @@ const ReleaseAnnotation = "kgen.dev/release"
 // parent scopes.
 const ParentsKeySuffix = "_parents"
 
+// RunningKeySuffix ends the key of a ConfigMapRecord that holds the version
+// of a rule that last started. A kgen from before it reads the key as a
+// rule's child scopes with a line that is not a scope, which it logs and
+// leaves out.
+const RunningKeySuffix = "_running"
+
 var _ Record = (*ConfigMapRecord)(nil)
 
 func (r *ConfigMapRecord) name() string {
@@ -182,7 +200,7 @@ func (r *ConfigMapRecord) name() string {
 // not a scope is logged and left out. With Resource set, it also brings
 // ReleaseAnnotation up to date (annotate).
 func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
-	out := Recorded{Children: map[string][]ChildScope{}, Parents: map[string][]ChildScope{}}
+	out := Recorded{Children: map[string][]ChildScope{}, Parents: map[string][]ChildScope{}, Running: map[string]string{}}
 	cm, err := r.Client.ConfigMaps(r.Namespace).Get(ctx, r.name(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return out, nil
@@ -191,6 +209,10 @@ func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
 		return Recorded{}, fmt.Errorf("read the record of the rules' kinds, ConfigMap %s/%s: %w", r.Namespace, r.name(), err)
 	}
 	for key, value := range cm.Data {
+		if rule, ok := strings.CutSuffix(key, RunningKeySuffix); ok {
+			out.Running[rule] = strings.TrimSpace(value)
+			continue
+		}
 		scopes, bad := decodeScopes(value)
 		rule, parents := strings.CutSuffix(key, ParentsKeySuffix)
 		for _, line := range bad {
@@ -253,6 +275,54 @@ func (r *ConfigMapRecord) UpdateParents(ctx context.Context, rule string, add, r
 	return out, nil
 }
 
+// UpdateRunning writes the rule's key of its running version, creating the
+// ConfigMap if it is missing; "" removes the key.
+func (r *ConfigMapRecord) UpdateRunning(ctx context.Context, rule, version string) error {
+	client := r.Client.ConfigMaps(r.Namespace)
+	key := rule + RunningKeySuffix
+	err := clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+		cm, err := client.Get(ctx, r.name(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			if version == "" {
+				return nil
+			}
+			cm, err = r.create(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		if cm.Data[key] == version {
+			return nil
+		}
+		var value any // null removes the key
+		if version != "" {
+			value = version
+		}
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": cm.ResourceVersion},
+			"data":     map[string]any{key: value},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = client.Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record the running version of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
+	}
+	return nil
+}
+
+// create makes the missing ConfigMap by an apply of its metadata alone;
+// two kgens that race to create it apply the same, and neither loses a key.
+func (r *ConfigMapRecord) create(ctx context.Context) (*corev1.ConfigMap, error) {
+	empty := []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":%q,"labels":{%q:%q}}}`,
+		r.name(), r.Namespace, reconcile.LabelManagedBy, reconcile.ManagedBy))
+	force := true
+	return r.Client.ConfigMaps(r.Namespace).Patch(ctx, r.name(), types.ApplyPatchType, empty, metav1.PatchOptions{FieldManager: reconcile.FieldManager, Force: &force})
+}
+
 // update changes one key: a read, and a write pinned to what was read,
 // again while another writer wins; no write if nothing changes. A key left
 // with no scopes is removed.
@@ -266,12 +336,7 @@ func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []
 				out = nil
 				return nil
 			}
-			// An apply of the metadata alone creates it; two kgens that
-			// race to create it apply the same, and neither loses a key.
-			empty := []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":%q,"labels":{%q:%q}}}`,
-				r.name(), r.Namespace, reconcile.LabelManagedBy, reconcile.ManagedBy))
-			force := true
-			if cm, err = client.Patch(ctx, r.name(), types.ApplyPatchType, empty, metav1.PatchOptions{FieldManager: reconcile.FieldManager, Force: &force}); err != nil {
+			if cm, err = r.create(ctx); err != nil {
 				return err
 			}
 		}
@@ -523,6 +588,9 @@ type recordState struct {
 	// new or changed in the same change, until markLetGoLocked judges
 	// them (once every rule is loaded and the record read).
 	removals []removal
+	// running is the version of each rule that last started, as the
+	// Record held it when read or as last written (ranBefore).
+	running map[string]string
 }
 
 // removal is a rule removed from the set, and the rules new or changed in
@@ -585,6 +653,10 @@ func (c *Controller) loadRecord(ctx context.Context) error {
 		c.record.parents = map[string][]ChildScope{}
 	}
 	c.record.savedParents = map[string][]ChildScope{}
+	c.record.running = maps.Clone(recorded.Running)
+	if c.record.running == nil {
+		c.record.running = map[string]string{}
+	}
 	for rule, scopes := range recorded.Parents {
 		c.record.savedParents[rule] = sortScopes(slices.Clone(scopes))
 		c.record.parents[rule] = sortScopes(append(c.record.parents[rule], scopes...))
@@ -758,6 +830,9 @@ func (c *Controller) writeRecord(ctx context.Context, rs *ruleState) error {
 	if err == nil {
 		err = c.saveParentScopes(ctx, rs)
 	}
+	if err == nil {
+		err = c.saveRunning(ctx, rs.rule)
+	}
 	c.mu.Lock()
 	rs.recordErr = ""
 	if err != nil {
@@ -806,6 +881,66 @@ func (c *Controller) saveScopes(ctx context.Context, rs *ruleState) error {
 	c.mu.Unlock()
 	klog.FromContext(ctx).Info("Recorded where the rule's children may be", "rule", name, "scopes", encodeScopes(now))
 	return nil
+}
+
+// saveRunning records the version of a started rule, unless the Record
+// holds it already (or was not read yet). Under sharding every replica
+// that runs the rule writes it: one value, written by the first.
+func (c *Controller) saveRunning(ctx context.Context, rule *rules.Rule) error {
+	version := rule.Version()
+	c.mu.Lock()
+	skip := !c.record.loaded || version == "" || c.record.running[rule.Name] == version
+	c.mu.Unlock()
+	if skip || c.cfg.Record == nil {
+		return nil
+	}
+	if err := c.cfg.Record.UpdateRunning(ctx, rule.Name, version); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.record.running[rule.Name] = version
+	c.mu.Unlock()
+	return nil
+}
+
+// forgetRemovedVersions removes from the Record the running versions of
+// rules that are no longer loaded, once every rule is: a rule added again
+// later has not run before, as far as kgen knows. Under sharding only the
+// replica that removes scopes from the rule's record does.
+func (c *Controller) forgetRemovedVersions(ctx context.Context) {
+	if c.cfg.Record == nil || c.cfg.RulesLoaded != nil && !c.cfg.RulesLoaded() {
+		return
+	}
+	c.mu.Lock()
+	var gone []string
+	for name := range c.record.running {
+		if c.rules[name] == nil && c.pending[name] == nil && c.removesFromRecord(name) {
+			gone = append(gone, name)
+		}
+	}
+	c.mu.Unlock()
+	for _, name := range gone {
+		if err := c.cfg.Record.UpdateRunning(ctx, name, ""); err != nil {
+			c.logRecordError(ctx, name, err)
+			continue
+		}
+		c.mu.Lock()
+		if c.rules[name] == nil && c.pending[name] == nil {
+			delete(c.record.running, name)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// ranBefore tells whether the Record says this version of the rule ran
+// before: it started, and kgen has not started another version of it
+// since. It reads the Record first unless it was read; one it cannot
+// read says nothing ran.
+func (c *Controller) ranBefore(ctx context.Context, rule *rules.Rule) bool {
+	_ = c.loadRecord(ctx) // logged where it is needed: see watchRecorded
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return rule.Version() != "" && c.record.running[rule.Name] == rule.Version()
 }
 
 // writeScopes writes to the Record what this replica learned of a rule's
@@ -937,6 +1072,7 @@ func (c *Controller) prunePass(ctx context.Context) {
 			c.logRecordError(ctx, rs.rule.Name, err)
 		}
 	}
+	c.forgetRemovedVersions(ctx)
 }
 
 // mayBeEmpty tells whether a prune-only informer of a rule state holds no

@@ -230,6 +230,53 @@ func TestConfigMapRecordParents(t *testing.T) {
 	}
 }
 
+// The running version of a rule has a key of its own, which Load reads
+// apart from the scopes; "" removes it, and a write of what the key holds
+// makes no request.
+func TestConfigMapRecordRunning(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	r := &ConfigMapRecord{Client: client.CoreV1(), Namespace: "kgen"}
+	if err := r.UpdateRunning(ctx, "web", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().ConfigMaps("kgen").Get(ctx, DefaultRecordName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("removing a version from a missing record made it: %v", err)
+	}
+	if _, err := r.Update(ctx, "web", []ChildScope{{GroupVersionKind: deployments}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.UpdateRunning(ctx, "web", "sha256:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.UpdateRunning(ctx, "api", "sha256:2"); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := r.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"web": "sha256:1", "api": "sha256:2"}; !mapsEqual(loaded.Running, want) {
+		t.Errorf("Load().Running = %v, want %v", loaded.Running, want)
+	}
+	if len(loaded.Children) != 1 || len(loaded.Children["web"]) != 1 {
+		t.Errorf("Load().Children = %v, want web's Deployment alone", loaded.Children)
+	}
+	before := len(client.Actions())
+	if err := r.UpdateRunning(ctx, "web", "sha256:1"); err != nil {
+		t.Fatal(err)
+	}
+	if writes := slices.DeleteFunc(client.Actions()[before:], func(a clienttesting.Action) bool { return a.GetVerb() == "get" }); len(writes) > 0 {
+		t.Errorf("recording the version the record holds wrote %v", writes)
+	}
+	if err := r.UpdateRunning(ctx, "web", ""); err != nil {
+		t.Fatal(err)
+	}
+	if loaded, err = r.Load(ctx); err != nil || !mapsEqual(loaded.Running, map[string]string{"api": "sha256:2"}) {
+		t.Errorf("Load() = %+v, %v after web's version was removed", loaded, err)
+	}
+}
+
 // Two replicas write one rule's key: each adds its scopes and removes only
 // those it removes, on what the ConfigMap holds when it writes; a write
 // pinned to a resource version another writer changed meanwhile is

@@ -245,7 +245,9 @@ func New(opts Options) (*Manager, error) {
 	// With ManageCRDs kgen applies the parent kinds' CRDs.
 	schemas := schema.New(kube.Discovery().OpenAPIV3())
 	crds := &ruleset.CRDs{Client: dyn, Resources: resources, Manage: opts.ManageCRDs, Types: schemas}
-	admit := crds.Check
+	// Rules made in memory have no version: none ran before, as far as
+	// the record can tell (rules.Rule.Version).
+	admit := func(ctx context.Context, rule *rules.Rule, _ bool) error { return crds.Check(ctx, rule) }
 	var recheck func(context.Context, *rules.Rule)
 	initial := opts.Rules
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {

@@ -348,7 +348,7 @@ func TestSetTypeChecks(t *testing.T) {
 	}
 	s.loaded.Store(true) // as once the first list of Rule objects is observed
 	first := s.Rules()[0]
-	if err := s.Admit(ctx, first); err != nil {
+	if err := s.Admit(ctx, first, false); err != nil {
 		t.Fatalf("Admit() = %v for a rule that fits", err)
 	}
 
@@ -368,7 +368,7 @@ func TestSetTypeChecks(t *testing.T) {
 	// A version that does not fit when it starts (the CRD came later, or
 	// changed) waits, and says why.
 	bad := appRule(t, "r", "parent.spec.imgae")
-	err = s.Admit(ctx, bad)
+	err = s.Admit(ctx, bad, false)
 	var te *TypeError
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), "rules.yaml:12:31") {
 		t.Errorf("Admit() = %v, want a TypeError naming the line", err)
@@ -410,7 +410,7 @@ func TestSetTypeChecks(t *testing.T) {
 	}
 	s.recompute(ctx)
 	s.cfg.CRDs.Resources = serveApps
-	err = s.Admit(ctx, s.objects["obj"].rule)
+	err = s.Admit(ctx, s.objects["obj"].rule, false)
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), `spec.children[0].template.data.v: ${parent.spec.imgae}: parent.spec has no field "imgae"`) {
 		t.Errorf("Admit() = %v, want a TypeError with the field path", err)
 	}
@@ -587,7 +587,7 @@ func TestSetRecheck(t *testing.T) {
 	}
 	s.recompute(ctx)
 	rule := s.objects["obj"].rule
-	if err := s.Admit(ctx, rule); err != nil {
+	if err := s.Admit(ctx, rule, false); err != nil {
 		t.Fatalf("Admit() = %v for a rule that fits", err)
 	}
 	acceptedIs := func(want string, words ...string) {
@@ -953,10 +953,10 @@ func TestCRDsPrepareRefusesTypeChange(t *testing.T) {
 // longer fits its kinds' schemas (a CRD changed while kgen was stopped),
 // reported as a running rule is after such a change: the latest version
 // when its status records it as running, or the recorded version when
-// the latest does not fit either. One that never ran still waits, and so
-// does a file rule, of which kgen does not know which version ran (a live
-// audit: a restarted kgen left the parents of such a rule unreconciled,
-// Ready=True of their old generation).
+// the latest does not fit either; a file rule when the controller's record
+// says this version ran. One that never ran still waits (a live audit: a
+// restarted kgen left the parents of such a rule unreconciled, Ready=True
+// of their old generation).
 func TestAdmitWhatRanBefore(t *testing.T) {
 	ctx := context.Background()
 	s, err := New(Config{Objects: true, Client: fakeClient(appCRD(t)), Resources: serveApps,
@@ -967,8 +967,11 @@ func TestAdmitWhatRanBefore(t *testing.T) {
 	}
 	s.loaded.Store(true)
 	var te *TypeError
-	if err := s.Admit(ctx, appRule(t, "file", "parent.spec.imgae")); !errors.As(err, &te) {
-		t.Errorf("Admit() = %v for a file rule, want a TypeError", err)
+	if err := s.Admit(ctx, appRule(t, "file", "parent.spec.imgae"), false); !errors.As(err, &te) {
+		t.Errorf("Admit() = %v for a file rule that never ran, want a TypeError", err)
+	}
+	if err := s.Admit(ctx, appRule(t, "file", "parent.spec.imgae"), true); err != nil {
+		t.Errorf("Admit() = %v for a file rule whose version ran, want it to start", err)
 	}
 
 	// generation 3; running is the generation status.running records
@@ -1018,7 +1021,7 @@ func TestAdmitWhatRanBefore(t *testing.T) {
 			t.Errorf("%s: no version is handed to the controller", name)
 			continue
 		}
-		if err := s.Admit(ctx, rule); err != nil {
+		if err := s.Admit(ctx, rule, false); err != nil {
 			t.Errorf("%s: Admit() = %v for the version that ran, want it to start", name, err)
 		}
 		s.mu.Lock()

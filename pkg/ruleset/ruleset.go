@@ -702,15 +702,18 @@ func (s *Set) checkTypes(ctx context.Context, rule *rules.Rule) error {
 // expression. It is asked again at every try to start the rule, so a fixed
 // CRD or rule lets it start.
 //
-// A version of a Rule object that ran before (its status records it as
-// the one that runs) starts all the same, reported as Recheck reports it:
-// one of its CRDs changed while kgen was stopped, or while its kind was not
-// served, and had kgen run through the change the rule would have kept
-// running. Not starting it left its parents unreconciled, their Ready
-// condition as it was before the change (a live audit). A file rule has
-// no such record of the version that ran, and does not start.
-func (s *Set) Admit(ctx context.Context, rule *rules.Rule) error {
-	ran := s.ranBefore(rule)
+// A version of a rule that ran before starts all the same, reported as
+// Recheck reports it: one of its CRDs changed while kgen was stopped, or
+// while its kind was not served, and had kgen run through the change the
+// rule would have kept running. Not starting it left its parents
+// unreconciled, their Ready condition as it was before the change (a live
+// audit). A Rule object ran before when its status records the version as
+// the one that runs; any rule, a file's too, when ranBefore says so (the
+// controller's record holds the version as the one that last started). A
+// version that never ran (a rule edited into a typo while kgen was
+// stopped) does not start.
+func (s *Set) Admit(ctx context.Context, rule *rules.Rule, ranBefore bool) error {
+	ran := ranBefore || s.ranBefore(rule)
 	err := s.check(ctx, rule, ran)
 	if te := (*TypeError)(nil); ran && errors.As(err, &te) {
 		return nil // reported; it runs
