@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // kgenProcess is a 'kgenctl run' started by a test.
@@ -396,6 +397,101 @@ func TestRunLeaderElection(t *testing.T) {
 	after := writers(t, ns, killed)
 	if !after[followerUser] || len(after) != 1 {
 		t.Errorf("after the leader died, writers = %v, want only %s", after, followerUser)
+	}
+}
+
+// Scenario (contract §7 live changes, §3 "prunes … and nothing else",
+// through a failover; a live audit): two replicas with leader election
+// serve a rules file; the file changes (a child added, a template value
+// changed) and the leader applies it; then the leader is killed. The
+// replica that takes over runs the rules the file holds, not those it read
+// when it started: it deletes no child the newer rule added and rolls no
+// value back. Before, it applied its start's rules until its first poll,
+// deleting the ServiceAccounts and writing the old value, then made them
+// again.
+func TestRunFailoverKeepsRuleChanges(t *testing.T) {
+	const group = "failover.example.com"
+	ns := newNamespace(t)
+	gvr := newScopedCRD(t, group, "Gadget", "gadgets", apiextensionsv1.NamespaceScoped)
+	rule := func(value, extra string) string {
+		return languageRuleText("failover", group, []string{ns}, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}"}
+      data: {v: "`+value+`"}
+`+extra)
+	}
+	file := writeRules(t, rule("1", ""))
+	args := []string{"--rules", file, "--rule-objects=false", "--leader-elect",
+		"--leader-elect-namespace", ns, "--leader-elect-lease-duration", "4s"}
+	users := []string{"kgen-fo-a", "kgen-fo-b"}
+	procs := map[string]*kgenProcess{}
+	for _, u := range users {
+		procs[u] = startKgen(t, u, args...)
+	}
+	start := time.Now()
+	for _, name := range []string{"g1", "g2"} {
+		create(t, gvr, gadget(group, ns, name, map[string]any{}))
+		waitFor(t, cmGVR, ns, name, nil)
+	}
+	leader := ""
+	eventually(t, 30*time.Second, func() (bool, error) {
+		for _, u := range users {
+			for _, e := range auditOf(t, u, start) {
+				if e.ObjectRef.Namespace == ns && e.ObjectRef.Resource == "configmaps" && isWrite(e.Verb) {
+					leader = u
+				}
+			}
+		}
+		return leader != "", errors.New("no replica wrote a child")
+	}, "the leader to write")
+
+	// The rule changes; the leader applies it.
+	if err := os.WriteFile(file, []byte(rule("2", `  - id: account
+    template: {apiVersion: v1, kind: ServiceAccount, metadata: {name: "${parent.metadata.name}"}}
+`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saGVR := schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+	uids := map[string]types.UID{}
+	for _, name := range []string{"g1", "g2"} {
+		sa := waitFor(t, saGVR, ns, name, nil)
+		uids[name] = sa.GetUID()
+		waitFor(t, cmGVR, ns, name, func(o *unstructured.Unstructured) error {
+			if v, _, _ := unstructured.NestedString(o.Object, "data", "v"); v != "2" {
+				return fmt.Errorf("data.v = %q", v)
+			}
+			return nil
+		})
+	}
+	// The other replica has had the time to read the file (it polls every
+	// 2 s), and so to apply it, had it followed the file.
+	time.Sleep(3 * time.Second)
+
+	procs[leader].kill()
+	killed := time.Now()
+	other := users[0]
+	if other == leader {
+		other = users[1]
+	}
+	create(t, gvr, gadget(group, ns, "g3", map[string]any{}))
+	waitFor(t, saGVR, ns, "g3", nil)
+	t.Logf("%s took over %s after the leader was killed", other, time.Since(killed).Round(time.Millisecond))
+	time.Sleep(3 * time.Second) // and would have read the file by now
+	for _, name := range []string{"g1", "g2"} {
+		sa := get(t, saGVR, ns, name)
+		if sa == nil {
+			t.Errorf("ServiceAccount %s, which the newer rule made, is gone after the failover", name)
+		} else if sa.GetUID() != uids[name] {
+			t.Errorf("ServiceAccount %s, which the newer rule made, was made again after the failover (uid %s, was %s)", name, sa.GetUID(), uids[name])
+		}
+	}
+	for _, e := range auditOf(t, other, killed) {
+		if e.ObjectRef.Namespace == ns && isWrite(e.Verb) && e.ObjectRef.Name != "g3" && e.ObjectRef.Resource != "leases" && e.ObjectRef.Resource != "events" {
+			t.Errorf("after taking over, %s wrote %s %s %s: the children were up to date with the rules file", other, e.Verb, e.ObjectRef.Resource, e.ObjectRef.Name)
+		}
 	}
 }
 

@@ -157,11 +157,108 @@ func testRunningVersionRecorded(t *testing.T) {
 	if got := rec.getRunning("r"); got != v2.Version() {
 		t.Errorf("recorded version %q after the new version started, want %q", got, v2.Version())
 	}
+	// Passes write nothing more: a converged cluster costs no request.
+	rec.mu.Lock()
+	writes := rec.runningWrites
+	rec.mu.Unlock()
+	c.prunePass(ctx)
+	c.prunePass(ctx)
+	rec.mu.Lock()
+	if rec.runningWrites != writes {
+		t.Errorf("two passes wrote the running version %d times, want none", rec.runningWrites-writes)
+	}
+	rec.mu.Unlock()
+
 	c.mu.Lock()
 	delete(c.rules, "r") // removed from the set
 	c.mu.Unlock()
+	// Not before every rule is loaded: a Rule object not listed yet is
+	// not a removed rule.
+	loaded := false
+	c.cfg.RulesLoaded = func() bool { return loaded }
+	c.prunePass(ctx)
+	if got := rec.getRunning("r"); got != v2.Version() {
+		t.Errorf("recorded version %q after a pass before every rule was loaded, want %q kept", got, v2.Version())
+	}
+	loaded = true
 	c.prunePass(ctx)
 	if got := rec.getRunning("r"); got != "" {
 		t.Errorf("recorded version %q after the rule was removed, want none", got)
+	}
+}
+
+// The pass of a version that a newer one replaces, which started (and
+// recorded itself) while the pass ran, does not write the older version
+// back; a version that waits to replace it does not stop the running one
+// from being recorded.
+func TestRunningVersionNotWrittenBack(t *testing.T) {
+	synctest.Test(t, testRunningVersionNotWrittenBack)
+}
+
+func testRunningVersionNotWrittenBack(t *testing.T) {
+	rec := &memRecord{scopes: map[string][]ChildScope{}}
+	client, m := fakeCluster(gadgetWith("g1", false, false))
+	v1, v2 := gadgetRule(t, configChild), gadgetRule(t, deployChild)
+	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx := activateRule(t, c)
+	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+	synctest.Wait()
+	c.mu.Lock()
+	v1State := c.rules["r"]
+	next := newRuleState(v2)
+	c.pending["r"] = next // waiting: not started
+	c.record.running["r"] = ""
+	c.mu.Unlock()
+	if err := c.saveRunning(ctx, v1State); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.getRunning("r"); got != v1.Version() {
+		t.Errorf("with the new version waiting, recorded %q, want the running version %q", got, v1.Version())
+	}
+	c.mu.Lock()
+	next.active = true // started: it records itself
+	c.record.running["r"] = ""
+	c.mu.Unlock()
+	if err := rec.UpdateRunning(ctx, "r", v2.Version()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.saveRunning(ctx, v1State); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.getRunning("r"); got != v2.Version() {
+		t.Errorf("the replaced version's pass wrote %q back over the started new version %q", got, v2.Version())
+	}
+}
+
+// A rule removed and added back while its removal is written to the record
+// is recorded again at the next pass: what the controller holds in memory
+// follows the record.
+func TestRunningVersionReAddedDuringRemoval(t *testing.T) {
+	synctest.Test(t, testRunningVersionReAddedDuringRemoval)
+}
+
+func testRunningVersionReAddedDuringRemoval(t *testing.T) {
+	rec := &memRecord{scopes: map[string][]ChildScope{}}
+	client, m := fakeCluster(gadgetWith("g1", false, false))
+	v1 := gadgetRule(t, configChild)
+	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
+	ctx := activateRule(t, c)
+	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+	synctest.Wait()
+	c.mu.Lock()
+	rs := c.rules["r"]
+	delete(c.rules, "r")
+	c.mu.Unlock()
+	rec.duringRunning = func() {
+		// Back while the removal is written.
+		c.mu.Lock()
+		c.rules["r"] = rs
+		c.mu.Unlock()
+	}
+	c.forgetRemovedVersions(ctx)
+	rec.duringRunning = nil
+	c.prunePass(ctx)
+	if got := rec.getRunning("r"); got != v1.Version() {
+		t.Errorf("recorded version %q after the rule came back, want %q", got, v1.Version())
 	}
 }

@@ -33,7 +33,11 @@ type memRecord struct {
 	scopes  map[string][]ChildScope
 	parents map[string][]ChildScope
 	running map[string]string
-	saves   int
+	// runningWrites counts UpdateRunning calls; duringRunning, when set,
+	// is called in each, before it changes the record.
+	runningWrites int
+	duringRunning func()
+	saves         int
 	// failLoad and failSave, when set, are what Load and the saves return.
 	failLoad, failSave error
 }
@@ -56,11 +60,15 @@ func (m *memRecord) Load(context.Context) (Recorded, error) {
 }
 
 func (m *memRecord) UpdateRunning(_ context.Context, rule, version string) error {
+	if m.duringRunning != nil {
+		m.duringRunning()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failSave != nil {
 		return m.failSave
 	}
+	m.runningWrites++
 	if m.running == nil {
 		m.running = map[string]string{}
 	}

@@ -831,7 +831,7 @@ func (c *Controller) writeRecord(ctx context.Context, rs *ruleState) error {
 		err = c.saveParentScopes(ctx, rs)
 	}
 	if err == nil {
-		err = c.saveRunning(ctx, rs.rule)
+		err = c.saveRunning(ctx, rs)
 	}
 	c.mu.Lock()
 	rs.recordErr = ""
@@ -884,12 +884,17 @@ func (c *Controller) saveScopes(ctx context.Context, rs *ruleState) error {
 }
 
 // saveRunning records the version of a started rule, unless the Record
-// holds it already (or was not read yet). Under sharding every replica
-// that runs the rule writes it: one value, written by the first.
-func (c *Controller) saveRunning(ctx context.Context, rule *rules.Rule) error {
+// holds it already (or was not read yet), or a newer version of the rule
+// started since: the pass of the version it replaces must not write the
+// older version back. Under sharding every replica that runs the rule
+// writes it: one value, written by the first.
+func (c *Controller) saveRunning(ctx context.Context, rs *ruleState) error {
+	rule := rs.rule
 	version := rule.Version()
 	c.mu.Lock()
-	skip := !c.record.loaded || version == "" || c.record.running[rule.Name] == version
+	current, next := c.rules[rule.Name], c.pending[rule.Name]
+	superseded := current != rs && next != rs || current == rs && next != nil && next.active
+	skip := !c.record.loaded || version == "" || c.record.running[rule.Name] == version || superseded
 	c.mu.Unlock()
 	if skip || c.cfg.Record == nil {
 		return nil
@@ -924,10 +929,10 @@ func (c *Controller) forgetRemovedVersions(ctx context.Context) {
 			c.logRecordError(ctx, name, err)
 			continue
 		}
+		// What the Record holds now, also if the rule came back
+		// meanwhile: its next pass records it again.
 		c.mu.Lock()
-		if c.rules[name] == nil && c.pending[name] == nil {
-			delete(c.record.running, name)
-		}
+		delete(c.record.running, name)
 		c.mu.Unlock()
 	}
 }
@@ -937,7 +942,9 @@ func (c *Controller) forgetRemovedVersions(ctx context.Context) {
 // since. It reads the Record first unless it was read; one it cannot
 // read says nothing ran.
 func (c *Controller) ranBefore(ctx context.Context, rule *rules.Rule) bool {
-	_ = c.loadRecord(ctx) // logged where it is needed: see watchRecorded
+	if err := c.loadRecord(ctx); err != nil {
+		c.logRecordError(ctx, rule.Name, err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return rule.Version() != "" && c.record.running[rule.Name] == rule.Version()

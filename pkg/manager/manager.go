@@ -245,8 +245,9 @@ func New(opts Options) (*Manager, error) {
 	// With ManageCRDs kgen applies the parent kinds' CRDs.
 	schemas := schema.New(kube.Discovery().OpenAPIV3())
 	crds := &ruleset.CRDs{Client: dyn, Resources: resources, Manage: opts.ManageCRDs, Types: schemas}
-	// Rules made in memory have no version: none ran before, as far as
-	// the record can tell (rules.Rule.Version).
+	// Without a ruleset (rules handed in as Options.Rules alone) a rule
+	// that does not fit its CRD waits, whether or not the record says
+	// it ran before.
 	admit := func(ctx context.Context, rule *rules.Rule, _ bool) error { return crds.Check(ctx, rule) }
 	var recheck func(context.Context, *rules.Rule)
 	initial := opts.Rules
@@ -343,15 +344,24 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 
+	if m.rules != nil {
+		// Every replica follows the rules files, also while it waits
+		// for the Lease: it takes over with what they hold then.
+		servers.Go(func() { m.rules.FollowFiles(serveCtx) })
+	}
 	runController := func(ctx context.Context) {
 		m.state.Store("running")
 		var wg sync.WaitGroup
 		wg.Go(func() { m.kinds.Run(ctx) })
 		if m.rules != nil {
-			// Only the leader follows rule changes: it writes the Rules'
-			// status. With sharding every replica does, and each Rule's
-			// status is written by one of them (writesRuleStatus).
-			wg.Go(func() { m.rules.Run(ctx) })
+			// What the files hold now, not at the last poll: the
+			// controller starts with it.
+			m.rules.ReadFiles(ctx)
+			// Only the leader follows Rule objects: it writes the
+			// Rules' status. With sharding every replica does, and each
+			// Rule's status is written by one of them
+			// (writesRuleStatus).
+			wg.Go(func() { m.rules.RunObjects(ctx) })
 		}
 		if err := m.ctrl.Run(ctx); err != nil {
 			logger.Error(err, "Controller failed")

@@ -118,6 +118,8 @@ type Set struct {
 	// applyMu makes recompute one at a time, from reading the rules to
 	// handing the set to Apply.
 	applyMu sync.Mutex
+	// filesMu makes one read of the files at a time (ReadFiles).
+	filesMu sync.Mutex
 	mu      sync.Mutex
 	// files holds, per rules file, what it held last time it was valid.
 	files map[string]fileVersion
@@ -264,21 +266,37 @@ func (s *Set) sortedLocked() []*rules.Rule {
 
 // Run keeps the set up to date until ctx is done: it reads the files every
 // Poll, follows Rule objects when Objects is set, hands every new set to
-// Apply, and writes the Rules' status.
+// Apply, and writes the Rules' status. It is FollowFiles and RunObjects.
 func (s *Set) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	if len(s.cfg.Paths) > 0 {
-		wg.Go(func() { s.pollFiles(ctx) })
-	}
-	if s.cfg.Objects {
-		wg.Go(func() { s.watchObjects(ctx) })
-		wg.Go(func() { s.writeStatuses(ctx) })
-	}
+	wg.Go(func() { s.FollowFiles(ctx) })
+	wg.Go(func() { s.RunObjects(ctx) })
 	wg.Wait()
 }
 
-// pollFiles reads the files every Poll and applies what changed.
-func (s *Set) pollFiles(ctx context.Context) {
+// RunObjects follows Rule objects when Objects is set, handing every new
+// set to Apply, and writes the Rules' status, until ctx is done: what the
+// leader does (or, under sharding, every replica).
+func (s *Set) RunObjects(ctx context.Context) {
+	if !s.cfg.Objects {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.watchObjects(ctx) })
+	wg.Go(func() { s.writeStatuses(ctx) })
+	wg.Wait()
+}
+
+// FollowFiles reads the files every Poll and hands every new set to Apply,
+// until ctx is done. It writes nothing to the cluster, so a replica that
+// is not the leader follows them too: when it takes over it runs the
+// rules the files hold, not those they held when it started (a live
+// audit: a standby that took over applied its start's rules for a poll,
+// pruning children a newer rule had added and rolling templates back).
+func (s *Set) FollowFiles(ctx context.Context) {
+	if len(s.cfg.Paths) == 0 {
+		return
+	}
 	ticker := time.NewTicker(s.cfg.Poll)
 	defer ticker.Stop()
 	for {
@@ -287,9 +305,21 @@ func (s *Set) pollFiles(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		if s.readFiles(ctx) {
-			s.recompute(ctx)
-		}
+		s.ReadFiles(ctx)
+	}
+}
+
+// ReadFiles reads the files now and hands the set to Apply if anything
+// changed: before the controller starts on taking over, so that it starts
+// with what the files hold at that moment.
+func (s *Set) ReadFiles(ctx context.Context) {
+	if len(s.cfg.Paths) == 0 {
+		return
+	}
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	if s.readFiles(ctx) {
+		s.recompute(ctx)
 	}
 }
 
