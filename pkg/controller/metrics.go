@@ -199,13 +199,18 @@ func (m *Metrics) setWaiting(rule string, waiting bool) {
 	m.waiting.WithLabelValues(rule).Set(v)
 }
 
-// informerCollector reports each informer's object count and sync state
-// when scraped.
+// informerCollector reports the informers' object counts and sync states
+// when scraped, by resource, namespace and selector. Informers that share
+// those (a rule's input of its parents' kind and namespace, which caches
+// every label, beside its parents' informer; two versions of one
+// resource) are one series: a registry refuses a scrape with two series of
+// one name and labels (a live audit: /metrics answered 500 with such a
+// rule loaded).
 type informerCollector struct{ m *Metrics }
 
 var (
-	informerObjects = prometheus.NewDesc("kgen_informer_objects", "Objects in an informer's cache.", []string{"resource", "namespace", "selector"}, nil)
-	informerSynced  = prometheus.NewDesc("kgen_informer_synced", "1 once an informer has synced.", []string{"resource", "namespace", "selector"}, nil)
+	informerObjects = prometheus.NewDesc("kgen_informer_objects", "Objects in the caches of the informers of a resource, namespace and selector.", []string{"resource", "namespace", "selector"}, nil)
+	informerSynced  = prometheus.NewDesc("kgen_informer_synced", "1 once every informer of a resource, namespace and selector has synced.", []string{"resource", "namespace", "selector"}, nil)
 )
 
 func (c informerCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -217,14 +222,21 @@ func (c informerCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.m.watches == nil {
 		return
 	}
+	type series struct{ resource, namespace, selector string }
+	objects, synced := map[series]int{}, map[series]bool{}
 	for _, s := range c.m.watches.Stats() {
-		labels := []string{s.Key.GVR.GroupResource().String(), s.Key.Namespace, s.Key.Selector}
-		ch <- prometheus.MustNewConstMetric(informerObjects, prometheus.GaugeValue, float64(s.Objects), labels...)
-		synced := 0.0
-		if s.Synced {
-			synced = 1
+		k := series{s.Key.GVR.GroupResource().String(), s.Key.Namespace, s.Key.Selector}
+		all, seen := synced[k]
+		objects[k] += s.Objects
+		synced[k] = s.Synced && (all || !seen)
+	}
+	for k, n := range objects {
+		v := 0.0
+		if synced[k] {
+			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(informerSynced, prometheus.GaugeValue, synced, labels...)
+		ch <- prometheus.MustNewConstMetric(informerObjects, prometheus.GaugeValue, float64(n), k.resource, k.namespace, k.selector)
+		ch <- prometheus.MustNewConstMetric(informerSynced, prometheus.GaugeValue, v, k.resource, k.namespace, k.selector)
 	}
 }
 

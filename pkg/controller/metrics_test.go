@@ -269,3 +269,54 @@ func TestUnsyncedRuleCountsNoReconcile(t *testing.T) {
 		}
 	})
 }
+
+// A rule whose input is of its parents' kind and namespace has two
+// informers of one resource, namespace and selector: the scrape reports
+// them as one series (a live audit: /metrics answered 500, "collected
+// metric … was collected before with the same name and label values").
+func TestInformerMetricsOfSharedKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rs, err := rules.Parse("rules.yaml", []byte(`apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  parent: {apiVersion: example.com/v1, kind: Gadget, namespaces: [ns]}
+  inputs:
+  - {id: defaults, apiVersion: example.com/v1, kind: Gadget, name: defaults, namespace: ns}
+  children:
+`+configChild), rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, m := fakeCluster(gadgetWith("g1", false, false))
+		reg := prometheus.NewRegistry()
+		c := New(Config{Rules: rs, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Metrics: NewMetrics(reg)})
+		activateRule(t, c)
+		waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatalf("scrape: %v", err)
+		}
+		found := false
+		for _, f := range families {
+			if f.GetName() != "kgen_informer_objects" {
+				continue
+			}
+			for _, metric := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range metric.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["resource"] == "gadgets.example.com" && labels["namespace"] == "ns" && labels["selector"] == "" {
+					found = true
+					if got := metric.GetGauge().GetValue(); got != 2 {
+						t.Errorf("kgen_informer_objects of Gadgets in ns = %v, want 2 (the parents' informer and the input's, one Gadget each)", got)
+					}
+				}
+			}
+		}
+		if !found {
+			t.Error("no series of the Gadgets in ns")
+		}
+	})
+}
