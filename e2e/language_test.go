@@ -1514,3 +1514,51 @@ func TestLanguageFileRuleCRDChangedWhileStopped(t *testing.T) {
 	})
 	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
 }
+
+// Scenario (contract §6 "Rules cannot trigger themselves", §8 inputs,
+// through a rule change; a live audit): a rule's child exists; the rule
+// then reads the child through an input, counting in its own data. kgen
+// refuses the input (the parent says InvalidSpec, naming it and how to
+// read the child) and writes the child no more. Before, each write of the
+// child changed the input, and kgen wrote it again: 400 writes a second,
+// with no event.
+func TestLanguageInputOfOwnChildRefused(t *testing.T) {
+	const group = "owninput.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	applyRule(t, languageRuleText("owninput", group, []string{ns}, `  children:
+  - id: counter
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-cnt"}
+      data: {a: x}
+`))
+	startKgen(t, "kgen-owninput")
+	create(t, gvr, gadget(group, ns, "g", map[string]any{}))
+	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+
+	applyRule(t, languageRuleText("owninput", group, []string{ns}, `  inputs:
+  - {id: mine, apiVersion: v1, kind: ConfigMap, name: "${parent.metadata.name}-cnt", namespace: "${parent.metadata.namespace}"}
+  children:
+  - id: counter
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-cnt"}
+      data:
+        a: x
+        count: ${string(int(inputs.mine.?data.?count.orValue("0")) + 1)}
+`))
+	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, "input mine is ConfigMap "+ns+"/g-cnt, which kgen writes", "children.counter")
+	before := get(t, cmGVR, ns, "g-cnt")
+	time.Sleep(3 * time.Second)
+	after := get(t, cmGVR, ns, "g-cnt")
+	if after.GetResourceVersion() != before.GetResourceVersion() {
+		t.Errorf("the child was written while the rule read it as an input: data %v, resourceVersion %s then %s", after.Object["data"], before.GetResourceVersion(), after.GetResourceVersion())
+	}
+	if _, found := after.Object["data"].(map[string]any)["count"]; found {
+		t.Errorf("the child was written from its own input: data %v", after.Object["data"])
+	}
+}

@@ -242,8 +242,11 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 			r.exists[c.ID] = false // until its objects are rendered
 		}
 	}
+	if err := r.checkInputs(); err != nil {
+		return nil, err
+	}
 	var inputs map[string]any
-	inputs, r.missingInputs = bindInputs(rule, observed)
+	inputs, r.missingInputs = bindInputs(rule, parent, observed)
 	r.vars = rules.NewVars(parent.Object, r.present, nil).WithInputs(inputs)
 	out := &Rendered{Waiting: map[string]Wait{}, StatusOmitted: map[string]string{}}
 	excluded := map[string]bool{}
@@ -358,7 +361,7 @@ func bindChildren(rule *rules.Rule, observed Observed) (present map[string]any, 
 // bindInputs returns what inputs.<id> is for each input: the object of a
 // named input, the list of a selector input's objects sorted by namespace
 // and name; and the named inputs that are missing.
-func bindInputs(rule *rules.Rule, observed Observed) (inputs map[string]any, missing map[string]bool) {
+func bindInputs(rule *rules.Rule, parent *unstructured.Unstructured, observed Observed) (inputs map[string]any, missing map[string]bool) {
 	inputs, missing = map[string]any{}, map[string]bool{}
 	for _, in := range rule.Inputs {
 		objs := observed.Inputs[in.ID]
@@ -370,7 +373,10 @@ func bindInputs(rule *rules.Rule, observed Observed) (inputs map[string]any, mis
 			inputs[in.ID] = objs[0].Object
 			continue
 		}
-		sorted := slices.Clone(objs)
+		// Never the parent or its own children (see checkInputs).
+		sorted := slices.DeleteFunc(slices.Clone(objs), func(o *unstructured.Unstructured) bool {
+			return o == nil || parent != nil && ownWrite(parent, o) != ""
+		})
 		slices.SortFunc(sorted, compareObjects)
 		list := make([]any, 0, len(sorted))
 		for _, o := range sorted {
@@ -379,6 +385,44 @@ func bindInputs(rule *rules.Rule, observed Observed) (inputs map[string]any, mis
 		inputs[in.ID] = list
 	}
 	return inputs, missing
+}
+
+// checkInputs refuses a named input that is the parent itself, or one of
+// its children: kgen writes those, so a value read from them would be
+// written back, and read again, in a loop that no load-time check can see
+// (a live audit: a child that read its own resourceVersion, or a counter
+// in its own data, through an input was written 400 times a second). The
+// rule reads them as parent and children.<id>. A list input (selector)
+// leaves them out instead (bindInputs).
+func (r *renderer) checkInputs() error {
+	for _, in := range r.rule.Inputs {
+		if in.Selector != nil {
+			continue
+		}
+		objs := r.observed.Inputs[in.ID]
+		if len(objs) == 0 || objs[0] == nil {
+			continue
+		}
+		if what := ownWrite(r.parent, objs[0]); what != "" {
+			return r.invalid("", "input %s is %s, which kgen writes: a value read from it would be written back in a loop; read it as %s", in.ID, describeChild(objs[0]), what)
+		}
+	}
+	return nil
+}
+
+// ownWrite tells whether o is the parent, or one of its children: it
+// returns how a rule reads it ("parent", "children.<id>"), or "".
+func ownWrite(parent, o *unstructured.Unstructured) string {
+	switch {
+	case o.GetUID() != "" && o.GetUID() == parent.GetUID():
+		return "parent"
+	case o.GetLabels()[LabelParentUID] == string(parent.GetUID()):
+		if id := o.GetLabels()[LabelChild]; id != "" {
+			return "children." + id
+		}
+		return "one of its children"
+	}
+	return ""
 }
 
 func compareObjects(a, b *unstructured.Unstructured) int {
@@ -894,7 +938,7 @@ func CheckReady(rule *rules.Rule, c Child, parent, self *unstructured.Unstructur
 		return Readiness{Ready: true}, nil
 	}
 	present, exists := bindChildren(rule, observed)
-	inputs, missingInputs := bindInputs(rule, observed)
+	inputs, missingInputs := bindInputs(rule, parent, observed)
 	var parentObj map[string]any
 	if parent != nil {
 		parentObj = parent.Object

@@ -2,7 +2,9 @@ package reconcile
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -192,6 +194,52 @@ func TestRenderInputs(t *testing.T) {
 	}
 	if len(got.Waiting) != 0 || got.Children[0].Object.Object["data"].(map[string]any)["certs"] != "a,b" || got.Status["level"] != "debug" {
 		t.Errorf("waiting %v, children %v, status %v", got.Waiting, got.Children[0].Object.Object["data"], got.Status)
+	}
+}
+
+// An input that is the parent, or one of its children, is refused: kgen
+// writes those, and a value read from them is written back in a loop (a
+// live audit: a child counting in its own data through an input was
+// written 400 times a second). A list input leaves them out.
+func TestRenderInputOfOwnWrites(t *testing.T) {
+	rule := parseRule(t, ruleFor("App", `  inputs:
+  - {id: mine, apiVersion: v1, kind: ConfigMap, name: "${parent.metadata.name}-cnt"}
+  - {id: all, apiVersion: v1, kind: ConfigMap, selector: {matchLabels: {team: a}}}
+`, `  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-cnt", labels: {team: a}}
+      data: {count: "${string(int(inputs.mine.?data.?count.orValue('0')) + 1)}", all: "${inputs.all.map(c, c.metadata.name).join(',')}"}
+`))
+	parent := object(t, app)
+	other := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: team-a, uid: o-1, labels: {team: a}}\n")
+	own := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-cnt, namespace: team-a, uid: c-1, labels: {team: a, kgen.dev/parent-uid: 1111-2222, kgen.dev/child: config}}\ndata: {count: '3'}\n")
+	foreign := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-cnt, namespace: team-a, uid: f-1, labels: {team: a, kgen.dev/parent-uid: '9999', kgen.dev/child: config}}\ndata: {count: '3'}\n")
+	for _, tc := range []struct {
+		name string
+		mine *unstructured.Unstructured
+		want string // the error, or the child's data
+	}{
+		{"the parent's own child", own, `input mine is ConfigMap team-a/web-cnt, which kgen writes: a value read from it would be written back in a loop; read it as children.config`},
+		{"the parent itself", parent, `input mine is App team-a/web, which kgen writes: a value read from it would be written back in a loop; read it as parent`},
+		{"another parent's object", foreign, "map[all:other,web-cnt count:4]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Render(rule, parent, Observed{Inputs: map[string][]*unstructured.Unstructured{
+				"mine": {tc.mine},
+				"all":  {own, other, parent, foreign},
+			}}, scoper(t))
+			if err != nil {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Render() error %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if len(got.Children) != 1 || fmt.Sprint(got.Children[0].Object.Object["data"]) != tc.want {
+				t.Errorf("Render() children %v, want data %s", got.Children, tc.want)
+			}
+		})
 	}
 }
 
