@@ -1193,6 +1193,25 @@ func TestStatusLoop(t *testing.T) {
 	if got := h.drain(); len(got) != 1 || !strings.HasPrefix(got[0], "Warning StatusLoop") {
 		t.Errorf("events = %q, want one StatusLoop warning", got)
 	}
+
+	// Within the backoff, the same rule writes nothing; the rule fixed
+	// writes at once (a live audit: a fixed rule's parents kept their
+	// looping status until each backoff ran out, up to minutes).
+	h.api.resetRequests()
+	if res, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil || res.RequeueAfter == 0 || len(h.api.writes()) > 0 {
+		t.Errorf("within the backoff: %+v, %v, writes %q", res, err, h.api.writes())
+	}
+	h.rule = parseRule(t, strings.Replace(loop, "${parent.status.?count.orValue(0) + 1}", "${0}", 1))
+	h.api.resetRequests()
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.api.writes()) != 1 {
+		t.Errorf("the fixed rule's status was not written within the backoff: writes %q", h.api.writes())
+	}
+	if status := h.api.get(appGVK, "team", "web").Object["status"].(map[string]any); status["count"] != int64(0) {
+		t.Errorf("status.count = %v after the rule was fixed, want 0", status["count"])
+	}
 }
 
 // A child an older kgen created with POST has its fields owned by an

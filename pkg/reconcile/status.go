@@ -550,6 +550,11 @@ type statusHistory struct {
 	loops      []time.Time
 	follows    []time.Time // writes that followed a change of the inputs
 	overwrites []time.Time
+	// loopInputs, while a StatusLoop backoff runs, is what the looping
+	// status was computed from: a change of it (the rule fixed, the
+	// parent's spec changed) ends the backoff.
+	loopInputs Digest
+	looping    bool
 	backoffSpan
 }
 
@@ -571,7 +576,13 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, urgent boo
 		return true, 0, ""
 	}
 	if now.Before(h.until) {
-		return false, h.until.Sub(now), ""
+		if !h.looping || inputs == h.loopInputs {
+			return false, h.until.Sub(now), ""
+		}
+		// What the loop was computed from changed: a fixed rule, or a
+		// parent changed, is written at once (a live audit: a rule
+		// fixed during the backoff showed its old status for minutes).
+		h.until, h.looping = now, false
 	}
 	switch {
 	case want == h.refusal:
@@ -582,12 +593,14 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, urgent boo
 		h.overwrites = append(recent(h.overwrites, now, contendedWindow), now)
 		if len(h.overwrites) >= contendedAfter {
 			h.overwrites = nil
+			h.looping = false
 			return false, h.start(now), ReasonStatusContended
 		}
 	case inputs == h.inputs:
 		h.loops = append(recent(h.loops, now, loopWindow), now)
 		if len(h.loops) > loopAfter {
 			h.loops = nil
+			h.loopInputs, h.looping = inputs, true
 			return false, h.start(now), ReasonStatusLoop
 		}
 	default:
