@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -1507,6 +1508,53 @@ func TestChangeParentDeletedWhileRuleWaits(t *testing.T) {
 	if get(t, cmGVR, remote, "p-remote") != nil {
 		t.Error("the parent went, and the child only kgen's finalizer guarded stays")
 	}
+}
+
+// Scenario (contract §3 Ready, §6 "Failures are visible", through a change
+// while kgen is stopped; a live audit): the CRD of a child kind is deleted
+// while kgen is stopped, taking the children with it. The restarted kgen's
+// rule waits for the kind, and once it has waited 30 s its parent says so:
+// Ready False, reason KindNotServed, naming the kind. Before, the parent
+// kept Ready=True while its child did not exist. The CRD back, the child
+// is made again and the parent is Ready.
+func TestChangeChildKindGoneWhileStopped(t *testing.T) {
+	const group, childGroup = "kindgone.example.com", "kindgonechild.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	crd := gadgetCRD(childGroup, false)
+	things := serveCRD(t, crd)
+	rules := gadgetRule(t, "kindgone", group, fmt.Sprintf(`    namespaces: [%s]
+  children:
+  - id: thing
+    template:
+      apiVersion: %s/v1
+      kind: Gadget
+      metadata: {name: "${parent.metadata.name}-thing"}
+      spec: {a: 1}
+`, ns, childGroup))
+	first := startKgen(t, "kgen-kindgone", "--rules", rules, "--rule-objects=false")
+	create(t, gvr, gadget(group, ns, "p", map[string]any{}))
+	waitFor(t, things, ns, "p-thing", nil)
+	waitReason(t, gvr, ns, "p", reconcile.ReasonReady)
+	first.stop()
+
+	if err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Delete(t.Context(), crd.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() (bool, error) {
+		_, err := env.crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crd.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Errorf("CRD still there: %v", err)
+	}, "the child kind's CRD to go")
+	startKgen(t, "kgen-kindgone", "--rules", rules, "--rule-objects=false")
+	eventually(t, 90*time.Second, func() (bool, error) {
+		c := readyCondition(get(t, gvr, ns, "p"))
+		ok := c != nil && c["status"] == "False" && c["reason"] == "KindNotServed" && strings.Contains(fmt.Sprint(c["message"]), childGroup)
+		return ok, fmt.Errorf("Ready = %v, want False, KindNotServed, naming %s", c, childGroup)
+	}, "the parent to say its rule waits for the child kind")
+
+	serveCRD(t, gadgetCRD(childGroup, false))
+	waitFor(t, things, ns, "p-thing", nil)
+	waitReason(t, gvr, ns, "p", reconcile.ReasonReady)
 }
 
 // Scenario: another writer re-keys an entry of a keyed list that kgen set

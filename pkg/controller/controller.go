@@ -287,6 +287,11 @@ type ruleState struct {
 	// parents are finalized meanwhile (see waiting.go).
 	waitRegs   map[string]*watch.Registration
 	waitParent mapper.Mapping
+	// waitingSince is when the rule began to wait; once it has waited
+	// waitReportAfter, waitReported is set and its parents say so on
+	// their Ready condition (reportWaiting).
+	waitingSince time.Time
+	waitReported bool
 
 	// stop ends the wait for the rule's informers to sync.
 	stop context.CancelFunc
@@ -663,8 +668,10 @@ func (c *Controller) reconcileKey(ctx context.Context, key Key) (result reconcil
 		counted = false
 		if ok {
 			// Finalizing a deleted parent is a reconcile; nothing else is.
-			counted, err = c.finalizeWaiting(ctx, key, rs)
-			return reconcile.Result{}, err
+			if counted, err = c.finalizeWaiting(ctx, key, rs); counted || err != nil {
+				return reconcile.Result{}, err
+			}
+			return c.reportWaiting(ctx, key, rs)
 		}
 		return reconcile.Result{}, nil
 	}
@@ -1054,6 +1061,7 @@ func (c *Controller) activateLoop(ctx context.Context) {
 		}
 		c.prunePass(ctx)
 		c.queueWaitingDeleted()
+		c.queueWaitingReports()
 		if c.beginSweep() {
 			sweeps.Go(func() { c.sweepParents(ctx) })
 		}
@@ -1180,6 +1188,7 @@ func (c *Controller) activate(ctx context.Context, rs *ruleState) error {
 	unassign := c.assign(rule, parentRegs)
 	c.mu.Lock()
 	rs.active, rs.synced, rs.waiting = true, false, ""
+	rs.waitingSince, rs.waitReported = time.Time{}, false
 	rs.parent, rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = parent, parentRegs, childRegs, inputRegs, gvrs, stop
 	rs.unassign = unassign
 	rs.scopes = scopes
@@ -1308,6 +1317,9 @@ func kindsOf(rule *rules.Rule) []schema.GroupVersionKind {
 
 func (c *Controller) setWaiting(rs *ruleState, err error) error {
 	c.mu.Lock()
+	if rs.waitingSince.IsZero() {
+		rs.waitingSince, rs.waitReported = time.Now(), false
+	}
 	rs.waiting = err.Error()
 	rs.kindNotServed = errors.Is(err, mapper.ErrNotFound)
 	// A new version that waits while its previous version runs: the rule
@@ -1682,6 +1694,7 @@ func (c *Controller) deactivate(rs *ruleState, why error) {
 		rs.stop()
 	}
 	rs.active, rs.synced, rs.waiting = false, false, why.Error()
+	rs.waitingSince, rs.waitReported = time.Now(), false
 	rs.parentRegs, rs.childRegs, rs.inputRegs, rs.gvrs, rs.stop = nil, nil, nil, nil, nil
 	unassign := rs.unassign
 	rs.unassign = nil

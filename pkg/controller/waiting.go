@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,6 +54,16 @@ import (
 // Once the rule runs, its parent informers replace the waiting ones (the
 // same informers: nothing is listed again), and its reconciles finalize
 // parents as usual.
+//
+// A rule that could not start for waitReportAfter also has its parents say
+// so: each one's Ready condition turns False, with the rule's reason
+// (KindNotServed, or Waiting) and why it waits (reportWaiting), so that no
+// parent keeps a Ready=True its children no longer earn (a live audit: a
+// child kind's CRD deleted while kgen was stopped left every parent Ready
+// while none of those children existed). Only the status is written, once
+// per parent (and per change of one) for each time the rule waits; a kind
+// that comes back within the grace, as during a CRD's update, costs
+// nothing. Once the rule runs, its reconciles write Ready again.
 
 // watchWaiting starts, for a rule that could not start and whose parent
 // kind is served, the informers of its parents, so that its deleted
@@ -123,14 +134,92 @@ func (c *Controller) unwatchWaiting(rs *ruleState) {
 }
 
 // waitingHandler queues a parent of a waiting rule that is being deleted
-// and carries kgen's finalizer.
+// and carries kgen's finalizer, and, once the rule's wait is reported,
+// any parent that is new or changed.
 func (c *Controller) waitingHandler(rule string) watch.Handler {
 	return func(obj metav1.Object, deleted bool) {
-		if !deleted && beingFinalized(obj) {
+		if deleted {
+			return
+		}
+		queue := beingFinalized(obj)
+		if !queue {
+			c.mu.Lock()
+			rs := c.rules[rule]
+			queue = rs != nil && !rs.active && rs.waitReported
+			c.mu.Unlock()
+		}
+		if queue {
 			c.queue.Add(Key{Rule: rule, Namespace: obj.GetNamespace(), Name: obj.GetName()})
 		}
 	}
 }
+
+// waitReportAfter is how long a rule waits before its parents' Ready
+// condition says so.
+const waitReportAfter = 30 * time.Second
+
+// queueWaitingReports queues, once, the parents of each rule that could
+// not start and has waited waitReportAfter, for reportWaiting.
+func (c *Controller) queueWaitingReports() {
+	var keys []Key
+	c.mu.Lock()
+	for name, rs := range c.rules {
+		if rs.active || rs.waiting == "" || rs.waitReported || rs.waitRegs == nil || time.Since(rs.waitingSince) < waitReportAfter {
+			continue
+		}
+		rs.waitReported = true
+		for _, reg := range rs.waitRegs {
+			for _, obj := range reg.Informer().Indexer().List() {
+				if m, ok := obj.(metav1.Object); ok && m.GetDeletionTimestamp() == nil {
+					keys = append(keys, Key{Rule: name, Namespace: m.GetNamespace(), Name: m.GetName()})
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, key := range keys {
+		c.queue.Add(key)
+	}
+}
+
+// reportWaiting writes, for a parent of a rule that could not start and
+// whose wait is reported, a Ready condition False saying why the rule
+// waits: nothing else, and nothing when it says so already.
+func (c *Controller) reportWaiting(ctx context.Context, key Key, rs *ruleState) (reconcile.Result, error) {
+	c.mu.Lock()
+	report := !rs.active && rs.waitReported && c.rules[rs.rule.Name] == rs
+	reg := rs.waitRegs[key.Namespace]
+	if reg == nil {
+		reg = rs.waitRegs[metav1.NamespaceAll]
+	}
+	mapping := rs.waitParent
+	reason := ruleWaiting
+	if rs.kindNotServed {
+		reason = ruleKindNotServed
+	}
+	msg := fmt.Sprintf("rule %s waits, and does not reconcile this parent until it can run: %s", rs.rule.Name, rs.waiting)
+	c.mu.Unlock()
+	if !report || reg == nil {
+		return reconcile.Result{}, nil
+	}
+	cached, err := reg.Informer().Get(key.Namespace, key.Name)
+	if err != nil || cached == nil {
+		return reconcile.Result{}, err
+	}
+	parent := c.watches.Writes().Latest(cached)
+	if parent.GetDeletionTimestamp() != nil {
+		return reconcile.Result{}, nil
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", key.Rule, "parent", klog.KObj(parent)))
+	return c.reconciler.ReportWaiting(ctx, rs.rule, mapping, parent, reason, msg)
+}
+
+// The Ready reasons of a parent whose rule waits: those the rule's own
+// Ready condition gives (pkg/ruleset).
+const (
+	ruleWaiting       = "Waiting"
+	ruleKindNotServed = "KindNotServed"
+)
 
 // beingFinalized tells whether a parent is being deleted and carries
 // kgen's finalizer.

@@ -1,7 +1,7 @@
 package controller
 
 import (
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,12 +12,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"kgen.dev/kgen/pkg/mapper"
 	"kgen.dev/kgen/pkg/reconcile"
 	"kgen.dev/kgen/rules"
 )
@@ -180,4 +183,76 @@ func quietListErrors(t *testing.T) {
 	handlers := utilruntime.ErrorHandlers
 	utilruntime.ErrorHandlers = handlers[:1]
 	t.Cleanup(func() { utilruntime.ErrorHandlers = handlers })
+}
+
+// A rule that cannot start (a child kind not served) has its parents say
+// so once it has waited waitReportAfter: Ready turns False, reason
+// KindNotServed, with why; nothing else is written, and nothing before
+// (a kind back within the grace costs nothing). A parent changed while the
+// rule waits gets the same condition of its new generation (a live audit:
+// every parent kept Ready=True while none of its Widgets existed).
+func TestWaitingRuleReportedOnParents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := gadgetWith("g1", true, false)
+		g.SetGeneration(1)
+		g.SetResourceVersion("1")
+		_ = unstructured.SetNestedSlice(g.Object, []any{map[string]any{"type": "Ready", "status": "True", "reason": "Ready", "message": "all children are applied and ready", "observedGeneration": int64(1)}}, "status", "conditions")
+		client, _ := fakeCluster(g)
+		disc := fakeDiscovery()
+		gadgetsList := disc.Resources[2]
+		gadgetsList.APIResources = append(gadgetsList.APIResources, metav1.APIResource{Name: "gadgets/status"})
+		m := mapper.New(disc)
+		rule := gadgetRule(t, configChild+`  - id: widget
+    template: {apiVersion: example.com/v1, kind: Widget, metadata: {name: "${parent.metadata.name}"}}
+`)
+		runController(t, New(Config{Rules: []*rules.Rule{rule}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Workers: 1}))
+		ready := func() map[string]any {
+			obj, err := client.Tracker().Get(gadgets, "ns", "g1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conds, _, _ := unstructured.NestedSlice(obj.(*unstructured.Unstructured).Object, "status", "conditions")
+			for _, c := range conds {
+				if c.(map[string]any)["type"] == "Ready" {
+					return c.(map[string]any)
+				}
+			}
+			return nil
+		}
+		writes := func() []string {
+			var out []string
+			for _, a := range client.Actions() {
+				if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+					out = append(out, v+" "+a.GetResource().Resource+"/"+a.GetSubresource())
+				}
+			}
+			return out
+		}
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if w := writes(); len(w) > 0 || ready()["status"] != "True" {
+			t.Fatalf("within the grace: writes %q, Ready %v", w, ready())
+		}
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		c := ready()
+		if c["status"] != "False" || c["reason"] != "KindNotServed" || !strings.Contains(fmt.Sprint(c["message"]), "rule r waits") || !strings.Contains(fmt.Sprint(c["message"]), "Widget") {
+			t.Errorf("Ready = %v after the rule waited, want False KindNotServed naming the rule and the kind", c)
+		}
+		if w := writes(); !slices.Equal(w, []string{"patch gadgets/status"}) {
+			t.Errorf("writes %q, want the status alone", w)
+		}
+		// Changed while the rule waits: its new generation is reported.
+		obj, _ := client.Tracker().Get(gadgets, "ns", "g1")
+		changed := obj.(*unstructured.Unstructured).DeepCopy()
+		changed.SetGeneration(2)
+		if err := client.Tracker().Update(gadgets, changed, "ns"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if c := ready(); c["observedGeneration"] != int64(2) || c["status"] != "False" {
+			t.Errorf("Ready = %v after the parent changed, want False of generation 2", c)
+		}
+	})
 }
