@@ -162,6 +162,10 @@ type Manager struct {
 	kinds *mapper.Watcher
 	// shard is this replica's shard, when Sharding is enabled.
 	shard *shard.Shard
+	// forgetKinds drops what the mapper and the schema source know, to be
+	// read again: what a standby learned while it checked rules files may
+	// have changed since, and only a running replica follows changes.
+	forgetKinds func()
 
 	// state is "running", "standby" or why the controller is not running
 	// yet; it decides readiness.
@@ -291,6 +295,10 @@ func New(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.forgetKinds = func() {
+		resources.Reset()
+		schemas.ForgetGroup("*")
+	}
 	m.kinds = mapper.NewWatcher(resources, meta)
 	m.kinds.Subscribe(m.ctrl.KindsChanged)
 	if m.rules != nil {
@@ -354,8 +362,12 @@ func (m *Manager) Run(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Go(func() { m.kinds.Run(ctx) })
 		if m.rules != nil {
-			// What the files hold now, not at the last poll: the
-			// controller starts with it.
+			// What the files hold now, not at the last poll, checked
+			// against the cluster's kinds now, not as this replica
+			// read them while it waited (a CRD may have gained the
+			// field a new version of a file reads): the controller
+			// starts with it.
+			m.forgetKinds()
 			m.rules.ReadFiles(ctx)
 			// Only the leader follows Rule objects: it writes the
 			// Rules' status. With sharding every replica does, and each

@@ -1201,6 +1201,15 @@ func TestStatusLoop(t *testing.T) {
 	if res, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil || res.RequeueAfter == 0 || len(h.api.writes()) > 0 {
 		t.Errorf("within the backoff: %+v, %v, writes %q", res, err, h.api.writes())
 	}
+	// A child changed by someone else (its controller, say) does not
+	// end it: such a child would end every backoff of a real loop.
+	cm := h.api.get(cmGVK, "team", "web-config")
+	cm.SetResourceVersion(cm.GetResourceVersion() + "1")
+	h.api.add(cm)
+	h.api.resetRequests()
+	if res, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil || res.RequeueAfter == 0 || len(h.api.writes()) > 0 {
+		t.Errorf("within the backoff, after a child changed: %+v, %v, writes %q", res, err, h.api.writes())
+	}
 	h.rule = parseRule(t, strings.Replace(loop, "${parent.status.?count.orValue(0) + 1}", "${0}", 1))
 	h.api.resetRequests()
 	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {

@@ -414,6 +414,8 @@ func (r *renderer) checkInputs() error {
 // returns how a rule reads it ("parent", "children.<id>"), or "".
 func ownWrite(parent, o *unstructured.Unstructured) string {
 	switch {
+	case parent.GetUID() == "":
+		return "" // not a parent from the cluster: nothing is its own
 	case o.GetUID() != "" && o.GetUID() == parent.GetUID():
 		return "parent"
 	case o.GetLabels()[LabelParentUID] == string(parent.GetUID()):

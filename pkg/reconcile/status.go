@@ -126,9 +126,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping 
 	}
 
 	inputs := statusInputs(rule, parent, children)
+	cause := statusInputs(rule, parent, nil)
 	urgent := want.generation != have.generation || have.ready == nil ||
 		!scalarEqual(want.ready["status"], have.ready["status"]) || !scalarEqual(want.ready["reason"], have.ready["reason"])
-	allowed, wait, reason := r.status.check(parent.GetUID(), want.digest(), have.digest(), inputs, urgent)
+	allowed, wait, reason := r.status.check(parent.GetUID(), want.digest(), have.digest(), inputs, cause, urgent)
 	if reason != "" {
 		msg := map[string]string{
 			ReasonStatusContended: "another writer keeps changing the Ready condition or observedGeneration that kgen writes; kgen stops writing the status for %s",
@@ -561,9 +562,11 @@ type statusHistory struct {
 	loops      []time.Time
 	follows    []time.Time // writes that followed a change of the inputs
 	overwrites []time.Time
-	// loopInputs, while a StatusLoop backoff runs, is what the looping
-	// status was computed from: a change of it (the rule fixed, the
-	// parent's spec changed) ends the backoff.
+	// loopInputs, while a StatusLoop backoff runs, is the rule and the
+	// parent the looping status was computed from: a change of them (the
+	// rule fixed, the parent's spec changed) ends the backoff. Not of its
+	// children: one that another controller keeps changing would end
+	// every backoff of a real loop.
 	loopInputs Digest
 	looping    bool
 	backoffSpan
@@ -574,11 +577,12 @@ func newStatusGuard(now func() time.Time) *statusGuard {
 }
 
 // check tells whether kgen may write a parent's status now (want, where the
-// parent has have and it was computed from inputs; urgent when want records
+// parent has have and it was computed from inputs, of which cause is the
+// rule and the parent alone; urgent when want records
 // a generation of the parent that have does not, or turns Ready's status or
 // reason), and else how long to wait. reason is set when this check starts
 // a backoff.
-func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, urgent bool) (allowed bool, wait time.Duration, reason string) {
+func (g *statusGuard) check(uid types.UID, want, have, inputs, cause Digest, urgent bool) (allowed bool, wait time.Duration, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
@@ -587,7 +591,7 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, urgent boo
 		return true, 0, ""
 	}
 	if now.Before(h.until) {
-		if !h.looping || inputs == h.loopInputs {
+		if !h.looping || cause == h.loopInputs {
 			return false, h.until.Sub(now), ""
 		}
 		// What the loop was computed from changed: a fixed rule, or a
@@ -611,7 +615,7 @@ func (g *statusGuard) check(uid types.UID, want, have, inputs Digest, urgent boo
 		h.loops = append(recent(h.loops, now, loopWindow), now)
 		if len(h.loops) > loopAfter {
 			h.loops = nil
-			h.loopInputs, h.looping = inputs, true
+			h.loopInputs, h.looping = cause, true
 			return false, h.start(now), ReasonStatusLoop
 		}
 	default:

@@ -92,7 +92,8 @@ type Config struct {
 	// RetryInterval is how often kgen asks again whether the Rule kind is
 	// served while it is not; 5 s when zero.
 	RetryInterval time.Duration
-	// Apply receives every new set of rules. It is called from Run.
+	// Apply receives every new set of rules, one call at a time: from
+	// FollowFiles, ReadFiles and RunObjects (and Run, which is both).
 	Apply func([]*rules.Rule)
 	// Progress, when set, is how the Rules' status learns whether a rule
 	// runs and its parent counts.
