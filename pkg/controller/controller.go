@@ -1320,8 +1320,14 @@ func (c *Controller) setWaiting(rs *ruleState, err error) error {
 	if rs.waitingSince.IsZero() {
 		rs.waitingSince, rs.waitReported = time.Now(), false
 	}
+	kindNotServed := errors.Is(err, mapper.ErrNotFound)
+	if rs.waitReported && (kindNotServed != rs.kindNotServed || causeOf(err) != causeOf(errors.New(rs.waiting))) {
+		// Its parents say why it waited: they are told again, at the
+		// next pass.
+		rs.waitReported = false
+	}
 	rs.waiting = err.Error()
-	rs.kindNotServed = errors.Is(err, mapper.ErrNotFound)
+	rs.kindNotServed = kindNotServed
 	// A new version that waits while its previous version runs: the rule
 	// is enforced, so it is not counted as waiting.
 	pending := c.pending[rs.rule.Name] == rs
@@ -2028,8 +2034,15 @@ func (c *Controller) startPending(ctx context.Context, waiting map[*rules.Rule]s
 	swapped := false
 	for name, p := range c.pending {
 		if rs := c.rules[name]; rs == nil || !rs.active {
+			// The rule waits since the running version stopped, not
+			// since this version first tried to start (its parents'
+			// report keeps its grace: see queueWaitingReports).
+			p.waitingSince, p.waitReported = time.Now(), false
 			if rs != nil {
 				c.retiring = append(c.retiring, rs)
+				if !rs.waitingSince.IsZero() {
+					p.waitingSince = rs.waitingSince
+				}
 			}
 			c.rules[name] = p
 			delete(c.pending, name)

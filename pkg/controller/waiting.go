@@ -210,6 +210,13 @@ func (c *Controller) reportWaiting(ctx context.Context, key Key, rs *ruleState) 
 	if parent.GetDeletionTimestamp() != nil {
 		return reconcile.Result{}, nil
 	}
+	// Under sharding, only while the parent is this replica's to write,
+	// as for a reconcile.
+	done, refused, ok := c.beginShard(key, mapping.GroupVersionResource(), parent)
+	if !ok {
+		return refused, nil
+	}
+	defer done()
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", key.Rule, "parent", klog.KObj(parent)))
 	return c.reconciler.ReportWaiting(ctx, rs.rule, mapping, parent, reason, msg)
 }

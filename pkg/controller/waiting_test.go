@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -253,6 +255,52 @@ func TestWaitingRuleReportedOnParents(t *testing.T) {
 		synctest.Wait()
 		if c := ready(); c["observedGeneration"] != int64(2) || c["status"] != "False" {
 			t.Errorf("Ready = %v after the parent changed, want False of generation 2", c)
+		}
+	})
+}
+
+// The report of a waiting rule on its parents follows the rule: a new
+// cause of the wait is reported again (digits aside: a backoff's seconds
+// are not a new cause), and a new version that replaces a stopped one
+// waits its grace from when that one stopped, not from its own first try
+// (a review: parents of a pending version that had waited for hours were
+// flipped 3 s into a blip of the running version's kind).
+func TestWaitingReportFollowsTheRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client, m := fakeCluster()
+		c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100)})
+		defer func() {
+			c.watches.Shutdown()
+			c.queue.ShutDown()
+		}()
+		rs := c.rules["r"]
+		_ = c.setWaiting(rs, fmt.Errorf("child %q: %w", "widget", mapper.ErrNotFound))
+		rs.waitReported = true
+		_ = c.setWaiting(rs, fmt.Errorf("child %q: %w", "widget", mapper.ErrNotFound))
+		if !rs.waitReported {
+			t.Error("the same cause again was reported again")
+		}
+		_ = c.setWaiting(rs, errors.New("list failed, retrying in 5s"))
+		rs.waitReported = true
+		_ = c.setWaiting(rs, errors.New("list failed, retrying in 10s"))
+		if !rs.waitReported {
+			t.Error("a cause that differs in its digits was reported again")
+		}
+		_ = c.setWaiting(rs, fmt.Errorf("child %q: %w", "widget", mapper.ErrNotFound))
+		if rs.waitReported {
+			t.Error("a new cause of the wait is not reported again")
+		}
+
+		// v1 stopped a second ago; v2 has waited for an hour.
+		stopped := time.Now()
+		time.Sleep(time.Hour)
+		v2 := newRuleState(gadgetRule(t, deployChild))
+		v2.waitingSince = stopped
+		rs.waitingSince = time.Now().Add(-time.Second)
+		c.pending["r"] = v2
+		c.startPending(context.Background(), nil)
+		if got := c.rules["r"]; got != v2 || !v2.waitingSince.Equal(rs.waitingSince) || v2.waitReported {
+			t.Errorf("promoted version waits since %v (reported %v), want since the running version stopped, %v", v2.waitingSince, v2.waitReported, rs.waitingSince)
 		}
 	})
 }
