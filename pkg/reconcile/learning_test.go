@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -43,5 +45,34 @@ func TestLearningKind(t *testing.T) {
 	}
 	if reason, _ := failure(nil, "secret", "secrets team/g", "create", rbac); reason != ReasonForbidden {
 		t.Errorf("failure of a lack of rights = %s, want %s", reason, ReasonForbidden)
+	}
+}
+
+// The API server's refusal of a new object in a namespace being deleted,
+// or of a kind whose CRD is, is not a lack of rights (a live audit: both
+// read as Forbidden on the parents, as if kgen's RBAC were wrong).
+func TestBeingDeletedIsNotForbidden(t *testing.T) {
+	cms := schema.GroupResource{Resource: "configmaps"}
+	ns := apierrors.NewForbidden(cms, "x", errors.New("unable to create new content in namespace shared because it is being terminated"))
+	ns.ErrStatus.Details.Causes = append(ns.ErrStatus.Details.Causes, metav1.StatusCause{Type: corev1.NamespaceTerminatingCause, Message: "namespace shared is being terminated", Field: "metadata.namespace"})
+	crd := apierrors.NewForbidden(schema.GroupResource{Group: "example.com", Resource: "things"}, "x", errors.New("create not allowed while custom resource definition is terminating"))
+	rbac := apierrors.NewForbidden(cms, "x", errors.New(`User "kgen" cannot create resource "configmaps" in API group "" in the namespace "team"`))
+	for _, tt := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"namespace being deleted", fmt.Errorf("apply: %w", ns), ReasonApplyFailed},
+		{"CRD being deleted", crd, ReasonApplyFailed},
+		{"joined with another failure", errors.Join(apierrors.NewInternalError(errors.New("etcd")), crd), ReasonApplyFailed},
+		{"a lack of rights", rbac, ReasonForbidden},
+	} {
+		reason, msg := failure(nil, "config", "configmaps shared/x", "apply", tt.err)
+		if reason != tt.want {
+			t.Errorf("%s: reason %s (%s), want %s", tt.name, reason, msg, tt.want)
+		}
+		if tt.want == ReasonApplyFailed && !strings.Contains(msg, "not a lack of rights") {
+			t.Errorf("%s: message %q does not say it is not a lack of rights", tt.name, msg)
+		}
 	}
 }

@@ -985,6 +985,10 @@ func failure(rule *rules.Rule, id, ref, verb string, err error) (reason, msg str
 	case LearningKind(err):
 		// Not a lack of rights: it passes within 30 s.
 		reason, where = ReasonApplyFailed, " (the API server has not learned the kind yet; kgen tries again every 2 s)"
+	case beingDeleted(err):
+		// Not a lack of rights either (a live audit: a namespace and a
+		// CRD being deleted read as Forbidden on the parents).
+		reason, where = ReasonApplyFailed, " (not a lack of rights: the API server refuses new objects where they are being deleted; kgen tries again with backoff)"
 	case apierrors.IsForbidden(err):
 		reason = ReasonForbidden
 	case refusedAsInvalid(err):
@@ -1090,6 +1094,28 @@ func LearningKind(err error) bool {
 		return s.Reason == metav1.StatusReasonForbidden && strings.Contains(s.Message, "cannot find RESTMapping")
 	case interface{ Unwrap() error }:
 		return LearningKind(e.Unwrap())
+	}
+	return false
+}
+
+// beingDeleted tells the API server's refusal (403) of a new object in a
+// namespace that is being deleted, or of a kind whose CRD is, from a lack
+// of rights, also when errors are joined or wrapped.
+func beingDeleted(err error) bool {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		return slices.ContainsFunc(e.Unwrap(), beingDeleted)
+	case apierrors.APIStatus:
+		s := e.Status()
+		if s.Reason != metav1.StatusReasonForbidden {
+			return false
+		}
+		if s.Details != nil && slices.ContainsFunc(s.Details.Causes, func(c metav1.StatusCause) bool { return c.Type == corev1.NamespaceTerminatingCause }) {
+			return true
+		}
+		return strings.Contains(s.Message, "because it is being terminated") || strings.Contains(s.Message, "while custom resource definition is terminating")
+	case interface{ Unwrap() error }:
+		return beingDeleted(e.Unwrap())
 	}
 	return false
 }
