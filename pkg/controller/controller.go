@@ -1929,6 +1929,23 @@ func (c *Controller) stateLocked(rs *ruleState) RuleState {
 	return s
 }
 
+// retireLocked queues a rule state for retire. Of the states of one rule
+// that never started and watch nothing, it keeps the last: retire has
+// nothing of theirs to release, and a standby that follows its rules files
+// for days (its controller not running) would otherwise keep every
+// version it was handed, and log each at takeover. The caller holds c.mu.
+func (c *Controller) retireLocked(rs *ruleState) {
+	if !rs.active && rs.waitRegs == nil {
+		for i, o := range c.retiring {
+			if o.rule.Name == rs.rule.Name && !o.active && o.waitRegs == nil {
+				c.retiring[i] = rs
+				return
+			}
+		}
+	}
+	c.retiring = append(c.retiring, rs)
+}
+
 // SetRules replaces the rules the controller runs, live. A rule whose name
 // is new starts; a rule that is gone stops; a rule whose version changed
 // (another *rules.Rule) restarts with the new version, and its parents are
@@ -1972,13 +1989,13 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 		if p != nil && (!ok || r != p.rule) {
 			// Removed, changed again, or changed back while its new
 			// version waited: that version goes.
-			c.retiring = append(c.retiring, p)
+			c.retireLocked(p)
 			delete(c.pending, name)
 			p = nil
 		}
 		switch {
 		case !ok:
-			c.retiring = append(c.retiring, rs)
+			c.retireLocked(rs)
 			delete(c.rules, name)
 		case r == rs.rule || p != nil:
 		case rs.active:
@@ -1986,7 +2003,7 @@ func (c *Controller) SetRules(set []*rules.Rule) {
 			// (startPending).
 			c.pending[name] = newRuleState(r)
 		default:
-			c.retiring = append(c.retiring, rs)
+			c.retireLocked(rs)
 			c.rules[name] = newRuleState(r)
 		}
 	}

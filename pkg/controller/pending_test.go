@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -225,5 +226,27 @@ func testWaitingRuleIsNotAdmittedEachTry(t *testing.T) {
 	synctest.Wait()
 	if n := admitted.Load(); n != 0 {
 		t.Errorf("Admit was called %d times in a minute while a child kind is not served, want 0", n)
+	}
+}
+
+// A controller that is not running yet (a standby following its rules
+// files) keeps one retiring state per rule however many versions it is
+// handed: none of them started, and there is nothing to release (a review:
+// 200 edits left 200 compiled rules, logged one by one at takeover).
+func TestStandbyKeepsOneRetiringVersion(t *testing.T) {
+	client, m := fakeCluster()
+	c := New(Config{Rules: []*rules.Rule{gadgetRule(t, configChild)}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100)})
+	defer func() {
+		c.watches.Shutdown()
+		c.queue.ShutDown()
+	}()
+	for i := range 50 {
+		c.SetRules([]*rules.Rule{gadgetRule(t, configChild+fmt.Sprintf("  - id: extra\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"x-%d\"}}\n", i))})
+	}
+	c.mu.Lock()
+	n := len(c.retiring)
+	c.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d retiring states after 50 versions handed to a controller that is not running, want 1", n)
 	}
 }

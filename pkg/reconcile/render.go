@@ -375,7 +375,7 @@ func bindInputs(rule *rules.Rule, parent *unstructured.Unstructured, observed Ob
 		}
 		// Never the parent or its own children (see checkInputs).
 		sorted := slices.DeleteFunc(slices.Clone(objs), func(o *unstructured.Unstructured) bool {
-			return o == nil || parent != nil && ownWrite(parent, o) != ""
+			return o == nil || parent != nil && ownWrite(parent, observed, o) != ""
 		})
 		slices.SortFunc(sorted, compareObjects)
 		list := make([]any, 0, len(sorted))
@@ -403,26 +403,32 @@ func (r *renderer) checkInputs() error {
 		if len(objs) == 0 || objs[0] == nil {
 			continue
 		}
-		if what := ownWrite(r.parent, objs[0]); what != "" {
+		if what := ownWrite(r.parent, r.observed, objs[0]); what != "" {
 			return r.invalid("", "input %s is %s, which kgen writes: a value read from it would be written back in a loop; read it as %s", in.ID, describeChild(objs[0]), what)
 		}
 	}
 	return nil
 }
 
-// ownWrite tells whether o is the parent, or one of its children: it
-// returns how a rule reads it ("parent", "children.<id>"), or "".
-func ownWrite(parent, o *unstructured.Unstructured) string {
+// ownWrite tells whether o is the parent, or one of its children as
+// observed: it returns how a rule reads it ("parent", "children.<id>"), or
+// "". By UID, not by kgen's labels: objects other controllers make copy a
+// child's labels (the Endpoints and EndpointSlices of a Service), and are
+// inputs like any other.
+func ownWrite(parent *unstructured.Unstructured, observed Observed, o *unstructured.Unstructured) string {
+	uid := o.GetUID()
 	switch {
-	case parent.GetUID() == "":
-		return "" // not a parent from the cluster: nothing is its own
-	case o.GetUID() != "" && o.GetUID() == parent.GetUID():
+	case uid == "":
+		return ""
+	case uid == parent.GetUID():
 		return "parent"
-	case o.GetLabels()[LabelParentUID] == string(parent.GetUID()):
-		if id := o.GetLabels()[LabelChild]; id != "" {
-			return "children." + id
+	}
+	for id, objs := range observed.Children {
+		for _, c := range objs {
+			if c != nil && c.GetUID() == uid {
+				return "children." + id
+			}
 		}
-		return "one of its children"
 	}
 	return ""
 }

@@ -215,6 +215,7 @@ func TestRenderInputOfOwnWrites(t *testing.T) {
 	parent := object(t, app)
 	other := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: team-a, uid: o-1, labels: {team: a}}\n")
 	own := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-cnt, namespace: team-a, uid: c-1, labels: {team: a, kgen.dev/parent-uid: 1111-2222, kgen.dev/child: config}}\ndata: {count: '3'}\n")
+	copied := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: copy, namespace: team-a, uid: e-1, labels: {team: a, kgen.dev/parent-uid: 1111-2222, kgen.dev/child: config}}\ndata: {count: '7'}\n")
 	foreign := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-cnt, namespace: team-a, uid: f-1, labels: {team: a, kgen.dev/parent-uid: '9999', kgen.dev/child: config}}\ndata: {count: '3'}\n")
 	for _, tc := range []struct {
 		name string
@@ -223,13 +224,17 @@ func TestRenderInputOfOwnWrites(t *testing.T) {
 	}{
 		{"the parent's own child", own, `input mine is ConfigMap team-a/web-cnt, which kgen writes: a value read from it would be written back in a loop; read it as children.config`},
 		{"the parent itself", parent, `input mine is App team-a/web, which kgen writes: a value read from it would be written back in a loop; read it as parent`},
-		{"another parent's object", foreign, "map[all:other,web-cnt count:4]"},
+		{"another parent's object", foreign, "map[all:copy,other,web-cnt count:4]"},
+		// Endpoints copy their Service's labels: not the child.
+		{"an object with the child's labels", copied, "map[all:copy,other,web-cnt count:8]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Render(rule, parent, Observed{Inputs: map[string][]*unstructured.Unstructured{
-				"mine": {tc.mine},
-				"all":  {own, other, parent, foreign},
-			}}, scoper(t))
+			got, err := Render(rule, parent, Observed{
+				Children: map[string][]*unstructured.Unstructured{"config": {own}},
+				Inputs: map[string][]*unstructured.Unstructured{
+					"mine": {tc.mine},
+					"all":  {own, other, parent, foreign, copied},
+				}}, scoper(t))
 			if err != nil {
 				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("Render() error %v, want %q", err, tc.want)

@@ -71,6 +71,17 @@ const (
 	maxBackoff = 16 * time.Minute
 )
 
+// ReportWaiting writes a parent's Ready condition False, with reason and
+// msg, for a parent whose rule cannot run (a kind it uses is not served,
+// say): its children are not reconciled meanwhile, and Ready must not say
+// they are. The rule's status fields keep their values; nothing is written
+// when the status says so already, and the status guard holds as for any
+// status write.
+func (r *Reconciler) ReportWaiting(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, reason, msg string) (Result, error) {
+	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg}
+	return r.writeStatus(ctx, rule, mapping, parent, nil, ready, nil)
+}
+
 // writeStatus writes the parent's status when it differs from what is
 // there: status.observedGeneration, the single condition of type Ready,
 // and the rule's status fields; nothing else. Other conditions, written by
@@ -87,17 +98,6 @@ const (
 // fields nil means the rule's fields could not be computed: the values
 // there are kept. children are the parent's children as observed, part of
 // what the status is computed from (see statusGuard).
-// ReportWaiting writes a parent's Ready condition False, with reason and
-// msg, for a parent whose rule cannot run (a kind it uses is not served,
-// say): its children are not reconciled meanwhile, and Ready must not say
-// they are. The rule's status fields keep their values; nothing is written
-// when the status says so already, and the status guard holds as for any
-// status write.
-func (r *Reconciler) ReportWaiting(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, reason, msg string) (Result, error) {
-	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg}
-	return r.writeStatus(ctx, rule, mapping, parent, nil, ready, nil)
-}
-
 func (r *Reconciler) writeStatus(ctx context.Context, rule *rules.Rule, mapping mapper.Mapping, parent *unstructured.Unstructured, fields map[string]any, ready metav1.Condition, children []*unstructured.Unstructured) (Result, error) {
 	if !mapping.HasSubresource("status") {
 		return Result{}, nil
