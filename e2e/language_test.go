@@ -1319,6 +1319,104 @@ func TestLanguageExamplesFitPublishedSchemas(t *testing.T) {
 	}
 }
 
+// numGadgets is the scene of the tests of a CRD changed while kgen is
+// stopped: Gadgets whose spec has x, and num while the CRD has it, and a
+// rule whose ConfigMap child reads both.
+type numGadgets struct {
+	t         *testing.T
+	group, ns string
+	gvr       schema.GroupVersionResource
+}
+
+func newNumGadgets(t *testing.T, group string) *numGadgets {
+	g := &numGadgets{t: t, group: group, ns: newNamespace(t)}
+	g.gvr = createCRD(t, crdOf(group, "Gadget", "gadgets", apiextensionsv1.NamespaceScoped, numSchema(true)))
+	return g
+}
+
+// numSchema is the Gadgets' schema, with spec.num or without.
+func numSchema(num bool) *apiextensionsv1.JSONSchemaProps {
+	spec := map[string]apiextensionsv1.JSONSchemaProps{"x": {Type: "string"}}
+	if num {
+		spec["num"] = apiextensionsv1.JSONSchemaProps{Type: "integer"}
+	}
+	return &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+		"spec":   {Type: "object", Properties: spec},
+		"status": {Type: "object", XPreserveUnknownFields: new(true)},
+	}}
+}
+
+// rule is the rule's text, with extra data entries of the child.
+func (g *numGadgets) rule(name, extra string) string {
+	return languageRuleText(name, g.group, []string{g.ns}, `  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: ${parent.metadata.name}
+      data:
+        next: ${string(parent.spec.num + 1)}
+        x: ${parent.spec.x}
+`+extra)
+}
+
+// setNum gives the CRD spec.num, or takes it away.
+func (g *numGadgets) setNum(num bool) {
+	g.t.Helper()
+	updateCRD(g.t, "gadgets."+g.group, func(crd *apiextensionsv1.CustomResourceDefinition) {
+		crd.Spec.Versions[0].Schema.OpenAPIV3Schema = numSchema(num)
+	})
+}
+
+// create makes parent g, and waits until it is Ready.
+func (g *numGadgets) create() {
+	g.t.Helper()
+	create(g.t, g.gvr, gadget(g.group, g.ns, "g", map[string]any{"x": "a", "num": int64(1)}))
+	g.waitData("map[next:2 x:a]")
+	waitReason(g.t, g.gvr, g.ns, "g", reconcile.ReasonReady)
+}
+
+// dropNum takes spec.num from the CRD, and changes parent g.
+func (g *numGadgets) dropNum() {
+	g.t.Helper()
+	g.setNum(false)
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"x": "b"}})
+	if _, err := env.dynamic.Resource(g.gvr).Namespace(g.ns).Patch(g.t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// restoreNum gives the CRD spec.num again, sets it on parent g, and waits
+// until g converges with its child's data.
+func (g *numGadgets) restoreNum(data string) {
+	g.t.Helper()
+	g.setNum(true)
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"num": int64(5)}})
+	eventually(g.t, 30*time.Second, func() (bool, error) {
+		_, err := env.dynamic.Resource(g.gvr).Namespace(g.ns).Patch(g.t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			return false, err
+		}
+		o := get(g.t, g.gvr, g.ns, "g")
+		n, _, _ := unstructured.NestedInt64(o.Object, "spec", "num")
+		return n == 5, fmt.Errorf("spec.num = %d", n)
+	}, "the parent to keep spec.num")
+	g.waitData(data)
+	waitReason(g.t, g.gvr, g.ns, "g", reconcile.ReasonReady)
+}
+
+// waitData waits until the child of parent g holds data.
+func (g *numGadgets) waitData(data string) {
+	g.t.Helper()
+	waitFor(g.t, cmGVR, g.ns, "g", func(o *unstructured.Unstructured) error {
+		if d := o.Object["data"]; fmt.Sprint(d) != data {
+			return fmt.Errorf("data %v", d)
+		}
+		return nil
+	})
+}
+
 // Scenario (contract §6 "Failures are visible", §7, §8 typed expressions,
 // through a change of a CRD while kgen is stopped; a live audit): a Rule
 // reads parent.spec.num; while kgen is stopped the CRD loses the field,
@@ -1330,46 +1428,11 @@ func TestLanguageExamplesFitPublishedSchemas(t *testing.T) {
 // Before, the rule did not start, and the parent kept Ready=True of its
 // old generation.
 func TestLanguageCRDChangedWhileStopped(t *testing.T) {
-	const group = "stoppedcrd.example.com"
 	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
-	ns := newNamespace(t)
-	withNum := func(num bool) *apiextensionsv1.JSONSchemaProps {
-		spec := map[string]apiextensionsv1.JSONSchemaProps{"x": {Type: "string"}}
-		if num {
-			spec["num"] = apiextensionsv1.JSONSchemaProps{Type: "integer"}
-		}
-		return &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
-			"spec":   {Type: "object", Properties: spec},
-			"status": {Type: "object", XPreserveUnknownFields: new(true)},
-		}}
-	}
-	gvr := createCRD(t, crdOf(group, "Gadget", "gadgets", apiextensionsv1.NamespaceScoped, withNum(true)))
-	setSchema := func(num bool) {
-		t.Helper()
-		updateCRD(t, "gadgets."+group, func(crd *apiextensionsv1.CustomResourceDefinition) {
-			crd.Spec.Versions[0].Schema.OpenAPIV3Schema = withNum(num)
-		})
-	}
-	applyRule(t, languageRuleText("stopped-crd", group, []string{ns}, `  children:
-  - id: config
-    template:
-      apiVersion: v1
-      kind: ConfigMap
-      metadata:
-        name: ${parent.metadata.name}
-      data:
-        next: ${string(parent.spec.num + 1)}
-        x: ${parent.spec.x}
-`))
+	g := newNumGadgets(t, "stoppedcrd.example.com")
+	applyRule(t, g.rule("stopped-crd", ""))
 	first := startKgen(t, "kgen-stopped-crd")
-	create(t, gvr, gadget(group, ns, "g", map[string]any{"x": "a", "num": int64(1)}))
-	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
-		if d := o.Object["data"]; fmt.Sprint(d) != "map[next:2 x:a]" {
-			return fmt.Errorf("data %v", d)
-		}
-		return nil
-	})
-	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+	g.create()
 	waitRuleStatus(t, "stopped-crd", func(o *unstructured.Unstructured) error {
 		if gen, _, _ := unstructured.NestedInt64(o.Object, "status", "running", "generation"); gen != o.GetGeneration() {
 			return fmt.Errorf("status.running.generation = %d", gen)
@@ -1378,37 +1441,16 @@ func TestLanguageCRDChangedWhileStopped(t *testing.T) {
 	})
 	first.stop()
 
-	setSchema(false)
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"x": "b"}})
-	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	g.dropNum()
 	second := startKgen(t, "kgen-stopped-crd")
-	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, "num")
+	waitReason(t, g.gvr, g.ns, "g", reconcile.ReasonInvalid, "num")
 	waitRuleStatus(t, "stopped-crd", accepted("False", "num", "the rule keeps running"))
 	if log := second.output.String(); !strings.Contains(log, "it keeps running") {
 		t.Errorf("the log does not say the rule keeps running although it no longer fits its CRD:\n%s", tailOf(log, 3000))
 	}
 
 	// The field back, and set: the parent converges.
-	setSchema(true)
-	patch, _ = json.Marshal(map[string]any{"spec": map[string]any{"num": int64(5)}})
-	eventually(t, 30*time.Second, func() (bool, error) {
-		_, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{})
-		if err != nil {
-			return false, err
-		}
-		o := get(t, gvr, ns, "g")
-		n, _, _ := unstructured.NestedInt64(o.Object, "spec", "num")
-		return n == 5, fmt.Errorf("spec.num = %d", n)
-	}, "the parent to keep spec.num")
-	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
-		if d := o.Object["data"]; fmt.Sprint(d) != "map[next:6 x:b]" {
-			return fmt.Errorf("data %v", d)
-		}
-		return nil
-	})
-	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+	g.restoreNum("map[next:6 x:b]")
 }
 
 // Scenario (as TestLanguageCRDChangedWhileStopped, for a rules file): a
@@ -1421,98 +1463,39 @@ func TestLanguageCRDChangedWhileStopped(t *testing.T) {
 // generation. A version of the file edited while kgen was stopped, which
 // never ran, does not start past the same error.
 func TestLanguageFileRuleCRDChangedWhileStopped(t *testing.T) {
-	const group = "stoppedfile.example.com"
-	ns := newNamespace(t)
-	withNum := func(num bool) *apiextensionsv1.JSONSchemaProps {
-		spec := map[string]apiextensionsv1.JSONSchemaProps{"x": {Type: "string"}}
-		if num {
-			spec["num"] = apiextensionsv1.JSONSchemaProps{Type: "integer"}
-		}
-		return &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
-			"spec":   {Type: "object", Properties: spec},
-			"status": {Type: "object", XPreserveUnknownFields: new(true)},
-		}}
-	}
-	gvr := createCRD(t, crdOf(group, "Gadget", "gadgets", apiextensionsv1.NamespaceScoped, withNum(true)))
-	setSchema := func(num bool) {
-		t.Helper()
-		updateCRD(t, "gadgets."+group, func(crd *apiextensionsv1.CustomResourceDefinition) {
-			crd.Spec.Versions[0].Schema.OpenAPIV3Schema = withNum(num)
-		})
-	}
-	rule := func(extra string) string {
-		return languageRuleText("stopped-file", group, []string{ns}, `  children:
-  - id: config
-    template:
-      apiVersion: v1
-      kind: ConfigMap
-      metadata:
-        name: ${parent.metadata.name}
-      data:
-        next: ${string(parent.spec.num + 1)}
-        x: ${parent.spec.x}
-`+extra)
-	}
-	file := writeRules(t, rule(""))
+	g := newNumGadgets(t, "stoppedfile.example.com")
+	file := writeRules(t, g.rule("stopped-file", ""))
 	args := []string{"--rules", file, "--rule-objects=false"}
 	first := startKgen(t, "kgen-stopped-file", args...)
-	create(t, gvr, gadget(group, ns, "g", map[string]any{"x": "a", "num": int64(1)}))
-	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
-		if d := o.Object["data"]; fmt.Sprint(d) != "map[next:2 x:a]" {
-			return fmt.Errorf("data %v", d)
-		}
-		return nil
-	})
-	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+	g.create()
 	eventually(t, 30*time.Second, func() (bool, error) {
 		v := recordOf(t, metav1.NamespaceDefault, "stopped-file"+controller.RunningKeySuffix)
 		return strings.HasPrefix(v, "sha256:"), fmt.Errorf("recorded version %q", v)
 	}, "the record to hold the running version")
 	first.stop()
 
-	setSchema(false)
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"x": "b"}})
-	if _, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	g.dropNum()
 	second := startKgen(t, "kgen-stopped-file", args...)
-	waitReason(t, gvr, ns, "g", reconcile.ReasonInvalid, "num")
+	waitReason(t, g.gvr, g.ns, "g", reconcile.ReasonInvalid, "num")
 	eventually(t, 30*time.Second, func() (bool, error) {
 		return strings.Contains(second.output.String(), "it keeps running"), errors.New("no line says so")
 	}, "the log to say the rule keeps running although it no longer fits its CRD")
 	second.stop()
 
 	// Edited while stopped: this version never ran, and waits.
-	if err := os.WriteFile(file, []byte(rule("        y: ${parent.spec.x}\n")), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(g.rule("stopped-file", "        y: ${parent.spec.x}\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	third := startKgen(t, "kgen-stopped-file", args...)
 	eventually(t, 60*time.Second, func() (bool, error) {
 		return strings.Contains(third.output.String(), "has no field"), errors.New("no line says why")
 	}, "the log to say why the edited rule does not start")
-	if cm := get(t, cmGVR, ns, "g"); cm == nil || cm.Object["data"].(map[string]any)["y"] != nil {
+	if cm := get(t, cmGVR, g.ns, "g"); cm == nil || cm.Object["data"].(map[string]any)["y"] != nil {
 		t.Fatalf("the edited version, which never ran and does not fit the CRD, wrote the child: %v", cm)
 	}
 
 	// The field back, and set: the parent converges, with the edit.
-	setSchema(true)
-	patch, _ = json.Marshal(map[string]any{"spec": map[string]any{"num": int64(5)}})
-	eventually(t, 30*time.Second, func() (bool, error) {
-		_, err := env.dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{})
-		if err != nil {
-			return false, err
-		}
-		o := get(t, gvr, ns, "g")
-		n, _, _ := unstructured.NestedInt64(o.Object, "spec", "num")
-		return n == 5, fmt.Errorf("spec.num = %d", n)
-	}, "the parent to keep spec.num")
-	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error {
-		if d := o.Object["data"]; fmt.Sprint(d) != "map[next:6 x:b y:b]" {
-			return fmt.Errorf("data %v", d)
-		}
-		return nil
-	})
-	waitReason(t, gvr, ns, "g", reconcile.ReasonReady)
+	g.restoreNum("map[next:6 x:b y:b]")
 }
 
 // Scenario (contract §6 "Rules cannot trigger themselves", §8 inputs,

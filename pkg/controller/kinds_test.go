@@ -126,31 +126,35 @@ func TestKindsChangedRequeuesOnlyUsers(t *testing.T) {
 // version. A rule removed from the set leaves the record.
 func TestRunningVersionRecorded(t *testing.T) { synctest.Test(t, testRunningVersionRecorded) }
 
+// startRecorded starts rule r with a Record, in a synctest bubble, and
+// waits until it has synced and recorded what it records at its start; it
+// returns the ranBefore that Admit was given.
+func startRecorded(t *testing.T, rec *memRecord, rule *rules.Rule) (*Controller, context.Context, bool) {
+	t.Helper()
+	client, m := fakeCluster(gadgetWith("g1", false, false))
+	var ran bool
+	admit := func(_ context.Context, _ *rules.Rule, ranBefore bool) error { ran = ranBefore; return nil }
+	c := New(Config{Rules: []*rules.Rule{rule}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec, Admit: admit})
+	ctx := activateRule(t, c)
+	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
+	synctest.Wait()
+	return c, ctx, ran
+}
+
 func testRunningVersionRecorded(t *testing.T) {
 	rec := &memRecord{scopes: map[string][]ChildScope{}}
-	start := func(rule *rules.Rule) (*Controller, context.Context, bool) {
-		t.Helper()
-		client, m := fakeCluster(gadgetWith("g1", false, false))
-		var ran bool
-		admit := func(_ context.Context, _ *rules.Rule, ranBefore bool) error { ran = ranBefore; return nil }
-		c := New(Config{Rules: []*rules.Rule{rule}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec, Admit: admit})
-		ctx := activateRule(t, c)
-		waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
-		synctest.Wait()
-		return c, ctx, ran
-	}
 	v1 := gadgetRule(t, configChild)
-	if _, _, ran := start(v1); ran {
+	if _, _, ran := startRecorded(t, rec, v1); ran {
 		t.Error("a rule kgen never ran was admitted as one that ran before")
 	}
 	if got := rec.getRunning("r"); got != v1.Version() {
 		t.Fatalf("recorded version %q, want %q", got, v1.Version())
 	}
-	if _, _, ran := start(gadgetRule(t, configChild)); !ran {
+	if _, _, ran := startRecorded(t, rec, gadgetRule(t, configChild)); !ran {
 		t.Error("the version that ran, at the next start, was not admitted as one that ran before")
 	}
 	v2 := gadgetRule(t, deployChild)
-	c, ctx, ran := start(v2)
+	c, ctx, ran := startRecorded(t, rec, v2)
 	if ran {
 		t.Error("another version of the rule was admitted as one that ran before")
 	}
@@ -197,12 +201,8 @@ func TestRunningVersionNotWrittenBack(t *testing.T) {
 
 func testRunningVersionNotWrittenBack(t *testing.T) {
 	rec := &memRecord{scopes: map[string][]ChildScope{}}
-	client, m := fakeCluster(gadgetWith("g1", false, false))
 	v1, v2 := gadgetRule(t, configChild), gadgetRule(t, deployChild)
-	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
-	ctx := activateRule(t, c)
-	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
-	synctest.Wait()
+	c, ctx, _ := startRecorded(t, rec, v1)
 	c.mu.Lock()
 	v1State := c.rules["r"]
 	next := newRuleState(v2)
@@ -239,12 +239,8 @@ func TestRunningVersionReAddedDuringRemoval(t *testing.T) {
 
 func testRunningVersionReAddedDuringRemoval(t *testing.T) {
 	rec := &memRecord{scopes: map[string][]ChildScope{}}
-	client, m := fakeCluster(gadgetWith("g1", false, false))
 	v1 := gadgetRule(t, configChild)
-	c := New(Config{Rules: []*rules.Rule{v1}, Client: client, Mapper: m, Recorder: record.NewFakeRecorder(100), Record: rec})
-	ctx := activateRule(t, c)
-	waitState(t, c, "the rule to sync", func(s RuleState) bool { return s.Synced })
-	synctest.Wait()
+	c, ctx, _ := startRecorded(t, rec, v1)
 	c.mu.Lock()
 	rs := c.rules["r"]
 	delete(c.rules, "r")
