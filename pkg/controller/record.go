@@ -278,12 +278,32 @@ func (r *ConfigMapRecord) UpdateParents(ctx context.Context, rule string, add, r
 // UpdateRunning writes the rule's key of its running version, creating the
 // ConfigMap if it is missing; "" removes the key.
 func (r *ConfigMapRecord) UpdateRunning(ctx context.Context, rule, version string) error {
-	client := r.Client.ConfigMaps(r.Namespace)
 	key := rule + RunningKeySuffix
-	err := clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+	err := r.writeKey(ctx, key, version != "", func(cm *corev1.ConfigMap) (value any, annotations map[string]any, write bool) {
+		if version != "" {
+			value = version
+		}
+		return value, nil, cm.Data[key] != version
+	})
+	if err != nil {
+		return fmt.Errorf("record the running version of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
+	}
+	return nil
+}
+
+// writeKey changes one key of the ConfigMap: it reads the ConfigMap
+// (creating it when it is missing, if create), asks change for the key's
+// new value (nil removes it), annotations to set with it (a nil value
+// removes one), and whether to write; and writes them with a JSON merge
+// patch pinned to the resource version it read, reading again and asking
+// change again while another writer wins. A missing ConfigMap that is not
+// created is left alone, and change is not asked.
+func (r *ConfigMapRecord) writeKey(ctx context.Context, key string, create bool, change func(cm *corev1.ConfigMap) (value any, annotations map[string]any, write bool)) error {
+	client := r.Client.ConfigMaps(r.Namespace)
+	return clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
 		cm, err := client.Get(ctx, r.name(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			if version == "" {
+			if !create {
 				return nil
 			}
 			cm, err = r.create(ctx)
@@ -291,27 +311,21 @@ func (r *ConfigMapRecord) UpdateRunning(ctx context.Context, rule, version strin
 		if err != nil {
 			return err
 		}
-		if cm.Data[key] == version {
+		value, annotations, write := change(cm)
+		if !write {
 			return nil
 		}
-		var value any // null removes the key
-		if version != "" {
-			value = version
+		meta := map[string]any{"resourceVersion": cm.ResourceVersion}
+		if len(annotations) > 0 {
+			meta["annotations"] = annotations
 		}
-		patch, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": cm.ResourceVersion},
-			"data":     map[string]any{key: value},
-		})
+		patch, err := json.Marshal(map[string]any{"metadata": meta, "data": map[string]any{key: value}})
 		if err != nil {
 			return err
 		}
 		_, err = client.Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("record the running version of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
-	}
-	return nil
 }
 
 // create makes the missing ConfigMap by an apply of its metadata alone;
@@ -327,22 +341,8 @@ func (r *ConfigMapRecord) create(ctx context.Context) (*corev1.ConfigMap, error)
 // again while another writer wins; no write if nothing changes. A key left
 // with no scopes is removed.
 func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []ChildScope) ([]ChildScope, error) {
-	client := r.Client.ConfigMaps(r.Namespace)
 	var out []ChildScope
-	err := clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
-		cm, err := client.Get(ctx, r.name(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			if len(add) == 0 {
-				out = nil
-				return nil
-			}
-			if cm, err = r.create(ctx); err != nil {
-				return err
-			}
-		}
-		if err != nil {
-			return err
-		}
+	err := r.writeKey(ctx, key, len(add) > 0, func(cm *corev1.ConfigMap) (any, map[string]any, bool) {
 		current, _ := decodeScopes(cm.Data[key])
 		current = sortScopes(current)
 		next := slices.DeleteFunc(sortScopes(append(slices.Clone(current), add...)), func(s ChildScope) bool {
@@ -353,22 +353,14 @@ func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []
 		if len(next) > 0 {
 			value = encodeScopes(next)
 		}
-		meta := map[string]any{"resourceVersion": cm.ResourceVersion}
 		if release, ok := r.release(ctx, cm.Data, key, value, cm.Annotations[ReleaseAnnotation]); ok && release != cm.Annotations[ReleaseAnnotation] {
 			var v any // null removes the annotation
 			if release != "" {
 				v = release
 			}
-			meta["annotations"] = map[string]any{ReleaseAnnotation: v}
-		} else if slices.Equal(current, next) {
-			return nil
+			return value, map[string]any{ReleaseAnnotation: v}, true
 		}
-		patch, err := json.Marshal(map[string]any{"metadata": meta, "data": map[string]any{key: value}})
-		if err != nil {
-			return err
-		}
-		_, err = client.Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
-		return err
+		return value, nil, !slices.Equal(current, next)
 	})
 	return out, err
 }
