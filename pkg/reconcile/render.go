@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"kgen.dev/kgen/pkg/kinds"
@@ -363,6 +364,7 @@ func bindChildren(rule *rules.Rule, observed Observed) (present map[string]any, 
 // and name; and the named inputs that are missing.
 func bindInputs(rule *rules.Rule, parent *unstructured.Unstructured, observed Observed) (inputs map[string]any, missing map[string]bool) {
 	inputs, missing = map[string]any{}, map[string]bool{}
+	var own map[types.UID]string
 	for _, in := range rule.Inputs {
 		objs := observed.Inputs[in.ID]
 		if in.Selector == nil {
@@ -374,8 +376,11 @@ func bindInputs(rule *rules.Rule, parent *unstructured.Unstructured, observed Ob
 			continue
 		}
 		// Never the parent or its own children (see checkInputs).
+		if own == nil {
+			own = ownWrites(parent, observed)
+		}
 		sorted := slices.DeleteFunc(slices.Clone(objs), func(o *unstructured.Unstructured) bool {
-			return o == nil || parent != nil && ownWrite(parent, observed, o) != ""
+			return o == nil || own[o.GetUID()] != ""
 		})
 		slices.SortFunc(sorted, compareObjects)
 		list := make([]any, 0, len(sorted))
@@ -395,6 +400,7 @@ func bindInputs(rule *rules.Rule, parent *unstructured.Unstructured, observed Ob
 // rule reads them as parent and children.<id>. A list input (selector)
 // leaves them out instead (bindInputs).
 func (r *renderer) checkInputs() error {
+	var own map[types.UID]string
 	for _, in := range r.rule.Inputs {
 		if in.Selector != nil {
 			continue
@@ -403,34 +409,34 @@ func (r *renderer) checkInputs() error {
 		if len(objs) == 0 || objs[0] == nil {
 			continue
 		}
-		if what := ownWrite(r.parent, r.observed, objs[0]); what != "" {
+		if own == nil {
+			own = ownWrites(r.parent, r.observed)
+		}
+		if what := own[objs[0].GetUID()]; what != "" {
 			return r.invalid("", "input %s is %s, which kgen writes: a value read from it would be written back in a loop; read it as %s", in.ID, describeChild(objs[0]), what)
 		}
 	}
 	return nil
 }
 
-// ownWrite tells whether o is the parent, or one of its children as
-// observed: it returns how a rule reads it ("parent", "children.<id>"), or
-// "". By UID, not by kgen's labels: objects other controllers make copy a
-// child's labels (the Endpoints and EndpointSlices of a Service), and are
-// inputs like any other.
-func ownWrite(parent *unstructured.Unstructured, observed Observed, o *unstructured.Unstructured) string {
-	uid := o.GetUID()
-	switch {
-	case uid == "":
-		return ""
-	case uid == parent.GetUID():
-		return "parent"
-	}
+// ownWrites returns the objects kgen writes for a parent, by UID: the
+// parent itself and its observed children, each with how a rule reads it
+// ("parent", "children.<id>"). By UID, not by kgen's labels: objects other
+// controllers make copy a child's labels (the Endpoints and EndpointSlices
+// of a Service), and are inputs like any other.
+func ownWrites(parent *unstructured.Unstructured, observed Observed) map[types.UID]string {
+	own := map[types.UID]string{}
 	for id, objs := range observed.Children {
 		for _, c := range objs {
-			if c != nil && c.GetUID() == uid {
-				return "children." + id
+			if c != nil && c.GetUID() != "" {
+				own[c.GetUID()] = "children." + id
 			}
 		}
 	}
-	return ""
+	if parent != nil && parent.GetUID() != "" {
+		own[parent.GetUID()] = "parent"
+	}
+	return own
 }
 
 func compareObjects(a, b *unstructured.Unstructured) int {
