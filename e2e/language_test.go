@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -1543,5 +1544,74 @@ func TestLanguageInputOfOwnChildRefused(t *testing.T) {
 	}
 	if _, found := after.Object["data"].(map[string]any)["count"]; found {
 		t.Errorf("the child was written from its own input: data %v", after.Object["data"])
+	}
+}
+
+// Scenario: two parents whose children read each other through a selector
+// input (each parent's child is the other's input, and counts one more
+// than it): a loop no load-time check can see, which kgen ran at the API
+// server's speed. After more than 10 updates of a child in a minute kgen
+// updates it at most every 10 s and says so (a ChildFollowSpaced Warning);
+// fixing the rule lands at once, and then nothing is written.
+func TestLanguageInputsLoopAcrossParentsSpaced(t *testing.T) {
+	const group = "inputloop.example.com"
+	installCRD(t, "charts/kgen/crds/rules.kgen.dev.yaml")
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	looping := languageRuleText("inputloop", group, []string{ns}, `  inputs:
+  - id: peers
+    apiVersion: v1
+    kind: ConfigMap
+    namespace: ${parent.metadata.namespace}
+    selector: {matchLabels: {e2e.kgen.dev/loop: peer}}
+  children:
+  - id: counter
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: "${parent.metadata.name}-cnt"
+        labels: {e2e.kgen.dev/loop: peer}
+      data:
+        count: '${inputs.peers.size() == 0 ? "1" : string(int(inputs.peers[0].?data.?count.orValue("0")) + 1)}'
+`)
+	applyRule(t, looping)
+	startKgen(t, "kgen-inputloop")
+	create(t, gvr, gadget(group, ns, "a", map[string]any{}))
+	create(t, gvr, gadget(group, ns, "b", map[string]any{}))
+	ev := waitEvent(t, ns, "a", reconcile.ReasonChildFollowSpaced, time.Minute)
+	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "child counter") {
+		t.Errorf("event %s %q, want a Warning naming child counter", ev.Type, ev.Message)
+	}
+	count := func() int {
+		t.Helper()
+		cm := get(t, cmGVR, ns, "a-cnt")
+		n, err := strconv.Atoi(fmt.Sprint(cm.Object["data"].(map[string]any)["count"]))
+		if err != nil {
+			t.Fatalf("a-cnt data %v: %v", cm.Object["data"], err)
+		}
+		return n
+	}
+	// Spaced, the loop goes on, slowly: a-cnt is updated about every
+	// 10 s, each time to b-cnt's count plus one.
+	before := count()
+	time.Sleep(25 * time.Second)
+	after := count()
+	t.Logf("a-cnt's count went from %d to %d in 25 s", before, after)
+	if after <= before || after-before > 12 {
+		t.Errorf("a-cnt's count went from %d to %d in 25 s, want it to go on slowly (a few updates)", before, after)
+	}
+
+	// The rule fixed: both children follow at once, spaced or not.
+	applyRule(t, strings.Replace(looping, `'${inputs.peers.size() == 0 ? "1" : string(int(inputs.peers[0].?data.?count.orValue("0")) + 1)}'`, `'${string(inputs.peers.size())}'`, 1))
+	for _, name := range []string{"a-cnt", "b-cnt"} {
+		waitFor(t, cmGVR, ns, name, func(cm *unstructured.Unstructured) error {
+			return expect(cm, "1", "data", "count")
+		})
+	}
+	fixed := get(t, cmGVR, ns, "a-cnt").GetResourceVersion()
+	time.Sleep(5 * time.Second)
+	if now := get(t, cmGVR, ns, "a-cnt"); now.GetResourceVersion() != fixed {
+		t.Errorf("a-cnt written after the rule was fixed: data %v", now.Object["data"])
 	}
 }

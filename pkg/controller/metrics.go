@@ -38,6 +38,7 @@ type Metrics struct {
 	requests      *prometheus.CounterVec
 	backoffs      *prometheus.CounterVec
 	childBackoffs *prometheus.CounterVec
+	childSpaced   *prometheus.CounterVec
 	listErrors    *prometheus.CounterVec
 
 	watches *watch.Manager

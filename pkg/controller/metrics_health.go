@@ -14,11 +14,15 @@ func (m *Metrics) registerHealth(reg prometheus.Registerer) {
 		Name: "kgen_child_backoffs_total",
 		Help: "Times kgen stopped repairing a child for a while, by rule: another writer kept setting back what kgen repaired (ChildContended).",
 	}, []string{"rule"})
+	m.childSpaced = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kgen_child_follows_spaced_total",
+		Help: "Times kgen started spacing the updates of a child, by rule: it followed its inputs or other children more than 10 times in a minute with its rule and parent unchanged (ChildFollowSpaced), most often a loop between rules.",
+	}, []string{"rule"})
 	m.listErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kgen_watch_errors_total",
 		Help: "Failed lists and watches of a rule's informers, by rule and reason (Forbidden, ListFailed); the informers retry with backoff and the rule's parents wait.",
 	}, []string{"rule", "reason"})
-	reg.MustRegister(m.backoffs, m.childBackoffs, m.listErrors)
+	reg.MustRegister(m.backoffs, m.childBackoffs, m.childSpaced, m.listErrors)
 }
 
 // StatusBackoff counts a status backoff; it makes *Metrics a
@@ -36,6 +40,13 @@ func (m *Metrics) ChildBackoff(rule string) {
 	}
 }
 
+// ChildSpaced counts a child whose updates kgen started spacing.
+func (m *Metrics) ChildSpaced(rule string) {
+	if m != nil {
+		m.childSpaced.WithLabelValues(rule).Inc()
+	}
+}
+
 func (m *Metrics) watchFailed(rule, reason string) {
 	if m != nil {
 		m.listErrors.WithLabelValues(rule, reason).Inc()
@@ -50,5 +61,6 @@ func (m *Metrics) forgetRule(rule string) {
 	m.waiting.DeleteLabelValues(rule)
 	m.backoffs.DeletePartialMatch(map[string]string{"rule": rule})
 	m.childBackoffs.DeleteLabelValues(rule)
+	m.childSpaced.DeleteLabelValues(rule)
 	m.listErrors.DeletePartialMatch(map[string]string{"rule": rule})
 }

@@ -21,6 +21,15 @@ import (
 // it: kgen stops repairing that child for a while (see childGuard).
 const ReasonChildContended = "ChildContended"
 
+// ReasonChildFollowSpaced is the Warning event of a parent whose child
+// kgen updates at most once every childFollowSpacing, as it followed its
+// inputs or other children too often (see checkFollow).
+const ReasonChildFollowSpaced = "ChildFollowSpaced"
+
+// childFollowSpacing is the least time between updates of a child that
+// follows what its template reads too often (see checkFollow).
+const childFollowSpacing = 10 * time.Second
+
 // childGuard keeps kgen from fighting another writer of a child: one
 // that sets a field of the template back whenever kgen repairs it (an
 // autoscaler on a Deployment's replicas, a second controller with its own
@@ -66,6 +75,16 @@ type repairHistory struct {
 	note    string      // the Ready message while backing off
 	marks   string      // the marks kgen last wrote on it alone (OpMarks)
 	used    time.Time
+	followHistory
+}
+
+// followHistory is a child's updates that followed a change of something
+// other than its rule and parent (see checkFollow).
+type followHistory struct {
+	cause    Digest      // the rule and parent of the last update
+	follows  []time.Time // updates of that cause, within followWindow
+	followed time.Time   // the last update
+	spacing  bool        // the updates are spaced (see childFollowSpacing)
 }
 
 // backoffSpan is a growing backoff: a while with no writes, which doubles
@@ -152,6 +171,89 @@ func (g *childGuard) repaired(key contendKey) {
 	h.repairs, h.used = append(recent(h.repairs, now, contendedWindow), now), now
 }
 
+// checkFollow tells whether kgen may update a child now, with a template
+// rendered from cause (the rule and the parent, see followCause): not,
+// when the child was updated more than followAfter times within
+// followWindow with the same cause, and the last update is less than
+// childFollowSpacing ago. Such updates follow what else the template
+// reads: inputs, other children. Rules whose children read one another
+// across parents (A's child is B's input, and B's is A's) would otherwise
+// write them back and forth at the API server's speed for as long as both
+// run, and no load-time check can see it: which objects an input selects
+// is known only per parent. Spaced, the child still follows, with its
+// last value at most childFollowSpacing late; a change of the rule or the
+// parent is applied at once. start reports that this check starts the
+// spacing, which lasts until the child updated fewer than followAfter/3
+// times within followWindow (so a loop that goes on stays spaced, rather
+// than bursting each time the window empties).
+func (g *childGuard) checkFollow(key contendKey, cause Digest) (wait time.Duration, start bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.historyLocked(key, false)
+	if h == nil || h.cause != cause {
+		return 0, false
+	}
+	now := g.now()
+	h.used = now
+	h.follows = recent(h.follows, now, followWindow)
+	if h.spacing && len(h.follows) < followAfter/3 {
+		h.spacing = false
+	}
+	if !h.spacing && len(h.follows) <= followAfter {
+		return 0, false
+	}
+	next := h.followed.Add(childFollowSpacing)
+	if !now.Before(next) {
+		return 0, false
+	}
+	start = !h.spacing
+	h.spacing = true
+	return next.Sub(now), start
+}
+
+// followed records an update of a child, with a template rendered from
+// cause.
+func (g *childGuard) followed(key contendKey, cause Digest) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.historyLocked(key, true)
+	now := g.now()
+	if h.cause != cause {
+		h.followHistory = followHistory{cause: cause}
+	}
+	h.follows = append(recent(h.follows, now, followWindow), now)
+	h.followed, h.used = now, now
+}
+
+// followCause fingerprints the rule and the parent a child is rendered
+// from: an update after a change of either is never spaced.
+func followCause(rule *rules.Rule, parent *unstructured.Unstructured) Digest {
+	return statusInputs(rule, parent, nil)
+}
+
+// holdFollow is asked before kgen updates a child with a template rendered
+// from cause: held reports that the update is spaced (checkFollow), and
+// out asks for another look when the spacing ends. The first hold of a
+// spacing is told in a Warning event, a log line and a metric: a child
+// that changes this often with its rule and parent unchanged is most
+// often a loop between rules.
+func (r *Reconciler) holdFollow(ctx context.Context, rule *rules.Rule, parent, live *unstructured.Unstructured, step Step, ref string, key contendKey, cause Digest) (out outcome, held bool) {
+	wait, start := r.contend.checkFollow(key, cause)
+	if wait <= 0 {
+		return outcome{}, false
+	}
+	if start {
+		msg := fmt.Sprintf("child %s: %s changed more than %d times within %s while the rule and the parent stayed the same, following what its template reads (inputs, other children); kgen now updates it at most once every %s. Children that read one another, across parents through inputs, keep doing so: make one of them not read the other",
+			step.ID, ref, followAfter, followWindow, childFollowSpacing)
+		r.cfg.Recorder.Event(parent, corev1.EventTypeWarning, ReasonChildFollowSpaced, msg)
+		klog.FromContext(ctx).Info("Spacing the updates of a child that follows its inputs or other children more than 10 times a minute", "child", step.ID, "object", ref, "every", childFollowSpacing)
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.ChildSpaced(rule.Name)
+		}
+	}
+	return outcome{step: step, live: live, ok: true, retry: wait}, true
+}
+
 // rewritesMarks tells whether marks are what kgen last wrote on a child
 // with a marks-only write (OpMarks): writing them again repairs what
 // someone else removed, not a change of the rule.
@@ -187,7 +289,7 @@ func (g *childGuard) sweep(olderThan time.Duration) {
 	now := g.now()
 	for parent, children := range g.parents {
 		for c, h := range children {
-			if now.Sub(h.used) > olderThan && now.After(h.until) && len(recent(h.repairs, now, contendedWindow)) == 0 {
+			if now.Sub(h.used) > olderThan && now.After(h.until) && len(recent(h.repairs, now, contendedWindow)) == 0 && len(recent(h.follows, now, followWindow)) == 0 {
 				delete(children, c)
 			}
 		}

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -17,10 +18,11 @@ import (
 )
 
 // countingObserver counts backoffs.
-type countingObserver struct{ status, child int }
+type countingObserver struct{ status, child, spaced int }
 
 func (o *countingObserver) StatusBackoff(string, string) { o.status++ }
 func (o *countingObserver) ChildBackoff(string)          { o.child++ }
+func (o *countingObserver) ChildSpaced(string)           { o.spaced++ }
 
 // A writer that sets back what kgen repairs: kgen repairs the child
 // contendedAfter times, then stops repairing it for a growing while, says
@@ -319,4 +321,152 @@ func TestMarksOfAgreesWithMarksDiffer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A child whose template reads what changes many times a second (another
+// child's status here; across parents, an input that is another parent's
+// child, which reads this one: a loop no load-time check can see) is not
+// updated as often: after more than 10 updates in a minute they come at
+// most one per childFollowSpacing, the last value lands, and a change of
+// the parent or the rule lands at once. The first hold is told once (a
+// Warning event and the metric); a child that follows at most 10 times a
+// minute is never held, and nothing is told.
+func TestChildFollowsAtBoundedRate(t *testing.T) {
+	follow := strings.Replace(appRule, "      data: ${parent.spec.data}\n",
+		"      data: {n: \"${string(children.deploy.?status.?n.orValue(0))}\"}\n", 1)
+	configWrites := func(h *harness) int {
+		return len(slices.DeleteFunc(h.api.writes(), func(w string) bool { return !strings.HasSuffix(w, "configmaps team/web-config") }))
+	}
+	// change sets the Deployment's status.n, as its controller would.
+	change := func(h *harness, n int) {
+		d := h.api.get(deployGVK, "team", "web")
+		d.Object["status"] = map[string]any{"n": int64(n)}
+		d.SetResourceVersion("")
+		h.api.add(d)
+	}
+	configN := func(h *harness) string {
+		n, _, _ := unstructured.NestedString(h.api.get(cmGVK, "team", "web-config").Object, "data", "n")
+		return n
+	}
+	for _, tc := range []struct {
+		name    string
+		every   time.Duration
+		changes int
+		writes  int
+		spaced  int
+	}{
+		// 11 updates in the first 2 s, then one at 12 s; 100 changes
+		// take 20 s.
+		{"five a second", 200 * time.Millisecond, 100, 12, 1},
+		// Never more than 10 in a minute: every change is followed.
+		{"every six seconds", 6 * time.Second, 30, 30, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := &countingObserver{}
+			h := newHarness(t, follow, func(c *Config) { c.Observer = obs })
+			h.converge(appParent(nil))
+			h.drain()
+			writes := 0
+			var last Result
+			for i := 1; i <= tc.changes; i++ {
+				change(h, i)
+				h.api.resetRequests()
+				res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := configWrites(h)
+				if w == 0 && res.RequeueAfter <= 0 {
+					t.Fatalf("change %d: the child was not updated and no requeue asked for", i)
+				}
+				writes += w
+				last = res
+				h.now = h.now.Add(tc.every)
+			}
+			if writes != tc.writes {
+				t.Errorf("updates of the child for %d changes = %d, want %d", tc.changes, writes, tc.writes)
+			}
+			h.now = h.now.Add(last.RequeueAfter - tc.every)
+			if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := configN(h), fmt.Sprint(tc.changes); got != want {
+				t.Errorf("data.n = %s after the requeue, want the last value %s", got, want)
+			}
+			var warnings []string
+			for _, e := range h.drain() {
+				if strings.HasPrefix(e, "Warning") {
+					warnings = append(warnings, e)
+				}
+			}
+			if len(warnings) != tc.spaced || obs.spaced != tc.spaced {
+				t.Errorf("warnings = %q, metric %d; want %d %s", warnings, obs.spaced, tc.spaced, ReasonChildFollowSpaced)
+			}
+			for _, e := range warnings {
+				if !strings.Contains(e, ReasonChildFollowSpaced) || !strings.Contains(e, "child config") || !strings.Contains(e, "at most once every 10s") {
+					t.Errorf("event %q, want %s naming the child and the spacing", e, ReasonChildFollowSpaced)
+				}
+			}
+		})
+	}
+	// While spaced, a change of the parent, then of the rule, lands at
+	// once, with the template's inputs as they are; a loop that goes on
+	// stays spaced, and is told once.
+	t.Run("parent and rule changes not held", func(t *testing.T) {
+		obs := &countingObserver{}
+		h := newHarness(t, follow, func(c *Config) { c.Observer = obs })
+		h.converge(appParent(nil))
+		n := 0
+		held := func() bool {
+			t.Helper()
+			n++
+			change(h, n)
+			h.api.resetRequests()
+			res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.now = h.now.Add(100 * time.Millisecond)
+			return configWrites(h) == 0 && res.RequeueAfter > 0
+		}
+		for i := 0; i < 11; i++ {
+			if held() {
+				t.Fatalf("update %d held, want the first 11 in a minute written", i+1)
+			}
+		}
+		if !held() {
+			t.Fatal("the 12th update within a minute was not held")
+		}
+		change(h, 1000)
+		h.setSpec(map[string]any{"image": "nginx:2"})
+		h.api.resetRequests()
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+		if got := configN(h); got != "1000" {
+			t.Errorf("data.n = %s after the parent changed during the spacing, want 1000 written at once", got)
+		}
+		h.rule = parseRule(t, strings.Replace(follow, "metadata: {name: \"${parent.metadata.name}\"}", "metadata: {name: \"${parent.metadata.name}\", labels: {v: \"2\"}}", 1))
+		change(h, 2000)
+		if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+			t.Fatal(err)
+		}
+		if got := configN(h); got != "2000" {
+			t.Errorf("data.n = %s after the rule changed during the spacing, want 2000 written at once", got)
+		}
+		// A loop going on for minutes: one update per spacing, told once.
+		writes := 0
+		for i := 0; i < 3*60*5; i++ {
+			if !held() {
+				writes++
+			}
+			h.now = h.now.Add(100 * time.Millisecond)
+		}
+		if writes > 3*11+3 {
+			t.Errorf("%d updates in 3 minutes of changes 5 times a second, want at most %d", writes, 3*11+3)
+		}
+		if obs.spaced != 2 {
+			t.Errorf("spacings told = %d, want 2 (after the rule changed, the count starts again)", obs.spaced)
+		}
+	})
 }

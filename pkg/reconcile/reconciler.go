@@ -184,6 +184,10 @@ type Observer interface {
 	// ChildBackoff is called when kgen stops repairing a child that
 	// another writer keeps changing back (ReasonChildContended).
 	ChildBackoff(rule string)
+	// ChildSpaced is called when kgen starts spacing the updates of a
+	// child that follows its inputs or other children too often
+	// (ReasonChildFollowSpaced).
+	ChildSpaced(rule string)
 }
 
 // Config holds a Reconciler's dependencies. Client, Resources, Children,
@@ -795,6 +799,12 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		}
 	}
 
+	cause := followCause(rule, parent)
+	if op == OpUpdate && adopted == "" {
+		if held, ok := r.holdFollow(ctx, rule, parent, live, step, ref, key, cause); ok {
+			return held, nil
+		}
+	}
 	var who string
 	if op == OpRepair {
 		who = r.lastWriter(ctx, reader, live, desired)
@@ -856,6 +866,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		r.contend.repaired(key)
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s)%s", ref, step.ID, who)
 	default:
+		r.contend.followed(key, cause)
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventUpdated, "Updated %s (child %s)", ref, step.ID)
 	}
 	return out, nil
