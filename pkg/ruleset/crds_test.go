@@ -383,6 +383,7 @@ func TestSetTypeChecks(t *testing.T) {
 	broken.SetUID("u0")
 	broken.SetGeneration(1)
 	s.loaded.Store(true)
+	s.recompute(ctx) // the first set with every Rule object, handed over
 	if !s.Settled() {
 		t.Fatal("Settled() = false with every rule valid")
 	}

@@ -113,8 +113,11 @@ type Config struct {
 type Set struct {
 	cfg Config
 	// loaded is set once the Rule objects were all read, or are not
-	// served (see Loaded).
+	// served: from then on they are candidates (see recompute).
 	loaded atomic.Bool
+	// handed is set once a set computed with every Rule object was
+	// handed to Apply (see Loaded).
+	handed atomic.Bool
 
 	// applyMu makes recompute one at a time, from reading the rules to
 	// handing the set to Apply.
@@ -490,10 +493,18 @@ func (s *Set) watchObjects(ctx context.Context) {
 	}
 }
 
-// Loaded reports whether every rule has been read: the files are read
-// before New returns, and the Rule objects once their first list was
-// handled (or at once when they are not served, or not asked for).
-func (s *Set) Loaded() bool { return !s.cfg.Objects || s.loaded.Load() }
+// Loaded reports whether every rule has been read and handed to Apply:
+// the files are read before New returns, and the Rule objects once their
+// first list was handled (or at once when they are not served, or not
+// asked for) and the set computed from it was handed over. Not before:
+// between the two, a controller told that every rule is loaded would take
+// the Rule objects' rules, which it does not have yet, for removed ones
+// (and forget their recorded versions).
+func (s *Set) Loaded() bool { return !s.cfg.Objects || s.handed.Load() }
+
+// objectsRead reports whether every Rule object has been read (see
+// loaded).
+func (s *Set) objectsRead() bool { return !s.cfg.Objects || s.loaded.Load() }
 
 // Settled reports whether every rule is loaded (see Loaded) and every Rule
 // object has a version that runs or waits to (or a rules file's rule of
@@ -872,7 +883,8 @@ func (s *Set) recompute(ctx context.Context) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	s.mu.Lock()
-	candidates, fromFile := s.candidatesLocked(s.Loaded())
+	full := s.objectsRead()
+	candidates, fromFile := s.candidatesLocked(full)
 	for _, o := range s.objects {
 		o.conflict = nil // found again below while it lasts
 	}
@@ -985,6 +997,9 @@ func (s *Set) recompute(ctx context.Context) {
 	s.mu.Unlock()
 	if !same && s.cfg.Apply != nil {
 		s.cfg.Apply(set)
+	}
+	if full {
+		s.handed.Store(true)
 	}
 }
 
