@@ -368,7 +368,8 @@ func othersAlone(t *testing.T, r *running, user string, start time.Time, steady 
 
 // Scenario (contract §7): one rule of a file that holds two is edited. The
 // other rule of the file keeps running as it is: none of its informers
-// restarts and none of its parents is reconciled again.
+// restarts and none of its parents is reconciled again, also when the
+// edit moved it down the file.
 func TestRuleFileEditLeavesOtherRulesAlone(t *testing.T) {
 	const group = "filealone.example.com"
 	ns := newNamespace(t)
@@ -406,6 +407,17 @@ spec:
 	if o := get(t, cmGVR, ns, "w-x"); o == nil || expect(o, "w", "data", "value") != nil {
 		t.Errorf("the other rule's child = %v", o)
 	}
+
+	// An edit that adds lines above the other rule moves it down in the
+	// file: it is kept as it runs all the same (it was read again, and
+	// every parent of it reconciled).
+	before = reconciles(t, r, "steady")
+	start = time.Now()
+	if err := os.WriteFile(file, []byte(strings.Replace(mustRead(t, file), "value: two", "value: three\n# two lines more,\n# above the steady rule", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "g", func(o *unstructured.Unstructured) error { return expect(o, "three", "data", "value") })
+	othersAlone(t, r, user, start, "steady", before)
 }
 
 // Scenario (contract §7): the last file of a --rules directory is removed.

@@ -636,8 +636,9 @@ func TestSetRecheck(t *testing.T) {
 
 // Editing one rule of a file with several keeps the others as they run
 // (the same *rules.Rule), so the controller neither restarts them nor
-// reconciles their parents; a rule whose lines moved is read again, as
-// its positions changed.
+// reconciles their parents (contract section 7): also a rule that only
+// moved, or whose comments changed, which was read again and reconciled
+// every parent it had.
 func TestSetFileEditKeepsOtherRules(t *testing.T) {
 	ctx := context.Background()
 	file := filepath.Join(t.TempDir(), "rules.yaml")
@@ -677,18 +678,30 @@ func TestSetFileEditKeepsOtherRules(t *testing.T) {
 		}
 	}
 
-	// b gains a line: c, below it, moved, and is read again; a is kept.
-	write(ruleDoc("a", "parent.spec.image"), ruleDoc("b", "parent.spec.image + '-2'")+"# one more line\n", ruleDoc("c", "parent.spec.image"))
+	// A new rule at the top of the file, b gains a comment: a, b and c
+	// moved, and are kept.
+	write(ruleDoc("new", "parent.spec.image"), ruleDoc("a", "parent.spec.image"), "# b's comment\n"+ruleDoc("b", "parent.spec.image + '-2'")+"# one more line\n", ruleDoc("c", "parent.spec.image"))
 	if !s.readFiles(ctx) {
 		t.Fatal("the edit was not taken")
 	}
 	s.recompute(ctx)
 	moved := byName()
-	if moved["a"] != before["a"] {
-		t.Error("rule a, above the edit, was replaced")
+	if moved["new"] == nil {
+		t.Fatal("the new rule was not taken")
 	}
-	if moved["c"] == after["c"] {
-		t.Error("rule c moved down a line and kept its old positions")
+	for _, name := range []string{"a", "b", "c"} {
+		if moved[name] != after[name] {
+			t.Errorf("rule %s, which only moved in the file, was replaced by a new version", name)
+		}
+	}
+	// c, moved, is edited: its new version is taken.
+	write(ruleDoc("new", "parent.spec.image"), ruleDoc("a", "parent.spec.image"), ruleDoc("b", "parent.spec.image + '-2'"), ruleDoc("c", "parent.spec.image + '-3'"))
+	if !s.readFiles(ctx) {
+		t.Fatal("the edit was not taken")
+	}
+	s.recompute(ctx)
+	if byName()["c"] == moved["c"] {
+		t.Error("the edited rule c was kept")
 	}
 }
 

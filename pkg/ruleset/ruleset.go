@@ -406,10 +406,14 @@ func (s *Set) readFiles(ctx context.Context) bool {
 		// A rule of the file that did not change (another one did) is
 		// kept as it runs: the controller keeps rules by identity, and
 		// must neither restart it nor reconcile its parents (contract
-		// section 7).
+		// section 7). So is one that only moved in the file, or whose
+		// comments or layout changed (its version is the same): an edit
+		// above it restarted it, reconciling every parent it has. Its
+		// errors then name the lines it was read from (with its rule,
+		// child, field path and expression), until it changes.
 		for i, r := range parsed {
 			for _, old := range running[f] {
-				if old.Name == r.Name && old.SameDocument(r) {
+				if old.Name == r.Name && (old.SameDocument(r) || r.Version() != "" && old.Version() == r.Version()) {
 					parsed[i] = old
 				}
 			}
