@@ -459,7 +459,9 @@ func (s *Set) reportFilesLocked(logger klog.Logger, err error) {
 	}
 	s.fileErr = text
 	if err != nil {
-		logger.Error(err, "Rules files are invalid; the previous version of each keeps running")
+		// A standby runs no rule: it keeps the previous versions for when
+		// it takes over.
+		logger.Error(err, "Rules files are invalid; the previous valid version of each is kept (and keeps running where this replica runs rules)")
 	} else {
 		logger.Info("Rules files are valid again")
 	}
