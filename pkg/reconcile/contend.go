@@ -231,6 +231,21 @@ func followCause(rule *rules.Rule, parent *unstructured.Unstructured) Digest {
 	return statusInputs(rule, parent, nil)
 }
 
+// spacing tells whether a child's updates are spaced (see checkFollow).
+func (g *childGuard) spacing(key contendKey) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.historyLocked(key, false)
+	return h != nil && h.followHistory.spacing
+}
+
+// spacedNote is what the parent's Ready condition adds for a child whose
+// updates are spaced: the same whether this reconcile held an update or
+// made one, so that the condition does not change every spacing.
+func spacedNote(id string) string {
+	return fmt.Sprintf("child %s is updated at most once every %s, as it follows its inputs or other children more than %d times a minute", id, childFollowSpacing, followAfter)
+}
+
 // holdFollow is asked before kgen updates a child with a template rendered
 // from cause: held reports that the update is spaced (checkFollow), and
 // out asks for another look when the spacing ends. The first hold of a
@@ -251,7 +266,7 @@ func (r *Reconciler) holdFollow(ctx context.Context, rule *rules.Rule, parent, l
 			r.cfg.Observer.ChildSpaced(rule.Name)
 		}
 	}
-	return outcome{step: step, live: live, ok: true, retry: wait}, true
+	return outcome{step: step, live: live, ok: true, retry: wait, note: spacedNote(step.ID)}, true
 }
 
 // rewritesMarks tells whether marks are what kgen last wrote on a child

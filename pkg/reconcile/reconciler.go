@@ -305,6 +305,7 @@ type outcome struct {
 	msg    string
 	ok     bool          // the wanted object exists and is kgen's
 	retry  time.Duration // when positive, look again after it (a held repair)
+	note   string        // what Ready adds when it is True (a spaced child)
 	in     *Blocker      // the object in the way, for a Conflict with one
 }
 
@@ -867,6 +868,9 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s)%s", ref, step.ID, who)
 	default:
 		r.contend.followed(key, cause)
+		if r.contend.spacing(key) {
+			out.note = spacedNote(step.ID)
+		}
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventUpdated, "Updated %s (child %s)", ref, step.ID)
 	}
 	return out, nil
@@ -1532,6 +1536,16 @@ func (r *Reconciler) readiness(rule *rules.Rule, parent *unstructured.Unstructur
 			}
 			return readyCondition(ReasonNotReady, fmt.Sprintf("child %s: %s", what, msg))
 		}
+	}
+	var notes []string
+	for _, o := range outcomes {
+		if o.note != "" {
+			notes = append(notes, o.note)
+		}
+	}
+	if len(notes) > 0 {
+		// Not "applied": a spaced child's last update may be held.
+		return metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReady, Message: "all children are ready; " + strings.Join(notes, "; ")}
 	}
 	return metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReady, Message: "all children are applied and ready"}
 }

@@ -527,12 +527,26 @@ func parseTime(s string) (metav1.Time, error) {
 // statusInputs fingerprints what a parent's status is computed from: the
 // rule, the parent's spec (its generation), labels and annotations, and its
 // children's versions. Not the parent's status, resourceVersion or managed
-// fields: a status that changes while these stay the same is a loop.
+// fields: a status that changes while these stay the same is a loop. A
+// parent of a kind with no generation (a ConfigMap or Secret: the API
+// server sets none on core kinds) stands for its content, but for its
+// metadata and status, instead (a review: edits of a ConfigMap parent's
+// data counted as a loop).
 func statusInputs(rule *rules.Rule, parent *unstructured.Unstructured, children []*unstructured.Unstructured) Digest {
 	h := sha256.New()
 	fmt.Fprintf(h, "%p/%s/%d\n", rule, rule.Name, parent.GetGeneration())
 	b, _ := json.Marshal([]any{parent.GetLabels(), parent.GetAnnotations()})
 	h.Write(b)
+	if parent.GetGeneration() == 0 {
+		content := make(map[string]any, len(parent.Object))
+		for k, v := range parent.Object {
+			if k != "metadata" && k != "status" {
+				content[k] = v
+			}
+		}
+		b, _ := json.Marshal(content)
+		h.Write(b)
+	}
 	versions := make([]string, 0, len(children))
 	for _, c := range children {
 		versions = append(versions, string(c.GetUID())+"="+c.GetResourceVersion())
