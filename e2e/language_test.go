@@ -1583,6 +1583,16 @@ func TestLanguageInputsLoopAcrossParentsSpaced(t *testing.T) {
 	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "child counter") {
 		t.Errorf("event %s %q, want a Warning naming child counter", ev.Type, ev.Message)
 	}
+	readyHas := func(msg string) {
+		t.Helper()
+		waitFor(t, gvr, ns, "a", func(p *unstructured.Unstructured) error {
+			if c := readyCondition(p); c["status"] != "True" || !strings.Contains(fmt.Sprint(c["message"]), msg) {
+				return fmt.Errorf("Ready = %v, want True saying %q", c, msg)
+			}
+			return nil
+		})
+	}
+	readyHas("child counter is updated at most once every 10s")
 	count := func() int {
 		t.Helper()
 		cm := get(t, cmGVR, ns, "a-cnt")
@@ -1609,6 +1619,7 @@ func TestLanguageInputsLoopAcrossParentsSpaced(t *testing.T) {
 			return expect(cm, "1", "data", "count")
 		})
 	}
+	readyHas("all children are applied and ready")
 	fixed := get(t, cmGVR, ns, "a-cnt").GetResourceVersion()
 	time.Sleep(5 * time.Second)
 	if now := get(t, cmGVR, ns, "a-cnt"); now.GetResourceVersion() != fixed {
