@@ -1483,7 +1483,9 @@ func TestLanguageFileRuleCRDChangedWhileStopped(t *testing.T) {
 	}, "the log to say the rule keeps running although it no longer fits its CRD")
 	second.stop()
 
-	// Edited while stopped: this version never ran, and waits.
+	// Edited while stopped: this version never ran, and does not start
+	// (the version that ran runs in its place, see
+	// TestLanguageFileRuleRestartKeepsVersionThatRan).
 	if err := os.WriteFile(file, []byte(g.rule("stopped-file", "        y: ${parent.spec.x}\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -1497,6 +1499,52 @@ func TestLanguageFileRuleCRDChangedWhileStopped(t *testing.T) {
 
 	// The field back, and set: the parent converges, with the edit.
 	g.restoreNum("map[next:6 x:b y:b]")
+}
+
+// Scenario (contract §7 "the previous valid version keeps running", a live
+// audit of a helm upgrade): a file rule runs; while kgen is stopped the
+// file changes to a version that does not fit the parent kind's CRD (it
+// reads a field the CRD lacks: kubectl and helm take it, only the cluster
+// can tell). kgen starts: the version that ran, which its record holds,
+// runs in its place: a deleted child is made again, a parent's change is
+// followed, and the log says why. Before, the rule waited, and nothing
+// repaired its children. Fixed, the file's version runs.
+func TestLanguageFileRuleRestartKeepsVersionThatRan(t *testing.T) {
+	g := newNumGadgets(t, "restorefile.example.com")
+	file := writeRules(t, g.rule("restore-file", ""))
+	args := []string{"--rules", file, "--rule-objects=false"}
+	first := startKgen(t, "kgen-restore-file", args...)
+	g.create()
+	eventually(t, 30*time.Second, func() (bool, error) {
+		v := recordOf(t, metav1.NamespaceDefault, "restore-file"+controller.RunningKeySuffix)
+		return strings.Contains(v, `"name":"restore-file"`), fmt.Errorf("recorded %q", v)
+	}, "the record to hold the running version and its document")
+	first.stop()
+
+	if err := os.WriteFile(file, []byte(g.rule("restore-file", "        y: ${parent.spec.imgae}\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second := startKgen(t, "kgen-restore-file", args...)
+	eventually(t, 30*time.Second, func() (bool, error) {
+		out := second.output.String()
+		return strings.Contains(out, "runs instead") && strings.Contains(out, "imgae"), errors.New("no line says so")
+	}, "the log to say the version that ran runs instead, and why")
+	if err := env.kube.CoreV1().ConfigMaps(g.ns).Delete(t.Context(), "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g.waitData("map[next:2 x:a]")
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"x": "c"}})
+	if _, err := env.dynamic.Resource(g.gvr).Namespace(g.ns).Patch(t.Context(), "g", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g.waitData("map[next:2 x:c]")
+	waitReason(t, g.gvr, g.ns, "g", reconcile.ReasonReady)
+
+	// The file fixed: its version runs.
+	if err := os.WriteFile(file, []byte(g.rule("restore-file", "        y: ${parent.spec.x}\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g.waitData("map[next:2 x:c y:c]")
 }
 
 // Scenario (contract §6 "Rules cannot trigger themselves", §8 inputs,

@@ -350,7 +350,8 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 			before := len(l.errs)
 			r := l.rule(n)
 			if r != nil && len(l.errs) == before {
-				r.source = &source{file: file, data: data, opts: c.opts, digest: documentDigest(n), version: versionDigest(n), object: c.object}
+				version, document := versionDigest(n)
+				r.source = &source{file: file, data: data, opts: c.opts, digest: documentDigest(n), version: version, document: document, object: c.object}
 				rules = append(rules, r)
 			}
 		}
@@ -387,8 +388,9 @@ func documentDigest(n *yaml.Node) [32]byte {
 // whatever its place in its file, its comments or its layout: two
 // documents with one digest are one version of a rule. It is "" for a
 // document whose spec JSON cannot hold (a map with keys that are not
-// strings), which is then never taken for one that ran before.
-func versionDigest(n *yaml.Node) string {
+// strings), which is then never taken for one that ran before. document
+// is that version as a Rule object's JSON (see Rule.Document).
+func versionDigest(n *yaml.Node) (version string, document []byte) {
 	var doc struct {
 		Metadata struct {
 			Name string `yaml:"name"`
@@ -396,14 +398,19 @@ func versionDigest(n *yaml.Node) string {
 		Spec any `yaml:"spec"`
 	}
 	if err := n.Decode(&doc); err != nil {
-		return ""
+		return "", nil
 	}
 	data, err := json.Marshal([]any{doc.Metadata.Name, doc.Spec}) // map keys sorted
 	if err != nil {
-		return ""
+		return "", nil
 	}
 	sum := sha256.Sum256(data)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	document, err = json.Marshal(map[string]any{"apiVersion": APIVersion, "kind": Kind,
+		"metadata": map[string]any{"name": doc.Metadata.Name}, "spec": doc.Spec})
+	if err != nil {
+		return "", nil
+	}
+	return "sha256:" + hex.EncodeToString(sum[:]), document
 }
 
 // documents returns the rules a YAML document holds: itself, or the items

@@ -124,6 +124,8 @@ type source struct {
 	// version what it says (see versionDigest).
 	digest  [32]byte
 	version string
+	// document is the version as a Rule object's JSON (see Document).
+	document []byte
 	// object is set for a Rule object's YAML (see parse).
 	object bool
 }
@@ -153,6 +155,18 @@ func (r *Rule) Version() string {
 		return ""
 	}
 	return r.source.version
+}
+
+// Document returns the rule's name and spec as a Rule object's JSON, from
+// which FromObject compiles the same version (the same Version): kgen
+// records it with the version of each rule that runs, so that a restart
+// can run it again in place of a new version that does not start. It is
+// nil for a rule made in memory. The caller must not change it.
+func (r *Rule) Document() []byte {
+	if r.source == nil {
+		return nil
+	}
+	return r.source.document
 }
 
 // Child returns the child with the given id, or nil.

@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -96,6 +98,35 @@ func TestVersion(t *testing.T) {
 		for _, got := range rs {
 			if got.Name == r && got.Version() == base {
 				t.Errorf("%s: the same version %s", name, base)
+			}
+		}
+	}
+}
+
+// A rule's Document compiles, as a Rule object, to the same version: kgen
+// records it with the version that runs, to run it again after a restart
+// in place of a new version that does not start.
+func TestDocumentCompilesTheSameVersion(t *testing.T) {
+	files, err := filepath.Glob("../examples/*/rules.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example rules: %v", err)
+	}
+	for _, f := range files {
+		rs, err := Load([]string{f}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			var obj map[string]any
+			if err := json.Unmarshal(r.Document(), &obj); err != nil {
+				t.Fatalf("%s: rule %s: document %s: %v", f, r.Name, r.Document(), err)
+			}
+			again, err := FromObject(obj, Options{})
+			if err != nil {
+				t.Fatalf("%s: rule %s: the document does not compile: %v", f, r.Name, err)
+			}
+			if again.Version() != r.Version() || again.Name != r.Name {
+				t.Errorf("%s: rule %s: the document compiles to %s %s, want %s", f, r.Name, again.Name, again.Version(), r.Version())
 			}
 		}
 	}

@@ -219,7 +219,7 @@ func testRunningVersionNotWrittenBack(t *testing.T) {
 	next.active = true // started: it records itself
 	c.record.running["r"] = ""
 	c.mu.Unlock()
-	if err := rec.UpdateRunning(ctx, "r", v2.Version()); err != nil {
+	if err := rec.UpdateRunning(ctx, "r", v2.Version(), v2.Document()); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.saveRunning(ctx, v1State); err != nil {

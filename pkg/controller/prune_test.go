@@ -33,6 +33,7 @@ type memRecord struct {
 	scopes  map[string][]ChildScope
 	parents map[string][]ChildScope
 	running map[string]string
+	docs    map[string][]byte
 	// runningWrites counts UpdateRunning calls; duringRunning, when set,
 	// is called in each, before it changes the record.
 	runningWrites int
@@ -56,10 +57,11 @@ func (m *memRecord) Load(context.Context) (Recorded, error) {
 		out.Parents[k] = slices.Clone(v)
 	}
 	out.Running = maps.Clone(m.running)
+	out.Documents = maps.Clone(m.docs)
 	return out, nil
 }
 
-func (m *memRecord) UpdateRunning(_ context.Context, rule, version string) error {
+func (m *memRecord) UpdateRunning(_ context.Context, rule, version string, document []byte) error {
 	if m.duringRunning != nil {
 		m.duringRunning()
 	}
@@ -70,12 +72,16 @@ func (m *memRecord) UpdateRunning(_ context.Context, rule, version string) error
 	}
 	m.runningWrites++
 	if m.running == nil {
-		m.running = map[string]string{}
+		m.running, m.docs = map[string]string{}, map[string][]byte{}
 	}
+	delete(m.docs, rule)
 	if version == "" {
 		delete(m.running, rule)
 	} else {
 		m.running[rule] = version
+		if document != nil {
+			m.docs[rule] = document
+		}
 	}
 	return nil
 }

@@ -104,6 +104,9 @@ type Recorded struct {
 	// Running is the version of each rule that last started
 	// (rules.Rule.Version).
 	Running map[string]string
+	// Documents is, of each rule in Running whose record has it, that
+	// version's document (rules.Rule.Document).
+	Documents map[string][]byte
 }
 
 // Record keeps the child and parent scopes of every rule where they
@@ -119,9 +122,10 @@ type Record interface {
 	Update(ctx context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error)
 	// UpdateParents does the same to a rule's parent scopes.
 	UpdateParents(ctx context.Context, rule string, add, remove []ChildScope) ([]ChildScope, error)
-	// UpdateRunning records the version of a rule that started; ""
-	// removes the rule's entry.
-	UpdateRunning(ctx context.Context, rule, version string) error
+	// UpdateRunning records the version of a rule that started, with its
+	// document (nil if it has none); version "" removes the rule's
+	// entry.
+	UpdateRunning(ctx context.Context, rule, version string, document []byte) error
 }
 
 // DefaultRecordName is the name of the ConfigMap of a ConfigMapRecord.
@@ -132,7 +136,8 @@ const DefaultRecordName = "kgen-state"
 // ParentsKeySuffix, for its parent scopes (no rule name has a "_", so the
 // two never meet), whose values have a line per scope,
 // "APIVERSION KIND [NAMESPACE]", and one, with RunningKeySuffix, for the
-// version of the rule that last started:
+// version of the rule that last started, and on the lines after it that
+// version's document:
 //
 //	data:
 //	  webapp: |
@@ -140,7 +145,9 @@ const DefaultRecordName = "kgen-state"
 //	    v1 ConfigMap team-a
 //	  webapp_parents: |
 //	    example.com/v1 WebApp team-a
-//	  webapp_running: sha256:9f86d0…
+//	  webapp_running: |
+//	    sha256:9f86d0…
+//	    {"apiVersion":"kgen.dev/v1alpha1","kind":"Rule","metadata":{"name":"webapp"},"spec":{…}}
 //
 // It reads the ConfigMap with get and changes one key at a time: it reads
 // the ConfigMap, adds and removes scopes in the key's value, and writes the
@@ -200,7 +207,7 @@ func (r *ConfigMapRecord) name() string {
 // not a scope is logged and left out. With Resource set, it also brings
 // ReleaseAnnotation up to date (annotate).
 func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
-	out := Recorded{Children: map[string][]ChildScope{}, Parents: map[string][]ChildScope{}, Running: map[string]string{}}
+	out := Recorded{Children: map[string][]ChildScope{}, Parents: map[string][]ChildScope{}, Running: map[string]string{}, Documents: map[string][]byte{}}
 	cm, err := r.Client.ConfigMaps(r.Namespace).Get(ctx, r.name(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return out, nil
@@ -210,7 +217,11 @@ func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
 	}
 	for key, value := range cm.Data {
 		if rule, ok := strings.CutSuffix(key, RunningKeySuffix); ok {
-			out.Running[rule] = strings.TrimSpace(value)
+			version, document, _ := strings.Cut(strings.TrimSpace(value), "\n")
+			out.Running[rule] = strings.TrimSpace(version)
+			if document = strings.TrimSpace(document); document != "" {
+				out.Documents[rule] = []byte(document)
+			}
 			continue
 		}
 		scopes, bad := decodeScopes(value)
@@ -275,15 +286,20 @@ func (r *ConfigMapRecord) UpdateParents(ctx context.Context, rule string, add, r
 	return out, nil
 }
 
-// UpdateRunning writes the rule's key of its running version, creating the
-// ConfigMap if it is missing; "" removes the key.
-func (r *ConfigMapRecord) UpdateRunning(ctx context.Context, rule, version string) error {
+// UpdateRunning writes the rule's key of its running version and its
+// document, creating the ConfigMap if it is missing; version "" removes
+// the key.
+func (r *ConfigMapRecord) UpdateRunning(ctx context.Context, rule, version string, document []byte) error {
 	key := rule + RunningKeySuffix
+	want := version
+	if version != "" && len(document) > 0 {
+		want += "\n" + string(document) + "\n"
+	}
 	err := r.writeKey(ctx, key, version != "", func(cm *corev1.ConfigMap) (value any, annotations map[string]any, write bool) {
 		if version != "" {
-			value = version
+			value = want
 		}
-		return value, nil, cm.Data[key] != version
+		return value, nil, cm.Data[key] != want
 	})
 	if err != nil {
 		return fmt.Errorf("record the running version of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
@@ -583,6 +599,9 @@ type recordState struct {
 	// running is the version of each rule that last started, as the
 	// Record held it when read or as last written (ranBefore).
 	running map[string]string
+	// documented tells, of each rule in running, whether the Record
+	// holds its document too.
+	documented map[string]bool
 }
 
 // removal is a rule removed from the set, and the rules new or changed in
@@ -648,6 +667,10 @@ func (c *Controller) loadRecord(ctx context.Context) error {
 	c.record.running = maps.Clone(recorded.Running)
 	if c.record.running == nil {
 		c.record.running = map[string]string{}
+	}
+	c.record.documented = map[string]bool{}
+	for name := range recorded.Documents {
+		c.record.documented[name] = true
 	}
 	for rule, scopes := range recorded.Parents {
 		c.record.savedParents[rule] = sortScopes(slices.Clone(scopes))
@@ -886,16 +909,19 @@ func (c *Controller) saveRunning(ctx context.Context, rs *ruleState) error {
 	c.mu.Lock()
 	current, next := c.rules[rule.Name], c.pending[rule.Name]
 	superseded := current != rs && next != rs || current == rs && next != nil && next.active
-	skip := !c.record.loaded || version == "" || c.record.running[rule.Name] == version || superseded
+	// A version an older kgen recorded without its document gains it.
+	recorded := c.record.running[rule.Name] == version && (c.record.documented[rule.Name] || rule.Document() == nil)
+	skip := !c.record.loaded || version == "" || recorded || superseded
 	c.mu.Unlock()
 	if skip || c.cfg.Record == nil {
 		return nil
 	}
-	if err := c.cfg.Record.UpdateRunning(ctx, rule.Name, version); err != nil {
+	if err := c.cfg.Record.UpdateRunning(ctx, rule.Name, version, rule.Document()); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	c.record.running[rule.Name] = version
+	c.record.documented[rule.Name] = rule.Document() != nil
 	c.mu.Unlock()
 	return nil
 }
@@ -917,7 +943,7 @@ func (c *Controller) forgetRemovedVersions(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	for _, name := range gone {
-		if err := c.cfg.Record.UpdateRunning(ctx, name, ""); err != nil {
+		if err := c.cfg.Record.UpdateRunning(ctx, name, "", nil); err != nil {
 			c.logRecordError(ctx, name, err)
 			continue
 		}
@@ -925,6 +951,7 @@ func (c *Controller) forgetRemovedVersions(ctx context.Context) {
 		// meanwhile: its next pass records it again.
 		c.mu.Lock()
 		delete(c.record.running, name)
+		delete(c.record.documented, name)
 		c.mu.Unlock()
 	}
 }

@@ -230,14 +230,14 @@ func TestConfigMapRecordParents(t *testing.T) {
 	}
 }
 
-// The running version of a rule has a key of its own, which Load reads
-// apart from the scopes; "" removes it, and a write of what the key holds
-// makes no request.
+// The running version of a rule has a key of its own, with its document,
+// which Load reads apart from the scopes; "" removes it, and a write of
+// what the key holds makes no request.
 func TestConfigMapRecordRunning(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	r := &ConfigMapRecord{Client: client.CoreV1(), Namespace: "kgen"}
-	if err := r.UpdateRunning(ctx, "web", ""); err != nil {
+	if err := r.UpdateRunning(ctx, "web", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.CoreV1().ConfigMaps("kgen").Get(ctx, DefaultRecordName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -246,10 +246,10 @@ func TestConfigMapRecordRunning(t *testing.T) {
 	if _, err := r.Update(ctx, "web", []ChildScope{{GroupVersionKind: deployments}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.UpdateRunning(ctx, "web", "sha256:1"); err != nil {
+	if err := r.UpdateRunning(ctx, "web", "sha256:1", []byte(`{"kind":"Rule"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.UpdateRunning(ctx, "api", "sha256:2"); err != nil {
+	if err := r.UpdateRunning(ctx, "api", "sha256:2", nil); err != nil {
 		t.Fatal(err)
 	}
 	loaded, err := r.Load(ctx)
@@ -259,17 +259,20 @@ func TestConfigMapRecordRunning(t *testing.T) {
 	if want := map[string]string{"web": "sha256:1", "api": "sha256:2"}; !mapsEqual(loaded.Running, want) {
 		t.Errorf("Load().Running = %v, want %v", loaded.Running, want)
 	}
+	if len(loaded.Documents) != 1 || string(loaded.Documents["web"]) != `{"kind":"Rule"}` {
+		t.Errorf("Load().Documents = %q, want web's alone", loaded.Documents)
+	}
 	if len(loaded.Children) != 1 || len(loaded.Children["web"]) != 1 {
 		t.Errorf("Load().Children = %v, want web's Deployment alone", loaded.Children)
 	}
 	before := len(client.Actions())
-	if err := r.UpdateRunning(ctx, "web", "sha256:1"); err != nil {
+	if err := r.UpdateRunning(ctx, "web", "sha256:1", []byte(`{"kind":"Rule"}`)); err != nil {
 		t.Fatal(err)
 	}
 	if writes := slices.DeleteFunc(client.Actions()[before:], func(a clienttesting.Action) bool { return a.GetVerb() == "get" }); len(writes) > 0 {
 		t.Errorf("recording the version the record holds wrote %v", writes)
 	}
-	if err := r.UpdateRunning(ctx, "web", ""); err != nil {
+	if err := r.UpdateRunning(ctx, "web", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if loaded, err = r.Load(ctx); err != nil || !mapsEqual(loaded.Running, map[string]string{"api": "sha256:2"}) {

@@ -255,6 +255,7 @@ func New(opts Options) (*Manager, error) {
 	admit := func(ctx context.Context, rule *rules.Rule, _ bool) error { return crds.Check(ctx, rule) }
 	var recheck func(context.Context, *rules.Rule)
 	initial := opts.Rules
+	record := &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace(), Name: opts.StateName, Resource: controller.GroupResourceOf(resources)}
 	if len(opts.RulePaths) > 0 || opts.RuleObjects {
 		var writesStatus func(string) bool
 		if m.shard != nil {
@@ -271,6 +272,17 @@ func New(opts Options) (*Manager, error) {
 			Progress:     progress{m},
 			WritesStatus: writesStatus,
 			CRDs:         crds,
+			Ran: func(ctx context.Context) (map[string]ruleset.Ran, error) {
+				recorded, err := record.Load(ctx)
+				if err != nil {
+					return nil, err
+				}
+				ran := map[string]ruleset.Ran{}
+				for name, version := range recorded.Running {
+					ran[name] = ruleset.Ran{Version: version, Document: recorded.Documents[name]}
+				}
+				return ran, nil
+			},
 		})
 		if err != nil {
 			return nil, err
@@ -287,7 +299,7 @@ func New(opts Options) (*Manager, error) {
 		Recorder: recorder, Workers: opts.Workers, RetryInterval: opts.RetryInterval, Metrics: metrics,
 		Schemas: schemas, Events: opts.Events, Sharding: sharding,
 		Impersonate: impersonator(config),
-		Record:      &controller.ConfigMapRecord{Client: kube.CoreV1(), Namespace: opts.namespace(), Name: opts.StateName, Resource: controller.GroupResourceOf(resources)},
+		Record:      record,
 		Prepare:     crds.Prepare, Admit: admit, Recheck: recheck, SchemaDefaults: opts.ManageCRDs,
 		RulesLoaded: func() bool { return m.rules == nil || m.rules.Settled() },
 	})
@@ -369,6 +381,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			// starts with it.
 			m.forgetKinds()
 			m.rules.ReadFiles(ctx)
+			// A file rule that does not fit its kinds runs the version
+			// that ran before, as a running kgen keeps it.
+			m.rules.RestoreFiles(ctx)
 			// Only the leader follows Rule objects: it writes the
 			// Rules' status. With sharding every replica does, and each
 			// Rule's status is written by one of them

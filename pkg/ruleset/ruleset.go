@@ -106,6 +106,17 @@ type Config struct {
 	// kind's CRD: a new version that does not fit is not applied, and
 	// Admit keeps a rule that does not fit from starting.
 	CRDs *CRDs
+	// Ran, when set, returns the version of each rule that last ran, as
+	// kgen's record holds it: RestoreFiles runs it in place of a file's
+	// version that does not fit the schemas of its kinds.
+	Ran func(ctx context.Context) (map[string]Ran, error)
+}
+
+// Ran is the version of a rule that last ran: its rules.Rule.Version and
+// rules.Rule.Document.
+type Ran struct {
+	Version  string
+	Document []byte
 }
 
 // Set is the set of rules a kgen serves. Create it with New, which reads the
@@ -325,6 +336,84 @@ func (s *Set) ReadFiles(ctx context.Context) {
 	if s.readFiles(ctx) {
 		s.recompute(ctx)
 	}
+}
+
+// RestoreFiles runs, in place of a file rule that does not fit the
+// schemas of its kinds and is not the version that last ran, the version
+// that last ran (Config.Ran), and hands the set to Apply if it did: before
+// the controller starts, as ReadFiles. A running kgen keeps the previous
+// version of a file whose new version does not fit (readFiles); a kgen
+// that starts with the new version has no previous one in memory, and
+// without this the rule did not run at all (a live audit: a helm upgrade
+// to a rule reading a field the CRD lacks, then a pod restarted, and the
+// new pod's rule waited while no one repaired or recreated its children).
+// A rule whose recorded version has no document (recorded by a kgen from
+// before it) is left to wait. The file is read again at the next poll, and
+// its own version replaces the restored one once it fits.
+func (s *Set) RestoreFiles(ctx context.Context) {
+	if len(s.cfg.Paths) == 0 || s.cfg.Ran == nil || s.cfg.CRDs == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	ran, err := s.cfg.Ran(ctx)
+	if err != nil {
+		logger.Error(err, "Cannot read which version of each rule ran before; a file rule that does not fit the schemas of its kinds waits")
+		return
+	}
+	s.mu.Lock()
+	files := maps.Clone(s.files)
+	s.mu.Unlock()
+	restored := map[string]fileVersion{}
+	problems := map[string][]error{}
+	for f, fv := range files {
+		var rs []*rules.Rule
+		for i, r := range fv.rules {
+			prev, ok := ran[r.Name]
+			if !ok || len(prev.Document) == 0 || prev.Version == r.Version() {
+				continue // nothing to restore, or the version that ran: Admit starts it
+			}
+			err := s.checkTypes(ctx, r)
+			if err == nil {
+				continue
+			}
+			var obj map[string]any
+			if jerr := json.Unmarshal(prev.Document, &obj); jerr != nil {
+				logger.Error(jerr, "Cannot read the version of a rule that ran before from kgen's record; the file's version waits", "rule", r.Name, "file", f)
+				continue
+			}
+			old, cerr := rules.FromObject(obj, s.cfg.Options)
+			if cerr == nil && (old.Name != r.Name || old.Version() != prev.Version) {
+				cerr = fmt.Errorf("the record's document of rule %s compiles to rule %s, version %s, not the recorded version %s", r.Name, old.Name, old.Version(), prev.Version)
+			}
+			if cerr != nil {
+				logger.Error(cerr, "Cannot compile the version of a rule that ran before from kgen's record; the file's version waits", "rule", r.Name, "file", f)
+				continue
+			}
+			if rs == nil {
+				rs = slices.Clone(fv.rules)
+			}
+			rs[i] = old
+			problems[f] = append(problems[f], err)
+			logger.Error(err, "Rule does not fit the schemas of its kinds; the version that ran before kgen started runs instead, from kgen's record, until the file's version fits", "rule", r.Name, "file", f, "version", prev.Version)
+		}
+		if rs != nil {
+			// No sum: the next poll reads the file again, and takes it
+			// once it fits.
+			restored[f] = fileVersion{rules: rs}
+		}
+	}
+	if len(restored) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for f, fv := range restored {
+		s.files[f] = fv
+		s.fileProblems[f] = errors.Join(problems[f]...)
+	}
+	s.mu.Unlock()
+	s.recompute(ctx)
 }
 
 // readFiles reads every rules file and keeps the new version of each that

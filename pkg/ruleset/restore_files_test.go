@@ -1,0 +1,85 @@
+package ruleset
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"kgen.dev/kgen/rules"
+)
+
+// kgen starts with a rules file whose rule does not fit the parent kind's
+// CRD (it reads a field the CRD lacks: a helm upgrade to it, then a pod
+// restarted). The version kgen's record says ran before runs in its
+// place, as a running kgen keeps it; the file's version replaces it once
+// it fits. Without a document in the record (an older kgen wrote it), or
+// when the file's version is the one that ran, nothing is restored.
+func TestRestoreFilesRunsTheVersionThatRan(t *testing.T) {
+	ctx := context.Background()
+	good, err := rules.Parse("old.yaml", []byte(ruleDoc("r", "parent.spec.image")), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := good[0]
+	for _, tc := range []struct {
+		name     string
+		file     string // the rule r as the file has it
+		record   map[string]Ran
+		restored bool
+	}{
+		{"a version that does not fit", ruleDoc("r", "parent.spec.imgae"),
+			map[string]Ran{"r": {Version: ran.Version(), Document: ran.Document()}}, true},
+		{"no document recorded", ruleDoc("r", "parent.spec.imgae"),
+			map[string]Ran{"r": {Version: ran.Version()}}, false},
+		{"nothing recorded", ruleDoc("r", "parent.spec.imgae"), nil, false},
+		{"a version that fits", ruleDoc("r", "parent.spec.image + '-2'"),
+			map[string]Ran{"r": {Version: ran.Version(), Document: ran.Document()}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "rules.yaml")
+			if err := os.WriteFile(file, []byte(tc.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var applied [][]*rules.Rule
+			s, err := New(Config{Paths: []string{file}, Client: fakeClient(appCRD(t)), Resources: serveApps,
+				CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
+				Ran:  func(context.Context) (map[string]Ran, error) { return tc.record, nil },
+				Apply: func(rs []*rules.Rule) { applied = append(applied, rs) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromFile := s.Rules()[0]
+			s.ReadFiles(ctx)
+			s.RestoreFiles(ctx)
+			got := s.Rules()[0]
+			if !tc.restored {
+				if got != fromFile || len(applied) != 0 {
+					t.Errorf("rule r = %s, sets applied %d; want the file's version %s, nothing applied", got.Version(), len(applied), fromFile.Version())
+				}
+				return
+			}
+			if got.Version() != ran.Version() || len(applied) != 1 || applied[0][0] != got {
+				t.Fatalf("rule r = %s, sets applied %d; want the recorded version %s applied", got.Version(), len(applied), ran.Version())
+			}
+			// It starts: the controller's record says this version ran.
+			if err := s.Admit(ctx, got, true); err != nil {
+				t.Errorf("Admit(the restored version) = %v", err)
+			}
+			// The file's version still does not fit: the restored one
+			// stays.
+			s.ReadFiles(ctx)
+			if s.Rules()[0] != got {
+				t.Error("the restored version was replaced while the file's version does not fit")
+			}
+			// The file fixed: its version runs.
+			if err := os.WriteFile(file, []byte(ruleDoc("r", "parent.spec.image + '-3'")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s.ReadFiles(ctx)
+			if now := s.Rules()[0]; now == got || now.Version() == ran.Version() {
+				t.Error("the file's fixed version did not replace the restored one")
+			}
+		})
+	}
+}
