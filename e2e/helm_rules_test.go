@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"kgen.dev/kgen/pkg/reconcile"
 )
 
 // The tests of this file install charts/kgen and change its rules while
@@ -496,6 +498,75 @@ func TestHelmUpgradeRemovesARule(t *testing.T) {
 	}, "kgen to release the removed rule's parent")
 	if get(t, cmGVR, remote, team+"-shop") == nil {
 		t.Error("the released parent's child was deleted; it stays")
+	}
+}
+
+// TestHelmUpgradeRemovesAChildKind (contract §8 "Kinds removed from a rule
+// are pruned", through a helm upgrade; a live audit): the upgrade removes
+// the WebApp example's Service child, the last of its kind, with the RBAC
+// kgenctl rbac derives from the new rules, which no longer grants
+// anything on Services. The chart keeps, in its release Role, what kgen
+// needs to prune them (from the record's annotation
+// kgen.dev/release-children), kgen prunes the Service, and the parent
+// stays Ready. Once kgen has dropped the scope from its record, the next
+// upgrade removes the grant. Before, the Service stayed and the parent
+// said Forbidden until the grant was given back by hand.
+func TestHelmUpgradeRemovesAChildKind(t *testing.T) {
+	ctx := t.Context()
+	chart := filepath.Join(env.root, "charts/kgen")
+	installCRD(t, "examples/webapp/crd.yaml")
+	ns, release := newNamespace(t), newNamespace(t)
+	startPods(t, release)
+	full := exampleWebAppRulesIn(t, ns)
+	helmInstall(t, chart, release, "-f", generateRBACValues(t, full), "--set-file", "rules.webapp="+full)
+	create(t, webappGVR, webapp(ns, "shop", 0)) // no Deployment: no pods to wait for
+	waitFor(t, svcGVR, ns, "shop", nil)
+	waitReason(t, webappGVR, ns, "shop", reconcile.ReasonReady)
+
+	text := mustRead(t, full)
+	i, j := strings.Index(text, "  - id: service\n"), strings.Index(text, "  status:\n")
+	if i < 0 || j < i {
+		t.Fatal("the example's rules no longer have a service child before their status")
+	}
+	noService := filepath.Join(t.TempDir(), "webapp.yaml")
+	if err := os.WriteFile(noService, []byte(text[:i]+text[j:]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	upgrade := func() {
+		t.Helper()
+		if _, err := runHelm(t, "upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "3m",
+			"-f", generateRBACValues(t, noService), "--set-file", "rules.webapp="+noService); err != nil {
+			dumpPods(t, release)
+			t.Fatalf("helm upgrade: %v", err)
+		}
+	}
+	upgrade()
+	role, err := env.kube.RbacV1().Roles(ns).Get(ctx, "kgen-release", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the release Role: %v", err)
+	}
+	if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "services") && slices.Contains(r.Verbs, "delete") && slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch")
+	}) {
+		t.Errorf("the release Role grants %v, want list, watch and delete on services", role.Rules)
+	}
+	waitGone(t, svcGVR, ns, "shop")
+	waitReason(t, webappGVR, ns, "shop", reconcile.ReasonReady)
+	if get(t, cmGVR, ns, "shop-config") == nil {
+		t.Error("the ConfigMap child, still in the rules, is gone")
+	}
+
+	eventually(t, 60*time.Second, func() (bool, error) {
+		cm, err := env.kube.CoreV1().ConfigMaps(release).Get(ctx, "kgen-state", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got := cm.Annotations["kgen.dev/release-children"]
+		return !strings.Contains(got, "services"), fmt.Errorf("annotation %q", got)
+	}, "kgen to drop the pruned kind from its record")
+	upgrade()
+	if _, err := env.kube.RbacV1().Roles(ns).Get(ctx, "kgen-release", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the release Role after kgen pruned everything and a second upgrade: %v, want it gone", err)
 	}
 }
 

@@ -159,14 +159,16 @@ const DefaultRecordName = "kgen-state"
 // only. Every request names the ConfigMap, so RBAC can grant exactly it
 // (resourceNames).
 //
-// With Resource set, every write also keeps ReleaseAnnotation true.
+// With Resource set, every write also keeps ReleaseAnnotation and
+// ReleaseChildrenAnnotation true.
 type ConfigMapRecord struct {
 	Client corev1client.ConfigMapsGetter
 	// Namespace is kgen's own namespace; Name is DefaultRecordName when
 	// empty.
 	Namespace, Name string
-	// Resource maps a recorded parent kind to its resource, for
-	// ReleaseAnnotation; nil leaves the annotation alone.
+	// Resource maps a recorded kind to its resource, for
+	// ReleaseAnnotation and ReleaseChildrenAnnotation; nil leaves the
+	// annotations alone.
 	Resource func(schema.GroupVersionKind) (schema.GroupResource, error)
 }
 
@@ -183,6 +185,19 @@ type ConfigMapRecord struct {
 // from it. A kind the API server no longer serves is
 // left out: its objects went with it.
 const ReleaseAnnotation = "kgen.dev/release"
+
+// ReleaseChildrenAnnotation, on the record's ConfigMap, names the child
+// resources the record holds for the rules that run (that have a running
+// version: a removed rule's children stay, and need no right), by
+// namespace, as ReleaseAnnotation does the parent ones. These are where kgen must still be able to list, watch,
+// delete and patch children after a rule stops making them (a child id
+// removed, the last of its kind), to prune them or let them go: the chart
+// keeps those rights that the release grants kgen and the new values no
+// longer do (a live audit: an upgrade with the RBAC kgenctl rbac derives
+// from the new rules left the children of a removed id in place, and
+// their parents Forbidden), until kgen has pruned them and swept the
+// scope.
+const ReleaseChildrenAnnotation = "kgen.dev/release-children"
 
 // ParentsKeySuffix ends the key of a ConfigMapRecord that holds a rule's
 // parent scopes.
@@ -246,23 +261,19 @@ func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
 // Under sharding replicas race to it: the one that loses (a conflict)
 // stays quiet.
 func (r *ConfigMapRecord) annotate(ctx context.Context, cm *corev1.ConfigMap) {
-	release, ok := r.release(ctx, cm.Data, "", nil, cm.Annotations[ReleaseAnnotation])
-	if !ok || release == cm.Annotations[ReleaseAnnotation] {
+	annotations := r.releases(ctx, cm.Data, "", nil, cm.Annotations)
+	if len(annotations) == 0 {
 		return
-	}
-	var v any // null removes the annotation
-	if release != "" {
-		v = release
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": cm.ResourceVersion,
-		"annotations":     map[string]any{ReleaseAnnotation: v},
+		"annotations":     annotations,
 	}})
 	if err == nil {
 		_, err = r.Client.ConfigMaps(r.Namespace).Patch(ctx, r.name(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: reconcile.FieldManager})
 	}
 	if err != nil && !apierrors.IsConflict(err) { // another writer changed it: a replica that wrote it, or the next change will
-		klog.FromContext(ctx).Info("Could not note in the record where kgen must still release parents", "configMap", klog.KObj(cm), "annotation", ReleaseAnnotation, "err", err)
+		klog.FromContext(ctx).Info("Could not note in the record where kgen must still release parents and prune children", "configMap", klog.KObj(cm), "err", err)
 	}
 }
 
@@ -299,7 +310,10 @@ func (r *ConfigMapRecord) UpdateRunning(ctx context.Context, rule, version strin
 		if version != "" {
 			value = want
 		}
-		return value, nil, cm.Data[key] != want
+		// A rule that runs, or no longer does, has its children in
+		// ReleaseChildrenAnnotation, or no longer has.
+		annotations = r.releases(ctx, cm.Data, key, value, cm.Annotations)
+		return value, annotations, cm.Data[key] != want || len(annotations) > 0
 	})
 	if err != nil {
 		return fmt.Errorf("record the running version of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
@@ -369,23 +383,43 @@ func (r *ConfigMapRecord) update(ctx context.Context, key string, add, remove []
 		if len(next) > 0 {
 			value = encodeScopes(next)
 		}
-		if release, ok := r.release(ctx, cm.Data, key, value, cm.Annotations[ReleaseAnnotation]); ok && release != cm.Annotations[ReleaseAnnotation] {
-			var v any // null removes the annotation
-			if release != "" {
-				v = release
-			}
-			return value, map[string]any{ReleaseAnnotation: v}, true
+		if annotations := r.releases(ctx, cm.Data, key, value, cm.Annotations); len(annotations) > 0 {
+			return value, annotations, true
 		}
 		return value, nil, !slices.Equal(current, next)
 	})
 	return out, err
 }
 
-// release returns ReleaseAnnotation's value for the record's data with key
-// set to value (nil removes it): "" when it holds no parent scope; false
-// when there is no Resource. A kind that cannot be mapped for now keeps
-// what the previous value said of its group in its namespace.
-func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, key string, value any, previous string) (string, bool) {
+// releases returns the changes of ReleaseAnnotation and
+// ReleaseChildrenAnnotation (a value, or nil to remove one) for the
+// record's data with key set to value (nil removes it), where the
+// ConfigMap has annotations; none without a Resource.
+func (r *ConfigMapRecord) releases(ctx context.Context, data map[string]string, key string, value any, annotations map[string]string) map[string]any {
+	changes := map[string]any{}
+	for _, a := range []struct {
+		name     string
+		children bool
+	}{{ReleaseAnnotation, false}, {ReleaseChildrenAnnotation, true}} {
+		release, ok := r.release(ctx, data, key, value, annotations[a.name], a.children)
+		if !ok || release == annotations[a.name] {
+			continue
+		}
+		var v any // null removes the annotation
+		if release != "" {
+			v = release
+		}
+		changes[a.name] = v
+	}
+	return changes
+}
+
+// release returns ReleaseAnnotation's value (or, with children,
+// ReleaseChildrenAnnotation's) for the record's data with key set to
+// value (nil removes it): "" when it holds no such scope; false when
+// there is no Resource. A kind that cannot be mapped for now keeps what
+// the previous value said of its group in its namespace.
+func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, key string, value any, previous string, children bool) (string, bool) {
 	if r.Resource == nil {
 		return "", false
 	}
@@ -402,7 +436,13 @@ func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, k
 	_ = json.Unmarshal([]byte(previous), &before) // not ours, or not JSON: nothing to keep
 	byNamespace := map[string][]string{}
 	for k, v := range data {
-		if !strings.HasSuffix(k, ParentsKeySuffix) {
+		if strings.HasSuffix(k, RunningKeySuffix) || strings.HasSuffix(k, ParentsKeySuffix) == children {
+			continue
+		}
+		if _, runs := data[k+RunningKeySuffix]; children && !runs {
+			// A removed rule's children stay: it keeps its entry (for
+			// a rule that takes its parents over), and needs no right
+			// on them.
 			continue
 		}
 		scopes, _ := decodeScopes(v)
@@ -415,7 +455,7 @@ func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, k
 				// Discovery of its group failed: what the annotation
 				// said of the group there stays (the chart grants no
 				// more than kgen held), and the rest is written.
-				klog.FromContext(ctx).V(2).Info("Cannot name the resource of a recorded parent kind for now; keeping what the record said of its group", "kind", s.GroupVersionKind, "err", err)
+				klog.FromContext(ctx).V(2).Info("Cannot name the resource of a recorded kind for now; keeping what the record said of its group", "kind", s.GroupVersionKind, "err", err)
 				for _, name := range before[s.Namespace] {
 					if gr := schema.ParseGroupResource(name); gr.Group == s.GroupVersionKind.Group {
 						byNamespace[s.Namespace] = append(byNamespace[s.Namespace], name)

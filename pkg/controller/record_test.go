@@ -358,9 +358,10 @@ func TestConfigMapRecordWritersDoNotUndoEachOther(t *testing.T) {
 
 // Every write keeps ReleaseAnnotation true: the parent resources the
 // record holds, by namespace, which the chart keeps list and patch on
-// through an upgrade that takes them from the rules. A kind no longer
-// served is left out; a kind that cannot be mapped for now leaves the
-// annotation as it was.
+// through an upgrade that takes them from the rules; and
+// ReleaseChildrenAnnotation, the child resources, which it keeps list,
+// watch, delete and patch on. A kind no longer served is left out; a kind
+// that cannot be mapped for now leaves the annotation as it was.
 func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 	ctx := context.Background()
 	widgetKind := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
@@ -380,6 +381,7 @@ func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 	}
 	type step struct {
 		children    bool // Update, not UpdateParents
+		running     bool // UpdateRunning(rule, ""): the rule was removed
 		rule        string
 		add, remove []ChildScope
 	}
@@ -391,6 +393,9 @@ func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 		steps    []step
 		load     bool   // Load after the steps
 		want     string // "" when there is no annotation
+		children string // ReleaseChildrenAnnotation's value, "" when there is none
+		// beforeChildren is ReleaseChildrenAnnotation before.
+		beforeChildren string
 	}{{
 		name:  "parents by namespace",
 		steps: []step{{rule: "web", add: []ChildScope{in(gadgetKind, "team-a"), in(gadgetKind, "team-b")}}, {rule: "db", add: []ChildScope{in(widgetKind, "team-b"), in(widgetKind, "")}}},
@@ -403,9 +408,10 @@ func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 		want:     `{"team-a":["gadgets.example.com"]}`,
 	}, {
 		name:     "the last parent scope removes it",
-		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n", "web": "apps/v1 Deployment\n"},
+		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n", "web": "apps/v1 Deployment\n", "web_running": "sha256:1"},
 		before:   `{"team-a":["gadgets.example.com"]}`,
 		steps:    []step{{rule: "web", remove: []ChildScope{in(gadgetKind, "team-a")}}},
+		children: `{"":["deployments.apps"]}`,
 	}, {
 		name:     "a record written before it gains it with the next write",
 		existing: map[string]string{"web_parents": "example.com/v1 Gadget team-a\n"},
@@ -423,8 +429,21 @@ func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 		load:     true,
 		want:     `{"team-a":["gadgets.example.com"]}`,
 	}, {
-		name:  "child scopes are not in it",
-		steps: []step{{children: true, rule: "web", add: []ChildScope{in(deployments, "team-a")}}},
+		name:     "child scopes of rules that run are in the children's",
+		existing: map[string]string{"web_running": "sha256:1", "db_running": "sha256:2"},
+		steps:    []step{{children: true, rule: "web", add: []ChildScope{in(deployments, "team-a")}}, {children: true, rule: "db", add: []ChildScope{in(widgetKind, "")}}, {children: true, rule: "gone", add: []ChildScope{in(gadgetKind, "team-c")}}},
+		children: `{"":["widgets.example.com"],"team-a":["deployments.apps"]}`,
+	}, {
+		name:           "a rule removed takes its children out of it",
+		existing:       map[string]string{"web": "apps/v1 Deployment team-a\n", "web_running": "sha256:1", "db": "example.com/v1 Widget\n", "db_running": "sha256:2"},
+		beforeChildren: `{"":["widgets.example.com"],"team-a":["deployments.apps"]}`,
+		steps:          []step{{running: true, rule: "db"}},
+		children:       `{"team-a":["deployments.apps"]}`,
+	}, {
+		name:           "the children's goes with the last child scope",
+		existing:       map[string]string{"web": "apps/v1 Deployment team-a\n", "web_running": "sha256:1"},
+		beforeChildren: `{"team-a":["deployments.apps"]}`,
+		steps:          []step{{children: true, rule: "web", remove: []ChildScope{in(deployments, "team-a")}}},
 	}, {
 		name:  "a kind not served is left out",
 		steps: []step{{rule: "web", add: []ChildScope{in(gadgetKind, "team-a"), in(goneKind, "team-a")}}},
@@ -448,8 +467,12 @@ func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 			var objs []runtime.Object
 			if tt.existing != nil {
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: DefaultRecordName, Namespace: "kgen"}, Data: tt.existing}
+				cm.Annotations = map[string]string{}
 				if tt.before != "" {
-					cm.Annotations = map[string]string{ReleaseAnnotation: tt.before}
+					cm.Annotations[ReleaseAnnotation] = tt.before
+				}
+				if tt.beforeChildren != "" {
+					cm.Annotations[ReleaseChildrenAnnotation] = tt.beforeChildren
 				}
 				objs = append(objs, cm)
 			}
@@ -459,6 +482,12 @@ func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 				r.Resource = nil
 			}
 			for _, s := range tt.steps {
+				if s.running {
+					if err := r.UpdateRunning(ctx, s.rule, "", nil); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
 				update := r.UpdateParents
 				if s.children {
 					update = r.Update
@@ -479,6 +508,11 @@ func TestConfigMapRecordReleaseAnnotation(t *testing.T) {
 			got, ok := cm.Annotations[ReleaseAnnotation]
 			if got != tt.want || ok != (tt.want != "") {
 				t.Errorf("annotation = %q (set: %v), want %q", got, ok, tt.want)
+			}
+			if !tt.noMapper {
+				if got, ok := cm.Annotations[ReleaseChildrenAnnotation]; got != tt.children || ok != (tt.children != "") {
+					t.Errorf("children's annotation = %q (set: %v), want %q", got, ok, tt.children)
+				}
 			}
 			if got != "" && !json.Valid([]byte(got)) {
 				t.Errorf("annotation %q is not JSON", got)

@@ -286,42 +286,57 @@ missing at install is an error, as helm reports it.
 
 {{/*
 kgen.releaseRules is, as JSON, the rules by namespace ("" for the
-ClusterRole) that let kgen release the parents its record still holds
-where the values no longer grant it: list and patch on each parent
-resource of the record's annotation kgen.dev/release, read from the
-cluster (Helm's lookup; nothing under helm template), each verb that kgen
-holds now and the new values do not grant; patch held cluster-wide stays
-cluster-wide, as a namespace's Roles go with it when it is deleted. What kgen holds now is what
-this release granted it: its ClusterRole and release ClusterRole, and in
-a namespace its Role and release Role there too. So the annotation, which
-kgen writes, can keep a grant an administrator made, never add one. A
-namespace where neither Role of the release is found is left out: it is
-gone, or kgen's rights there come from elsewhere. An entry that is not a
-resource name is ignored, and so is an annotation of another shape.
+ClusterRole) that let kgen finish with what its record still holds where
+the values no longer grant it: list and patch on each parent resource of
+the record's annotation kgen.dev/release (kgen removes its finalizer from
+the parents there), and get, list, watch, patch and delete on each child
+resource of its annotation kgen.dev/release-children (kgen prunes the
+children of ids a rule no longer has, or lets them go, there), read from
+the cluster (Helm's lookup; nothing under helm template), each verb that
+kgen holds now and the new values do not grant; patch held cluster-wide
+stays cluster-wide, as a namespace's Roles go with it when it is
+deleted. What kgen holds now is what this release granted it: its
+ClusterRole and release ClusterRole, and in a namespace its Role and
+release Role there too. So the annotations, which kgen writes, can keep
+a grant an administrator made, never add one. A namespace where neither
+Role of the release is found is left out: it is gone, or kgen's rights
+there come from elsewhere. An entry that is not a resource name is
+ignored, and so is an annotation of another shape.
 */}}
 {{- define "kgen.releaseRules" -}}
 {{- $fullname := include "kgen.fullname" . }}
 {{- $release := printf "%s-release" $fullname }}
 {{- $cluster := concat (.Values.rbac.rules.cluster | default list) (.Values.rbac.extraRules | default list) }}
-{{- $held := dict }}
+{{- $annotations := dict }}
 {{- $state := lookup "v1" "ConfigMap" .Release.Namespace (include "kgen.stateName" .) }}
 {{- with $state }}{{ with .metadata }}{{ with .annotations }}
-{{- with index . "kgen.dev/release" }}
+{{- $annotations = . }}
+{{- end }}{{ end }}{{ end }}
+{{- $sources := list (list "kgen.dev/release" (list "list" "patch")) (list "kgen.dev/release-children" (list "get" "list" "watch" "patch" "delete")) }}
+{{- $helds := list }}
+{{- range $sources }}
+{{- $held := dict }}
+{{- with index $annotations (index . 0) }}
 {{- $held = fromJson . }}
 {{- end }}
-{{- end }}{{ end }}{{ end }}
 {{- if or (not (kindIs "map" $held)) (hasKey $held "Error") }}{{/* not JSON (fromJson's answer; no namespace is named Error), or not an object */}}
 {{- $held = dict }}
 {{- end }}
-{{- $clusterHolds := list }}
 {{- if $held }}
+{{- $helds = append $helds (list $held (index . 1)) }}
+{{- end }}
+{{- end }}
+{{- $clusterHolds := list }}
+{{- if $helds }}
 {{- range $name := list $fullname $release }}
 {{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" $name }}{{ $clusterHolds = concat $clusterHolds (.rules | default list) }}{{ end }}
 {{- end }}
 {{- end }}
 {{- $out := dict }}
 {{- $clusterPatch := dict }}
-{{- range $namespace, $resources := $held }}
+{{- range $source := $helds }}
+{{- $wanted := index $source 1 }}
+{{- range $namespace, $resources := index $source 0 }}
 {{- if kindIs "slice" $resources }}
 {{- $granted := $cluster }}
 {{- $holds := $clusterHolds }}
@@ -336,14 +351,14 @@ resource name is ignored, and so is an annotation of another shape.
 {{- end }}
 {{- end }}
 {{- end }}
-{{- $rules := list }}
+{{- $rules := index $out $namespace | default list }}
 {{- range $resources }}
 {{- if and $exists (kindIs "string" .) (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" .) }}
 {{- $parts := splitn "." 2 . }}
 {{- $resource := $parts._0 }}
 {{- $group := $parts._1 | default "" }}
 {{- $verbs := list }}
-{{- range $verb := list "list" "patch" }}
+{{- range $verb := $wanted }}
 {{- if and (include "kgen.grants" (list $holds $group $resource $verb)) (not (include "kgen.grants" (list $granted $group $resource $verb))) }}
 {{- if and $namespace (eq $verb "patch") (include "kgen.grants" (list $clusterHolds $group $resource $verb)) }}
 {{- /* held cluster-wide, kept so: deleting the namespace deletes its Roles, in no set order with the parents */}}
@@ -360,6 +375,7 @@ resource name is ignored, and so is an annotation of another shape.
 {{- end }}
 {{- if $rules }}
 {{- $_ := set $out $namespace $rules }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
