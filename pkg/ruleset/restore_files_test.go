@@ -43,8 +43,8 @@ func TestRestoreFilesRunsTheVersionThatRan(t *testing.T) {
 			}
 			var applied [][]*rules.Rule
 			s, err := New(Config{Paths: []string{file}, Client: fakeClient(appCRD(t)), Resources: serveApps,
-				CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
-				Ran:  func(context.Context) (map[string]Ran, error) { return tc.record, nil },
+				CRDs:  &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps},
+				Ran:   func(context.Context) (map[string]Ran, error) { return tc.record, nil },
 				Apply: func(rs []*rules.Rule) { applied = append(applied, rs) }})
 			if err != nil {
 				t.Fatal(err)
