@@ -1517,7 +1517,8 @@ func TestLanguageFileRuleRestartKeepsVersionThatRan(t *testing.T) {
 	g.create()
 	eventually(t, 30*time.Second, func() (bool, error) {
 		v := recordOf(t, metav1.NamespaceDefault, "restore-file"+controller.RunningKeySuffix)
-		return strings.Contains(v, `"name":"restore-file"`), fmt.Errorf("recorded %q", v)
+		doc := recordOf(t, metav1.NamespaceDefault, "restore-file"+controller.DocumentKeySuffix)
+		return strings.HasPrefix(v, "sha256:") && strings.Contains(doc, `"name":"restore-file"`), fmt.Errorf("recorded %q and %q", v, doc)
 	}, "the record to hold the running version and its document")
 	first.stop()
 

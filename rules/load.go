@@ -351,6 +351,9 @@ func (c *compiler) parse(file string, data []byte) ([]*Rule, ErrorList) {
 			r := l.rule(n)
 			if r != nil && len(l.errs) == before {
 				version, document := versionDigest(n)
+				if c.object {
+					document = nil // a Rule object keeps its own (status.running)
+				}
 				r.source = &source{file: file, data: data, opts: c.opts, digest: documentDigest(n), version: version, document: document, object: c.object}
 				rules = append(rules, r)
 			}

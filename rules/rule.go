@@ -161,7 +161,8 @@ func (r *Rule) Version() string {
 // which FromObject compiles the same version (the same Version): kgen
 // records it with the version of each rule that runs, so that a restart
 // can run it again in place of a new version that does not start. It is
-// nil for a rule made in memory. The caller must not change it.
+// nil for a rule made in memory, and for a Rule object's (its status
+// keeps the version that runs). The caller must not change it.
 func (r *Rule) Document() []byte {
 	if r.source == nil {
 		return nil

@@ -105,7 +105,8 @@ type Recorded struct {
 	// (rules.Rule.Version).
 	Running map[string]string
 	// Documents is, of each rule in Running whose record has it, that
-	// version's document (rules.Rule.Document).
+	// version's document (rules.Rule.Document). Only a file's rules have
+	// one.
 	Documents map[string][]byte
 }
 
@@ -136,8 +137,8 @@ const DefaultRecordName = "kgen-state"
 // ParentsKeySuffix, for its parent scopes (no rule name has a "_", so the
 // two never meet), whose values have a line per scope,
 // "APIVERSION KIND [NAMESPACE]", and one, with RunningKeySuffix, for the
-// version of the rule that last started, and on the lines after it that
-// version's document:
+// version of the rule that last started, and, for a file's rule, one with
+// DocumentKeySuffix for that version's document:
 //
 //	data:
 //	  webapp: |
@@ -145,9 +146,8 @@ const DefaultRecordName = "kgen-state"
 //	    v1 ConfigMap team-a
 //	  webapp_parents: |
 //	    example.com/v1 WebApp team-a
-//	  webapp_running: |
-//	    sha256:9f86d0…
-//	    {"apiVersion":"kgen.dev/v1alpha1","kind":"Rule","metadata":{"name":"webapp"},"spec":{…}}
+//	  webapp_running: sha256:9f86d0…
+//	  webapp_document: '{"apiVersion":"kgen.dev/v1alpha1","kind":"Rule","metadata":{"name":"webapp"},"spec":{…}}'
 //
 // It reads the ConfigMap with get and changes one key at a time: it reads
 // the ConfigMap, adds and removes scopes in the key's value, and writes the
@@ -209,6 +209,19 @@ const ParentsKeySuffix = "_parents"
 // leaves out.
 const RunningKeySuffix = "_running"
 
+// DocumentKeySuffix ends the key of a ConfigMapRecord that holds the
+// document of the version of a rule that last started (rules.Rule.Document),
+// from which a restart runs it in place of a file's version that does not
+// fit. A kgen from before it reads the key as a rule's child scopes with a
+// line that is not a scope, which it logs and leaves out.
+const DocumentKeySuffix = "_document"
+
+// documentsBudget bounds the bytes of the documents a ConfigMapRecord
+// holds, well under a ConfigMap's 1 MiB: the record's scopes, which kgen
+// needs to prune, must always fit. A rule whose document would pass it
+// has its version recorded alone.
+const documentsBudget = 512 << 10
+
 var _ Record = (*ConfigMapRecord)(nil)
 
 func (r *ConfigMapRecord) name() string {
@@ -232,11 +245,11 @@ func (r *ConfigMapRecord) Load(ctx context.Context) (Recorded, error) {
 	}
 	for key, value := range cm.Data {
 		if rule, ok := strings.CutSuffix(key, RunningKeySuffix); ok {
-			version, document, _ := strings.Cut(strings.TrimSpace(value), "\n")
-			out.Running[rule] = strings.TrimSpace(version)
-			if document = strings.TrimSpace(document); document != "" {
-				out.Documents[rule] = []byte(document)
-			}
+			out.Running[rule] = strings.TrimSpace(value)
+			continue
+		}
+		if rule, ok := strings.CutSuffix(key, DocumentKeySuffix); ok {
+			out.Documents[rule] = []byte(value)
 			continue
 		}
 		scopes, bad := decodeScopes(value)
@@ -297,23 +310,38 @@ func (r *ConfigMapRecord) UpdateParents(ctx context.Context, rule string, add, r
 	return out, nil
 }
 
-// UpdateRunning writes the rule's key of its running version and its
+// UpdateRunning writes the rule's keys of its running version and of its
 // document, creating the ConfigMap if it is missing; version "" removes
-// the key.
+// them. The document is left out (and its key removed) when the
+// documents the record holds would pass documentsBudget with it, or it
+// is nil.
 func (r *ConfigMapRecord) UpdateRunning(ctx context.Context, rule, version string, document []byte) error {
-	key := rule + RunningKeySuffix
-	want := version
-	if version != "" && len(document) > 0 {
-		want += "\n" + string(document) + "\n"
-	}
-	err := r.writeKey(ctx, key, version != "", func(cm *corev1.ConfigMap) (value any, annotations map[string]any, write bool) {
+	key, docKey := rule+RunningKeySuffix, rule+DocumentKeySuffix
+	err := r.writeKeys(ctx, version != "", func(cm *corev1.ConfigMap) (map[string]any, map[string]any, bool) {
+		var value, doc any // null removes a key
 		if version != "" {
-			value = want
+			value = version
+			size := len(document)
+			for k, v := range cm.Data {
+				if strings.HasSuffix(k, DocumentKeySuffix) && k != docKey {
+					size += len(v)
+				}
+			}
+			switch {
+			case len(document) > 0 && size <= documentsBudget:
+				doc = string(document)
+			case len(document) > 0:
+				klog.FromContext(ctx).Info("Not recording the document of a rule's running version: the record's documents would pass their budget; a restart cannot run this version in place of a new one that does not fit", "rule", rule, "budget", documentsBudget)
+			}
 		}
+		data := map[string]any{key: value, docKey: doc}
 		// A rule that runs, or no longer does, has its children in
 		// ReleaseChildrenAnnotation, or no longer has.
-		annotations = r.releases(ctx, cm.Data, key, value, cm.Annotations)
-		return value, annotations, cm.Data[key] != want || len(annotations) > 0
+		annotations := r.releases(ctx, cm.Data, key, value, cm.Annotations)
+		oldDoc, hadDoc := cm.Data[docKey]
+		newDoc, _ := doc.(string)
+		write := cm.Data[key] != version || hadDoc != (doc != nil) || oldDoc != newDoc || len(annotations) > 0
+		return data, annotations, write
 	})
 	if err != nil {
 		return fmt.Errorf("record the running version of rule %s in ConfigMap %s/%s: %w", rule, r.Namespace, r.name(), err)
@@ -321,14 +349,23 @@ func (r *ConfigMapRecord) UpdateRunning(ctx context.Context, rule, version strin
 	return nil
 }
 
-// writeKey changes one key of the ConfigMap: it reads the ConfigMap
-// (creating it when it is missing, if create), asks change for the key's
-// new value (nil removes it), annotations to set with it (a nil value
+// writeKey changes one key of the ConfigMap, as writeKeys, with change
+// answering the key's value.
+func (r *ConfigMapRecord) writeKey(ctx context.Context, key string, create bool, change func(cm *corev1.ConfigMap) (value any, annotations map[string]any, write bool)) error {
+	return r.writeKeys(ctx, create, func(cm *corev1.ConfigMap) (map[string]any, map[string]any, bool) {
+		value, annotations, write := change(cm)
+		return map[string]any{key: value}, annotations, write
+	})
+}
+
+// writeKeys changes keys of the ConfigMap: it reads the ConfigMap
+// (creating it when it is missing, if create), asks change for the keys'
+// new values (nil removes one), annotations to set with them (a nil value
 // removes one), and whether to write; and writes them with a JSON merge
 // patch pinned to the resource version it read, reading again and asking
 // change again while another writer wins. A missing ConfigMap that is not
 // created is left alone, and change is not asked.
-func (r *ConfigMapRecord) writeKey(ctx context.Context, key string, create bool, change func(cm *corev1.ConfigMap) (value any, annotations map[string]any, write bool)) error {
+func (r *ConfigMapRecord) writeKeys(ctx context.Context, create bool, change func(cm *corev1.ConfigMap) (data, annotations map[string]any, write bool)) error {
 	client := r.Client.ConfigMaps(r.Namespace)
 	return clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
 		cm, err := client.Get(ctx, r.name(), metav1.GetOptions{})
@@ -341,7 +378,7 @@ func (r *ConfigMapRecord) writeKey(ctx context.Context, key string, create bool,
 		if err != nil {
 			return err
 		}
-		value, annotations, write := change(cm)
+		data, annotations, write := change(cm)
 		if !write {
 			return nil
 		}
@@ -349,7 +386,7 @@ func (r *ConfigMapRecord) writeKey(ctx context.Context, key string, create bool,
 		if len(annotations) > 0 {
 			meta["annotations"] = annotations
 		}
-		patch, err := json.Marshal(map[string]any{"metadata": meta, "data": map[string]any{key: value}})
+		patch, err := json.Marshal(map[string]any{"metadata": meta, "data": data})
 		if err != nil {
 			return err
 		}
@@ -436,7 +473,7 @@ func (r *ConfigMapRecord) release(ctx context.Context, data map[string]string, k
 	_ = json.Unmarshal([]byte(previous), &before) // not ours, or not JSON: nothing to keep
 	byNamespace := map[string][]string{}
 	for k, v := range data {
-		if strings.HasSuffix(k, RunningKeySuffix) || strings.HasSuffix(k, ParentsKeySuffix) == children {
+		if strings.HasSuffix(k, RunningKeySuffix) || strings.HasSuffix(k, DocumentKeySuffix) || strings.HasSuffix(k, ParentsKeySuffix) == children {
 			continue
 		}
 		if _, runs := data[k+RunningKeySuffix]; children && !runs {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -338,6 +339,18 @@ func (s *Set) ReadFiles(ctx context.Context) {
 	}
 }
 
+// fileOfLocked returns the rules file a file's rule runs from: its
+// position's, or, for a version RestoreFiles compiled from kgen's record,
+// the file it stands in for.
+func (s *Set) fileOfLocked(r *rules.Rule) string {
+	for f, fv := range s.files {
+		if slices.Contains(fv.rules, r) {
+			return f
+		}
+	}
+	return r.Pos.File
+}
+
 // RestoreFiles runs, in place of a file rule that does not fit the
 // schemas of its kinds and is not the version that last ran, the version
 // that last ran (Config.Ran), and hands the set to Apply if it did: before
@@ -379,7 +392,9 @@ func (s *Set) RestoreFiles(ctx context.Context) {
 				continue
 			}
 			var obj map[string]any
-			if jerr := json.Unmarshal(prev.Document, &obj); jerr != nil {
+			// Integers as int64, as the API server's objects have them
+			// (encoding/json's float64 changes one past 2^53).
+			if jerr := utiljson.Unmarshal(prev.Document, &obj); jerr != nil {
 				logger.Error(jerr, "Cannot read the version of a rule that ran before from kgen's record; the file's version waits", "rule", r.Name, "file", f)
 				continue
 			}
@@ -502,7 +517,10 @@ func (s *Set) readFiles(ctx context.Context) bool {
 		// child, field path and expression), until it changes.
 		for i, r := range parsed {
 			for _, old := range running[f] {
-				if old.Name == r.Name && (old.SameDocument(r) || r.Version() != "" && old.Version() == r.Version()) {
+				// Not a version RestoreFiles compiled from kgen's record,
+				// whose positions are not the file's: the file's own
+				// takes its place.
+				if old.Name == r.Name && old.Pos.File == f && (old.SameDocument(r) || r.Version() != "" && old.Version() == r.Version()) {
 					parsed[i] = old
 				}
 			}
@@ -1254,8 +1272,9 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 	switch {
 	case s.fromFile[name]:
 		msg := "a rule of kgen's --rules files has the name " + name + "; the file's rule runs"
-		if r := s.applied[name]; r != nil && s.fileProblems[r.Pos.File] != nil {
-			msg += " (its previous valid version: the latest version of " + r.Pos.File + " is invalid: " + s.fileProblems[r.Pos.File].Error() + ")"
+		if r := s.applied[name]; r != nil && s.fileProblems[s.fileOfLocked(r)] != nil {
+			f := s.fileOfLocked(r)
+			msg += " (its previous valid version: the latest version of " + f + " is invalid: " + s.fileProblems[f].Error() + ")"
 		}
 		ready = condition(ConditionReady, false, ReasonShadowed, msg, gen)
 	case running == nil:
