@@ -665,6 +665,13 @@ func TestTemplateErrors(t *testing.T) {
 			want: "no rules: ruleObjects.enabled is false and neither rules nor existingRulesConfigMap is set",
 		},
 		{
+			// A live audit: a misspelt field of a rule in the values
+			// went through helm install, and only kgen's log said so.
+			name: "a misspelt field of a rule given as YAML",
+			args: []string{"--set", "rules.web.apiVersion=kgen.dev/v1alpha1", "--set", "rules.web.kind=Rule", "--set", "rules.web.metadata.name=web", "--set", "rules.web.spce.parent.kind=App"},
+			want: "/rules/web",
+		},
+		{
 			name: "a misspelt ruleObjects value",
 			args: []string{"--set", "ruleObjects.enable=false"},
 			want: "additional properties 'enable' not allowed",

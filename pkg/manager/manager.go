@@ -289,6 +289,12 @@ func New(opts Options) (*Manager, error) {
 		}
 		m.rules = set
 		admit, recheck = set.Admit, set.Recheck
+		// A rejected rules file is otherwise only in the log (a live
+		// audit: nothing a platform team alerts on changed).
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kgen_rules_files_invalid",
+			Help: "Rules files whose latest version kgen does not run because it is invalid (the previous valid version keeps running; the log says why).",
+		}, func() float64 { return float64(set.InvalidFiles()) }))
 		initial = append(slices.Clone(opts.Rules), set.Rules()...)
 	}
 	if len(initial) == 0 && !opts.RuleObjects {

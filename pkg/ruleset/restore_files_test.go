@@ -83,3 +83,37 @@ func TestRestoreFilesRunsTheVersionThatRan(t *testing.T) {
 		})
 	}
 }
+
+// A rules file whose latest version is invalid counts in InvalidFiles (the
+// metric kgen_rules_files_invalid) while the previous version runs, and
+// stops counting once the file is fixed.
+func TestInvalidFilesCounted(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	write := func(doc string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(ruleDoc("r", "parent.spec.image"))
+	s, err := New(Config{Paths: []string{file}, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		doc  string
+		want int
+	}{
+		{ruleDoc("r", "parent.spec.image +"), 1}, // does not compile
+		{ruleDoc("r", "parent.spec.imgae"), 1},   // does not fit the CRD
+		{ruleDoc("r", "parent.spec.image + '-2'"), 0},
+	} {
+		write(step.doc)
+		s.ReadFiles(ctx)
+		if got := s.InvalidFiles(); got != step.want {
+			t.Errorf("InvalidFiles() = %d after %q, want %d", got, step.doc, step.want)
+		}
+	}
+}

@@ -339,6 +339,15 @@ func (s *Set) ReadFiles(ctx context.Context) {
 	}
 }
 
+// InvalidFiles returns how many rules files have a latest version that is
+// not applied because it is invalid: the previous valid version of each
+// keeps running, and the log says why.
+func (s *Set) InvalidFiles() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.fileProblems)
+}
+
 // fileOfLocked returns the rules file a file's rule runs from: its
 // position's, or, for a version RestoreFiles compiled from kgen's record,
 // the file it stands in for.
