@@ -323,8 +323,13 @@ func (rs *ruleState) registrationsOf(inherited bool) []*watch.Registration {
 	return append(out, mapsValues(rs.parentRegs)...)
 }
 
+// NotStarted is RuleState.Waiting of a rule this replica has not tried to
+// start yet: it says nothing of the rule, only of this replica (just
+// started, or waiting for its Lease).
+const NotStarted = "not started"
+
 func newRuleState(r *rules.Rule) *ruleState {
-	return &ruleState{rule: r, waiting: "not started", ready: map[types.UID]bool{}}
+	return &ruleState{rule: r, waiting: NotStarted, ready: map[types.UID]bool{}}
 }
 
 // New returns a Controller for the rules; it starts nothing until Run.

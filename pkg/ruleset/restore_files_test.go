@@ -4,8 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"kgen.dev/kgen/pkg/controller"
 	"kgen.dev/kgen/rules"
 )
 
@@ -115,5 +120,62 @@ func TestInvalidFilesCounted(t *testing.T) {
 		if got := s.InvalidFiles(); got != step.want {
 			t.Errorf("InvalidFiles() = %d after %q, want %d", got, step.doc, step.want)
 		}
+	}
+}
+
+// switchProgress is a Progress whose state the test changes.
+type switchProgress struct {
+	mu sync.Mutex
+	st controller.RuleState
+}
+
+func (p *switchProgress) State(string) (controller.RuleState, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st, true
+}
+
+// A replica that has not tried to start a rule yet (just started, or a
+// shard restarted with its id) writes nothing of it: not Ready False "not
+// started" while the other replicas run it (a live audit). Once it has
+// tried, it writes.
+func TestStatusNotWrittenBeforeTheRuleWasTried(t *testing.T) {
+	ctx := context.Background()
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(ruleDoc("obj", "parent.spec.image")), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetUID("u1")
+	obj.SetGeneration(1)
+	client := fakeClient(appCRD(t), obj)
+	p := &switchProgress{st: controller.RuleState{Waiting: controller.NotStarted}}
+	s, err := New(Config{Objects: true, Client: client, Resources: serveApps, Progress: p, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.loaded.Store(true)
+	if !s.observe(ctx, obj, false) {
+		t.Fatal("a valid Rule object was not taken")
+	}
+	s.recompute(ctx)
+	statusWrites := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetSubresource() == "status" {
+				n++
+			}
+		}
+		return n
+	}
+	s.writeAll(ctx)
+	if n := statusWrites(); n != 0 {
+		t.Errorf("%d status writes before this replica tried to start the rule, want none", n)
+	}
+	p.mu.Lock()
+	p.st = controller.RuleState{Running: true, Synced: true}
+	p.mu.Unlock()
+	s.writeAll(ctx)
+	if n := statusWrites(); n != 1 {
+		t.Errorf("%d status writes once the rule runs, want 1", n)
 	}
 }

@@ -1197,6 +1197,15 @@ func (s *Set) writeAll(ctx context.Context) {
 		if now.Before(o.retryAt) {
 			continue
 		}
+		if s.cfg.Progress != nil {
+			if st, _ := s.cfg.Progress.State(name); !st.Running && st.Next == nil && st.Waiting == controller.NotStarted {
+				// This replica has not tried to start the rule yet:
+				// what the status says stands until it has (a live
+				// audit: a shard restarted with its id wrote Ready
+				// False "not started" while the others ran the rule).
+				continue
+			}
+		}
 		status := s.statusLocked(name, o)
 		key, counts := statusKey(status)
 		if key == o.written && (counts == o.counts || now.Sub(o.writtenT) < StatusInterval) {
