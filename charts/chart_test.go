@@ -157,11 +157,12 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 		case "Job":
 			var job batchv1.Job
 			convert(t, o, &job)
-			// The cleanup before an uninstall, and the stop of writers
+			// The cleanup before an uninstall, the stop of writers
 			// that would run beside the new ones before an upgrade or a
-			// rollback (see checkWriters).
-			if hook != "pre-delete" && hook != "pre-upgrade,pre-rollback" || !strings.Contains(o.GetAnnotations()["helm.sh/hook-delete-policy"], "hook-succeeded") {
-				t.Errorf("Job %s is not a pre-delete, or pre-upgrade and pre-rollback, hook deleted once it succeeded: %v", o.GetName(), o.GetAnnotations())
+			// rollback (see checkWriters), and the validation of the
+			// rules before an install or an upgrade.
+			if hook != "pre-delete" && hook != "pre-upgrade,pre-rollback" && hook != "pre-install,pre-upgrade" || !strings.Contains(o.GetAnnotations()["helm.sh/hook-delete-policy"], "hook-succeeded") {
+				t.Errorf("Job %s is not a pre-delete, pre-upgrade and pre-rollback, or pre-install and pre-upgrade hook deleted once it succeeded: %v", o.GetName(), o.GetAnnotations())
 			}
 			checkRestricted(t, "Job "+o.GetName(), &job.Spec.Template.Spec)
 			hookPods["Job "+o.GetName()] = job.Spec.Template.Labels
@@ -588,7 +589,7 @@ func TestRulesChangeDoesNotRollPods(t *testing.T) {
 	}
 	for name, o := range before {
 		same := reflect.DeepEqual(o.Object, after[name].Object)
-		if name == "ConfigMap/kgen-rules" {
+		if name == "ConfigMap/kgen-rules" || name == "ConfigMap/kgen-validate" { // the rules, and the hook that checks them
 			if same {
 				t.Errorf("%s did not change with the rules", name)
 			}

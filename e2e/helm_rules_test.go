@@ -570,6 +570,67 @@ func TestHelmUpgradeRemovesAChildKind(t *testing.T) {
 	}
 }
 
+// TestHelmUpgradeRefusesInvalidRules (contract §7 "An invalid new version
+// is not applied", through a helm upgrade; a live audit): an upgrade with
+// a rule (given with --set-file, which the values' schema cannot read)
+// that does not compile fails, and helm says why, naming the file and the
+// expression; the release keeps its rules and its pods, and kgen goes on
+// enforcing them. Before, the upgrade succeeded, and only kgen's log said
+// the new rules were refused (a pod that restarted then exited).
+func TestHelmUpgradeRefusesInvalidRules(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t)
+	chart := filepath.Join(env.root, "charts/kgen")
+	release, kubelet, values := helmInstallWebApp(t, chart, ns)
+	create(t, webappGVR, webapp(ns, "shop", 0))
+	waitFor(t, cmGVR, ns, "shop-config", nil)
+	before := podsOf(t, release, "app.kubernetes.io/name=kgen")
+
+	text := mustRead(t, exampleWebAppRulesIn(t, ns))
+	bad := strings.Replace(text, "image: ${parent.spec.image}\n", "image: ${parent.spec.image +}\n", 1)
+	if bad == text {
+		t.Fatal("the test's edit of the rules did not apply")
+	}
+	badFile := filepath.Join(t.TempDir(), "webapp.yaml")
+	if err := os.WriteFile(badFile, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := slices.Clone(values)
+	i := slices.Index(args, "--set-file")
+	if i < 0 {
+		t.Fatalf("no --set-file in %q", args)
+	}
+	args[i+1] = "rules.webapp=" + badFile
+	out, err := runHelm(t, append([]string{"upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "2m"}, args...)...)
+	if err == nil {
+		t.Fatalf("helm upgrade with a rule that does not compile succeeded: %s", out)
+	}
+	t.Logf("helm upgrade failed: %v", err)
+	if !strings.Contains(err.Error(), "kgen-validate") {
+		t.Errorf("helm's answer does not name the validate hook: %v\n%s", err, out)
+	}
+	// What the hook's pod printed, which helm prints on a real cluster
+	// (the fake kubelet serves no logs): the file, line and expression.
+	if logs := kubelet.outputs(); !strings.Contains(logs, "webapp.yaml:") || !strings.Contains(logs, "${parent.spec.image +}") {
+		t.Errorf("the validate hook did not say where the rules are wrong; the pods' output:\n%s", logs)
+	}
+	cm, err := env.kube.CoreV1().ConfigMaps(release).Get(ctx, "kgen-rules", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(cm.Data["webapp.yaml"], "parent.spec.image +}") {
+		t.Error("the refused rules reached kgen's rules ConfigMap")
+	}
+	if after := podsOf(t, release, "app.kubernetes.io/name=kgen"); len(after) != len(before) {
+		t.Errorf("kgen's pods: %d before the refused upgrade, %d after", len(before), len(after))
+	}
+	// kgen still enforces the rules it has.
+	if err := env.kube.CoreV1().ConfigMaps(ns).Delete(ctx, "shop-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "shop-config", nil)
+}
+
 // remoteChildRule writes a rule for WebApps in namespaces (a YAML list's
 // items) whose one child, a ConfigMap, lives in namespace remote: kgen's
 // finalizer guards it.

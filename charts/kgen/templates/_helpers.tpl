@@ -293,15 +293,20 @@ the parents there), and get, list, watch, patch and delete on each child
 resource of its annotation kgen.dev/release-children (kgen prunes the
 children of ids a rule no longer has, or lets them go, there), read from
 the cluster (Helm's lookup; nothing under helm template), each verb that
-kgen holds now and the new values do not grant; patch held cluster-wide
-stays cluster-wide, as a namespace's Roles go with it when it is
-deleted. What kgen holds now is what this release granted it: its
+kgen holds now and the new values do not grant. What kgen holds now is
+what this release granted it (a Role or ClusterRole Helm marks as this
+release's, not one of the same name made otherwise): for the parents, its
 ClusterRole and release ClusterRole, and in a namespace its Role and
-release Role there too. So the annotations, which kgen writes, can keep
-a grant an administrator made, never add one. A namespace where neither
-Role of the release is found is left out: it is gone, or kgen's rights
-there come from elsewhere. An entry that is not a resource name is
-ignored, and so is an annotation of another shape.
+release Role there too, and patch held cluster-wide stays cluster-wide,
+as a namespace's Roles go with it when it is deleted; for the children,
+its ClusterRole and Role alone, so that a grant kept for children lasts
+one upgrade past the values that dropped it (the record names every kind
+a running rule makes, also one the values keep fewer verbs on for good).
+So the annotations, which kgen writes, can keep a grant an administrator
+made, never add one. A namespace where neither Role of the release is
+found is left out: it is gone, or kgen's rights there come from
+elsewhere. An entry that is not a resource name is ignored, and so is an
+annotation of another shape.
 */}}
 {{- define "kgen.releaseRules" -}}
 {{- $fullname := include "kgen.fullname" . }}
@@ -312,31 +317,27 @@ ignored, and so is an annotation of another shape.
 {{- with $state }}{{ with .metadata }}{{ with .annotations }}
 {{- $annotations = . }}
 {{- end }}{{ end }}{{ end }}
-{{- $sources := list (list "kgen.dev/release" (list "list" "patch")) (list "kgen.dev/release-children" (list "get" "list" "watch" "patch" "delete")) }}
-{{- $helds := list }}
-{{- range $sources }}
+{{- /* (annotation, verbs, the release's roles that count as held, whether patch held cluster-wide stays so) */}}
+{{- $sources := list (list "kgen.dev/release" (list "list" "patch") (list $fullname $release) true) (list "kgen.dev/release-children" (list "get" "list" "watch" "patch" "delete") (list $fullname) false) }}
+{{- $out := dict }}
+{{- $clusterPatch := dict }}
+{{- range $source := $sources }}
 {{- $held := dict }}
-{{- with index $annotations (index . 0) }}
+{{- with index $annotations (index $source 0) }}
 {{- $held = fromJson . }}
 {{- end }}
 {{- if or (not (kindIs "map" $held)) (hasKey $held "Error") }}{{/* not JSON (fromJson's answer; no namespace is named Error), or not an object */}}
 {{- $held = dict }}
 {{- end }}
-{{- if $held }}
-{{- $helds = append $helds (list $held (index . 1)) }}
-{{- end }}
-{{- end }}
-{{- $clusterHolds := list }}
-{{- if $helds }}
-{{- range $name := list $fullname $release }}
-{{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" $name }}{{ $clusterHolds = concat $clusterHolds (.rules | default list) }}{{ end }}
-{{- end }}
-{{- end }}
-{{- $out := dict }}
-{{- $clusterPatch := dict }}
-{{- range $source := $helds }}
 {{- $wanted := index $source 1 }}
-{{- range $namespace, $resources := index $source 0 }}
+{{- $roles := index $source 2 }}
+{{- $clusterHolds := list }}
+{{- if $held }}
+{{- range $name := $roles }}
+{{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" $name }}{{ if include "kgen.ofRelease" (list $ .) }}{{ $clusterHolds = concat $clusterHolds (.rules | default list) }}{{ end }}{{ end }}
+{{- end }}
+{{- end }}
+{{- range $namespace, $resources := $held }}
 {{- if kindIs "slice" $resources }}
 {{- $granted := $cluster }}
 {{- $holds := $clusterHolds }}
@@ -346,8 +347,12 @@ ignored, and so is an annotation of another shape.
 {{- $exists = false }}
 {{- range $name := list $fullname $release }}
 {{- with lookup "rbac.authorization.k8s.io/v1" "Role" $namespace $name }}
+{{- if include "kgen.ofRelease" (list $ .) }}
+{{- if has $name $roles }}
 {{- $holds = concat $holds (.rules | default list) }}
+{{- end }}
 {{- $exists = true }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -360,7 +365,7 @@ ignored, and so is an annotation of another shape.
 {{- $verbs := list }}
 {{- range $verb := $wanted }}
 {{- if and (include "kgen.grants" (list $holds $group $resource $verb)) (not (include "kgen.grants" (list $granted $group $resource $verb))) }}
-{{- if and $namespace (eq $verb "patch") (include "kgen.grants" (list $clusterHolds $group $resource $verb)) }}
+{{- if and (index $source 3) $namespace (eq $verb "patch") (include "kgen.grants" (list $clusterHolds $group $resource $verb)) }}
 {{- /* held cluster-wide, kept so: deleting the namespace deletes its Roles, in no set order with the parents */}}
 {{- $_ := set $clusterPatch (printf "%s/%s" $group $resource) (list $group $resource) }}
 {{- else }}
@@ -383,4 +388,43 @@ ignored, and so is an annotation of another shape.
 {{- $_ := set $out "" (append (index $out "" | default list) (dict "apiGroups" (list (index $gr 0)) "resources" (list (index $gr 1)) "verbs" (list "patch"))) }}
 {{- end }}
 {{- toJson $out }}
+{{- end }}
+
+{{/*
+kgen.ofRelease is "true" when a Role or ClusterRole (looked up) belongs to
+this release, as Helm marks what it installs: one of another name's, or
+made by hand, is not what this release grants kgen. Call it with
+(list $root object).
+*/}}
+{{- define "kgen.ofRelease" -}}
+{{- $root := index . 0 }}
+{{- $meta := (index . 1).metadata | default dict }}
+{{- $ann := $meta.annotations | default dict }}
+{{- if and (eq (index $ann "meta.helm.sh/release-name" | default "") $root.Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") $root.Release.Namespace) }}true{{ end }}
+{{- end }}
+
+{{/*
+kgen.rulesData is the data of the rules ConfigMap: a file per entry of the
+values' rules, its text, or its Rule documents as YAML. The validate hook
+checks the same files before an install or an upgrade.
+*/}}
+{{- define "kgen.rulesData" -}}
+{{- range $name, $rules := .Values.rules }}
+{{- $file := ternary $name (printf "%s.yaml" $name) (or (hasSuffix ".yaml" $name) (hasSuffix ".yml" $name)) }}
+{{- if kindIs "string" $rules }}
+{{ $file }}: |
+  {{- $rules | nindent 2 }}
+{{- else if kindIs "slice" $rules }}
+{{ $file }}: |
+  {{- range $i, $rule := $rules }}
+  {{- if $i }}
+  ---
+  {{- end }}
+  {{- toYaml $rule | nindent 2 }}
+  {{- end }}
+{{- else }}
+{{ $file }}: |
+  {{- toYaml $rules | nindent 2 }}
+{{- end }}
+{{- end }}
 {{- end }}
