@@ -379,26 +379,36 @@ func (s *Set) RestoreFiles(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	s.filesMu.Lock()
 	defer s.filesMu.Unlock()
+	s.mu.Lock()
+	files := maps.Clone(s.files)
+	s.mu.Unlock()
+	// The record is read only for a rule that does not fit: most starts
+	// make no request for it (nor need the right to).
+	misfits := map[*rules.Rule]error{}
+	for _, fv := range files {
+		for _, r := range fv.rules {
+			if err := s.checkTypes(ctx, r); err != nil {
+				misfits[r] = err
+			}
+		}
+	}
+	if len(misfits) == 0 {
+		return
+	}
 	ran, err := s.cfg.Ran(ctx)
 	if err != nil {
 		logger.Error(err, "Cannot read which version of each rule ran before; a file rule that does not fit the schemas of its kinds waits")
 		return
 	}
-	s.mu.Lock()
-	files := maps.Clone(s.files)
-	s.mu.Unlock()
 	restored := map[string]fileVersion{}
 	problems := map[string][]error{}
 	for f, fv := range files {
 		var rs []*rules.Rule
 		for i, r := range fv.rules {
+			err, misfit := misfits[r]
 			prev, ok := ran[r.Name]
-			if !ok || len(prev.Document) == 0 || prev.Version == r.Version() {
-				continue // nothing to restore, or the version that ran: Admit starts it
-			}
-			err := s.checkTypes(ctx, r)
-			if err == nil {
-				continue
+			if !misfit || !ok || len(prev.Document) == 0 || prev.Version == r.Version() {
+				continue // it fits, nothing to restore, or the version that ran: Admit starts it
 			}
 			var obj map[string]any
 			// Integers as int64, as the API server's objects have them
