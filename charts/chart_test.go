@@ -160,9 +160,9 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 			// The cleanup before an uninstall, the stop of writers
 			// that would run beside the new ones before an upgrade or a
 			// rollback (see checkWriters), and the validation of the
-			// rules before an install or an upgrade.
-			if hook != "pre-delete" && hook != "pre-upgrade,pre-rollback" && hook != "pre-install,pre-upgrade" || !strings.Contains(o.GetAnnotations()["helm.sh/hook-delete-policy"], "hook-succeeded") {
-				t.Errorf("Job %s is not a pre-delete, pre-upgrade and pre-rollback, or pre-install and pre-upgrade hook deleted once it succeeded: %v", o.GetName(), o.GetAnnotations())
+			// rules before an upgrade.
+			if hook != "pre-delete" && hook != "pre-upgrade,pre-rollback" && hook != "pre-upgrade" || !strings.Contains(o.GetAnnotations()["helm.sh/hook-delete-policy"], "hook-succeeded") {
+				t.Errorf("Job %s is not a pre-delete, pre-upgrade and pre-rollback, or pre-upgrade hook deleted once it succeeded: %v", o.GetName(), o.GetAnnotations())
 			}
 			checkRestricted(t, "Job "+o.GetName(), &job.Spec.Template.Spec)
 			hookPods["Job "+o.GetName()] = job.Spec.Template.Labels

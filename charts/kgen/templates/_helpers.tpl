@@ -298,10 +298,12 @@ what this release granted it (a Role or ClusterRole Helm marks as this
 release's, not one of the same name made otherwise): for the parents, its
 ClusterRole and release ClusterRole, and in a namespace its Role and
 release Role there too, and patch held cluster-wide stays cluster-wide,
-as a namespace's Roles go with it when it is deleted; for the children,
-its ClusterRole and Role alone, so that a grant kept for children lasts
-one upgrade past the values that dropped it (the record names every kind
-a running rule makes, also one the values keep fewer verbs on for good).
+as a namespace's Roles go with it when it is deleted; for a child kind,
+the same when the values grant no verb on it there (dropped whole: kept
+until kgen has pruned it and the record drops it), else its ClusterRole
+and Role alone, so that verbs the values take from a kind a running rule
+still makes are kept one upgrade only (the record names every kind a
+running rule makes).
 So the annotations, which kgen writes, can keep a grant an administrator
 made, never add one. A namespace where neither Role of the release is
 found is left out: it is gone, or kgen's rights there come from
@@ -318,7 +320,7 @@ annotation of another shape.
 {{- $annotations = . }}
 {{- end }}{{ end }}{{ end }}
 {{- /* (annotation, verbs, the release's roles that count as held, whether patch held cluster-wide stays so) */}}
-{{- $sources := list (list "kgen.dev/release" (list "list" "patch") (list $fullname $release) true) (list "kgen.dev/release-children" (list "get" "list" "watch" "patch" "delete") (list $fullname) false) }}
+{{- $sources := list (list "kgen.dev/release" (list "list" "patch") true) (list "kgen.dev/release-children" (list "get" "list" "watch" "patch" "delete") false) }}
 {{- $out := dict }}
 {{- $clusterPatch := dict }}
 {{- range $source := $sources }}
@@ -330,29 +332,34 @@ annotation of another shape.
 {{- $held = dict }}
 {{- end }}
 {{- $wanted := index $source 1 }}
-{{- $roles := index $source 2 }}
-{{- $clusterHolds := list }}
+{{- $parents := index $source 2 }}
+{{- /* what the release's ClusterRole holds, and its release ClusterRole */}}
+{{- $clusterOwn := list }}
+{{- $clusterKept := list }}
 {{- if $held }}
-{{- range $name := $roles }}
-{{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" $name }}{{ if include "kgen.ofRelease" (list $ .) }}{{ $clusterHolds = concat $clusterHolds (.rules | default list) }}{{ end }}{{ end }}
+{{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" $fullname }}{{ if include "kgen.ofRelease" (list $ .) }}{{ $clusterOwn = .rules | default list }}{{ end }}{{ end }}
+{{- with lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" $release }}{{ if include "kgen.ofRelease" (list $ .) }}{{ $clusterKept = .rules | default list }}{{ end }}{{ end }}
 {{- end }}
-{{- end }}
+{{- $clusterHolds := concat $clusterOwn $clusterKept }}
 {{- range $namespace, $resources := $held }}
 {{- if kindIs "slice" $resources }}
 {{- $granted := $cluster }}
-{{- $holds := $clusterHolds }}
+{{- $own := $clusterOwn }}
+{{- $kept := $clusterKept }}
 {{- $exists := true }}
 {{- if $namespace }}
 {{- $granted = concat (index ($.Values.rbac.rules.namespaces | default dict) $namespace | default list) $cluster }}
 {{- $exists = false }}
-{{- range $name := list $fullname $release }}
-{{- with lookup "rbac.authorization.k8s.io/v1" "Role" $namespace $name }}
+{{- with lookup "rbac.authorization.k8s.io/v1" "Role" $namespace $fullname }}
 {{- if include "kgen.ofRelease" (list $ .) }}
-{{- if has $name $roles }}
-{{- $holds = concat $holds (.rules | default list) }}
-{{- end }}
+{{- $own = concat $own (.rules | default list) }}
 {{- $exists = true }}
 {{- end }}
+{{- end }}
+{{- with lookup "rbac.authorization.k8s.io/v1" "Role" $namespace $release }}
+{{- if include "kgen.ofRelease" (list $ .) }}
+{{- $kept = concat $kept (.rules | default list) }}
+{{- $exists = true }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -362,10 +369,19 @@ annotation of another shape.
 {{- $parts := splitn "." 2 . }}
 {{- $resource := $parts._0 }}
 {{- $group := $parts._1 | default "" }}
+{{- /* A parent's grants, and a child kind's that the values drop whole, are kept from the release Role too, until the record drops the scope; a child kind the values still grant some verb on keeps its other verbs one upgrade only (the record names every kind a running rule makes) */}}
+{{- $holds := concat $own $kept }}
+{{- if not $parents }}
+{{- range $verb := $wanted }}
+{{- if include "kgen.grants" (list $granted $group $resource $verb) }}
+{{- $holds = $own }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $verbs := list }}
 {{- range $verb := $wanted }}
 {{- if and (include "kgen.grants" (list $holds $group $resource $verb)) (not (include "kgen.grants" (list $granted $group $resource $verb))) }}
-{{- if and (index $source 3) $namespace (eq $verb "patch") (include "kgen.grants" (list $clusterHolds $group $resource $verb)) }}
+{{- if and $parents $namespace (eq $verb "patch") (include "kgen.grants" (list $clusterHolds $group $resource $verb)) }}
 {{- /* held cluster-wide, kept so: deleting the namespace deletes its Roles, in no set order with the parents */}}
 {{- $_ := set $clusterPatch (printf "%s/%s" $group $resource) (list $group $resource) }}
 {{- else }}
