@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
 	"kgen.dev/kgen/pkg/controller"
@@ -128,6 +130,36 @@ func TestInvalidFilesCounted(t *testing.T) {
 			t.Errorf("InvalidFiles() = %d after %q, want %d", got, step.doc, step.want)
 		}
 	}
+
+	// kgen starts with a version that does not fit, and no version ran
+	// before (a live check: the rule waited, and the gauge said 0).
+	write(ruleDoc("r", "parent.spec.imgae"))
+	s, err = New(Config{Paths: []string{file}, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Admit(ctx, s.Rules()[0], false); err == nil {
+		t.Fatal("Admit() = nil for a version that does not fit")
+	}
+	if got := s.InvalidFiles(); got != 1 {
+		t.Errorf("InvalidFiles() = %d while the file's rule waits, not fitting its CRD, want 1", got)
+	}
+	// A running version checked again after its CRD changed keeps
+	// running: not counted.
+	write(ruleDoc("r", "parent.spec.image"))
+	s, err = New(Config{Paths: []string{file}, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Admit(ctx, s.Rules()[0], false); err != nil {
+		t.Fatal(err)
+	}
+	s.Recheck(ctx, s.Rules()[0])
+	if got := s.InvalidFiles(); got != 0 {
+		t.Errorf("InvalidFiles() = %d for a rule that runs, want 0", got)
+	}
 }
 
 // switchProgress is a Progress whose state the test changes.
@@ -155,16 +187,14 @@ func TestStatusNotWrittenBeforeTheRuleWasTried(t *testing.T) {
 	obj.SetUID("u1")
 	obj.SetGeneration(1)
 	client := fakeClient(appCRD(t), obj)
-	p := &switchProgress{st: controller.RuleState{Waiting: controller.NotStarted}}
+	client.PrependReactor("patch", "rules", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, nil // written
+	})
+	p := &switchProgress{} // the controller does not know the rule yet
 	s, err := New(Config{Objects: true, Client: client, Resources: serveApps, Progress: p, Apply: func([]*rules.Rule) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.loaded.Store(true)
-	if !s.observe(ctx, obj, false) {
-		t.Fatal("a valid Rule object was not taken")
-	}
-	s.recompute(ctx)
 	statusWrites := func() int {
 		n := 0
 		for _, a := range client.Actions() {
@@ -174,6 +204,21 @@ func TestStatusNotWrittenBeforeTheRuleWasTried(t *testing.T) {
 		}
 		return n
 	}
+	if !s.observe(ctx, obj, false) {
+		t.Fatal("a valid Rule object was not taken")
+	}
+	// Seen, but the set with every Rule object not handed over yet (a
+	// live check: every start wrote Ready False "no valid version of the
+	// rule runs" for a second).
+	s.writeAll(ctx)
+	if n := statusWrites(); n != 0 {
+		t.Errorf("%d status writes before the Rule objects were all read, want none", n)
+	}
+	s.loaded.Store(true)
+	s.recompute(ctx)
+	p.mu.Lock()
+	p.st = controller.RuleState{Waiting: controller.NotStarted} // handed to the controller
+	p.mu.Unlock()
 	s.writeAll(ctx)
 	if n := statusWrites(); n != 0 {
 		t.Errorf("%d status writes before this replica tried to start the rule, want none", n)
@@ -184,5 +229,22 @@ func TestStatusNotWrittenBeforeTheRuleWasTried(t *testing.T) {
 	s.writeAll(ctx)
 	if n := statusWrites(); n != 1 {
 		t.Errorf("%d status writes once the rule runs, want 1", n)
+	}
+	// A new version, not tried yet (a live check: every edit of a Rule
+	// flipped its Ready to False "not started" for a second), then
+	// running.
+	p.mu.Lock()
+	p.st = controller.RuleState{Running: true, Synced: true, Next: &controller.RuleState{Waiting: controller.NotStarted}}
+	p.mu.Unlock()
+	s.writeAll(ctx)
+	if n := statusWrites(); n != 1 {
+		t.Errorf("%d status writes while a new version was not tried yet, want none more", n)
+	}
+	p.mu.Lock()
+	p.st = controller.RuleState{Running: true, Synced: true, Next: &controller.RuleState{Waiting: "kind example.com/v1, Kind=Other is not served"}}
+	p.mu.Unlock()
+	s.writeAll(ctx)
+	if n := statusWrites(); n != 2 {
+		t.Errorf("%d status writes once the new version was tried and waits, want 2", n)
 	}
 }

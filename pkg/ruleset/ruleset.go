@@ -155,7 +155,10 @@ type Set struct {
 	// fileTypeErrs are, per version of a rule that is not a Rule object's,
 	// why it does not start (see Admit).
 	fileTypeErrs map[*rules.Rule]error
-	kick         chan struct{}
+	// fileWaits are those of them that do not run for it (not a running
+	// version kgen checked again).
+	fileWaits map[*rules.Rule]bool
+	kick      chan struct{}
 	// kindsChanged wakes watchObjects while it waits for the Rule kind.
 	kindsChanged chan struct{}
 }
@@ -223,7 +226,7 @@ func New(cfg Config) (*Set, error) {
 		cfg.RetryInterval = 5 * time.Second
 	}
 	s := &Set{cfg: cfg, files: map[string]fileVersion{}, objects: map[string]*object{}, applied: map[string]*rules.Rule{},
-		fromFile: map[string]bool{}, fileTypeErrs: map[*rules.Rule]error{}, fileProblems: map[string]error{}, emptied: map[string]bool{}, kick: make(chan struct{}, 1),
+		fromFile: map[string]bool{}, fileTypeErrs: map[*rules.Rule]error{}, fileWaits: map[*rules.Rule]bool{}, fileProblems: map[string]error{}, emptied: map[string]bool{}, kick: make(chan struct{}, 1),
 		kindsChanged: make(chan struct{}, 1)}
 	if len(cfg.Paths) == 0 {
 		return s, nil
@@ -339,13 +342,24 @@ func (s *Set) ReadFiles(ctx context.Context) {
 	}
 }
 
-// InvalidFiles returns how many rules files have a latest version that is
-// not applied because it is invalid: the previous valid version of each
-// keeps running, and the log says why.
+// InvalidFiles returns how many rules files have a latest version that
+// kgen does not run because it is invalid: it does not load (the previous
+// valid version of each keeps running), or a rule of it does not fit the
+// schemas of its kinds (and, at a start, no version of it ran before that
+// kgen could run instead: it waits). The log says why.
 func (s *Set) InvalidFiles() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.fileProblems)
+	files := map[string]bool{}
+	for f := range s.fileProblems {
+		files[f] = true
+	}
+	for r, waits := range s.fileWaits {
+		if waits && s.applied[r.Name] == r {
+			files[s.fileOfLocked(r)] = true
+		}
+	}
+	return len(files)
 }
 
 // fileOfLocked returns the rules file a file's rule runs from: its
@@ -955,8 +969,10 @@ func (s *Set) check(ctx context.Context, rule *rules.Rule, running bool) error {
 		o.typeErr = now
 	} else if now != nil {
 		s.fileTypeErrs[rule] = now
+		s.fileWaits[rule] = !running
 	} else {
 		delete(s.fileTypeErrs, rule)
+		delete(s.fileWaits, rule)
 	}
 	switch {
 	case now != nil && (prev == nil || prev.Error() != now.Error()):
@@ -1122,6 +1138,7 @@ func (s *Set) recompute(ctx context.Context) {
 	for r := range s.fileTypeErrs {
 		if next[r.Name] != r {
 			delete(s.fileTypeErrs, r)
+			delete(s.fileWaits, r)
 		}
 	}
 	set := s.sortedLocked()
@@ -1196,6 +1213,13 @@ func (s *Set) writeAll(ctx context.Context) {
 		status map[string]any
 		key    string
 	}
+	if !s.Loaded() {
+		// Until the set with every Rule object was handed over, a Rule
+		// seen is not running yet here, whatever it does: its status
+		// stands (a live check: every start wrote Ready False "no valid
+		// version of the rule runs" for a second).
+		return
+	}
 	var todo []pending
 	now := time.Now()
 	s.mu.Lock()
@@ -1208,11 +1232,13 @@ func (s *Set) writeAll(ctx context.Context) {
 			continue
 		}
 		if s.cfg.Progress != nil {
-			if st, _ := s.cfg.Progress.State(name); !st.Running && st.Next == nil && st.Waiting == controller.NotStarted {
-				// This replica has not tried to start the rule yet:
-				// what the status says stands until it has (a live
-				// audit: a shard restarted with its id wrote Ready
-				// False "not started" while the others ran the rule).
+			if st, _ := s.cfg.Progress.State(name); notTried(st) || st.Next != nil && notTried(*st.Next) {
+				// This replica has not tried to start the rule, or its
+				// new version, yet: what the status says stands until
+				// it has (a live audit: a shard restarted with its id
+				// wrote Ready False "not started" while the others ran
+				// the rule; a live check: every edit of a Rule flipped
+				// its Ready to False for a second).
 				continue
 			}
 		}
@@ -1380,6 +1406,12 @@ func (s *Set) statusLocked(name string, o *object) map[string]any {
 		status["running"] = ran
 	}
 	return status
+}
+
+// notTried tells whether a replica has not tried to start a version of a
+// rule yet (see controller.NotStarted).
+func notTried(st controller.RuleState) bool {
+	return !st.Running && st.Waiting == controller.NotStarted
 }
 
 // Gravity orders the reasons a replica gives for not running a rule:

@@ -38,6 +38,7 @@ func TestRuleStatusWriteBacksOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.objects["web"] = &object{obj: ruleObject(t, ruleDoc("web", "parent.spec.image"), "uid-web", 1, nil)}
+		s.handed.Store(true) // as once the set with every Rule object was handed over
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go s.writeStatuses(ctx)
