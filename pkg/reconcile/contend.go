@@ -235,8 +235,21 @@ func followCause(rule *rules.Rule, parent *unstructured.Unstructured) Digest {
 func (g *childGuard) spacing(key contendKey) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.parents[key.parent] == nil {
+		return false // most parents: no lookup of the child
+	}
 	h := g.historyLocked(key, false)
-	return h != nil && h.followHistory.spacing
+	if h == nil || !h.followHistory.spacing {
+		return false
+	}
+	// Ended once what it follows went quiet, also with no update
+	// pending to ask checkFollow (a live check: Ready said the child
+	// was spaced minutes after its input stopped changing).
+	h.follows = recent(h.follows, g.now(), followWindow)
+	if len(h.follows) < followAfter/3 {
+		h.followHistory.spacing = false
+	}
+	return h.followHistory.spacing
 }
 
 // spacedNote is what the parent's Ready condition adds for a child whose
@@ -267,6 +280,19 @@ func (r *Reconciler) holdFollow(ctx context.Context, rule *rules.Rule, parent, l
 		}
 	}
 	return outcome{step: step, live: live, ok: true, retry: wait, note: spacedNote(step.ID)}, true
+}
+
+// spacedOutcome adds to the outcome of a child whose updates are spaced
+// the note Ready says, and a look when the window in which its updates
+// are counted has passed, so that the note goes once the child is quiet.
+func (r *Reconciler) spacedOutcome(out outcome, key contendKey) outcome {
+	if r.contend.spacing(key) {
+		out.note = spacedNote(out.step.ID)
+		if out.retry <= 0 || out.retry > followWindow {
+			out.retry = followWindow
+		}
+	}
+	return out
 }
 
 // rewritesMarks tells whether marks are what kgen last wrote on a child

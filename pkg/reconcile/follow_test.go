@@ -110,4 +110,21 @@ func TestChildFollowSpacedReady(t *testing.T) {
 	if c := h.ready(); c["status"] != "True" || c["message"] != want {
 		t.Errorf("Ready = %v %q after a spaced update was made, want True %q", c["status"], c["message"], want)
 	}
+	// What it follows goes quiet: the parent is looked at again once the
+	// window has passed, and Ready no longer says the child is spaced (a
+	// live check: it did, minutes after the input stopped changing).
+	res, err := h.reconcile(h.api.get(appGVK, "team", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Errorf("RequeueAfter = %v while the child is spaced, want a look within the minute its updates are counted in", res.RequeueAfter)
+	}
+	h.now = h.now.Add(time.Minute)
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.ready(); c["status"] != "True" || c["message"] != "all children are applied and ready" {
+		t.Errorf("Ready = %v %q a minute after the child's last change, want True, all children applied", c["status"], c["message"])
+	}
 }

@@ -397,7 +397,10 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 			continue
 		}
 		if _, owed := r.owed.Load(liveUID(step)); step.Op == OpKeep && step.Live != nil && !owed {
-			results[i] = outcome{step: step, live: step.Live, ok: true} // nothing to send
+			// Nothing to send; a child whose updates are spaced keeps
+			// saying so while they are.
+			key := contendKey{parent.GetUID(), refOf(step.ID, step.Object), false}
+			results[i] = r.spacedOutcome(outcome{step: step, live: step.Live, ok: true}, key)
 			continue
 		}
 		write := func() {
@@ -693,12 +696,12 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 			r.owed.Delete(live.GetUID())
 		}
 	}
-	if op == OpKeep {
-		out.live, out.ok = live, true
-		return out, nil
-	}
 	// What a repair of this child counts as (see childGuard).
 	key := contendKey{parent.GetUID(), refOf(step.ID, desired), live == nil}
+	if op == OpKeep {
+		out.live, out.ok = live, true
+		return r.spacedOutcome(out, key), nil
+	}
 	if op == OpMarks {
 		return r.writeMarks(ctx, client, reader, rule, parent, live, step, gvr, ref, key)
 	}
@@ -868,9 +871,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s)%s", ref, step.ID, who)
 	default:
 		r.contend.followed(key, cause)
-		if r.contend.spacing(key) {
-			out.note = spacedNote(step.ID)
-		}
+		out = r.spacedOutcome(out, key)
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventUpdated, "Updated %s (child %s)", ref, step.ID)
 	}
 	return out, nil
