@@ -860,7 +860,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 	if applied.GetResourceVersion() == live.GetResourceVersion() {
 		// The server found nothing to change (it normalises a value the
 		// template spells differently): not a change worth an event.
-		return out, nil
+		return r.spacedOutcome(out, key), nil
 	}
 	logger.V(2).Info("Applied child", "child", step.ID, "object", ref, "op", op.String())
 	switch {
@@ -868,6 +868,7 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventAdopted, "Adopted %s (child %s): %s", ref, step.ID, adopted)
 	case op == OpRepair:
 		r.contend.repaired(key)
+		out = r.spacedOutcome(out, key) // still spaced: Ready says so on every reconcile
 		r.cfg.Recorder.Eventf(parent, corev1.EventTypeNormal, EventRepaired, "Repaired %s (child %s)%s", ref, step.ID, who)
 	default:
 		r.contend.followed(key, cause)

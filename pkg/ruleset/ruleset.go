@@ -1222,6 +1222,10 @@ func (s *Set) writeAll(ctx context.Context) {
 	}
 	var todo []pending
 	now := time.Now()
+	// Not between a recompute and its hand-over: s.applied would be ahead
+	// of what the controller reports (a review: an edited version's
+	// status was written, as running, before the controller had it).
+	s.applyMu.Lock()
 	s.mu.Lock()
 	for name, o := range s.objects {
 		if s.cfg.WritesStatus != nil && !s.cfg.WritesStatus(name) {
@@ -1253,6 +1257,7 @@ func (s *Set) writeAll(ctx context.Context) {
 		todo = append(todo, pending{o: o, status: status, key: key})
 	}
 	s.mu.Unlock()
+	s.applyMu.Unlock()
 	for _, p := range todo {
 		obj := &unstructured.Unstructured{Object: map[string]any{"status": p.status}}
 		obj.SetGroupVersionKind(RuleGVK)
