@@ -803,8 +803,11 @@ func (r *Reconciler) writeChild(ctx context.Context, rule *rules.Rule, parent *u
 		}
 	}
 
-	cause := followCause(rule, parent)
+	// An update that follows a change of what the template reads (the
+	// default case below): the rule and parent it was rendered from.
+	var cause Digest
 	if op == OpUpdate && adopted == "" {
+		cause = followCause(rule, parent)
 		if held, ok := r.holdFollow(ctx, rule, parent, live, step, ref, key, cause); ok {
 			return held, nil
 		}
