@@ -151,12 +151,7 @@ func TestHelmUpgradeChangesRulesLive(t *testing.T) {
 	if err := os.WriteFile(changedFile, []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := slices.Clone(values)
-	i := slices.Index(args, "--set-file")
-	if i < 0 {
-		t.Fatalf("no --set-file in %q", args)
-	}
-	args[i+1] = "rules.webapp=" + changedFile
+	args := withRulesFile(t, values, changedFile)
 	start := time.Now()
 	if _, err := runHelm(t, append([]string{"upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "3m"}, args...)...); err != nil {
 		dumpPods(t, release)
@@ -595,12 +590,7 @@ func TestHelmUpgradeRefusesInvalidRules(t *testing.T) {
 	if err := os.WriteFile(badFile, []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := slices.Clone(values)
-	i := slices.Index(args, "--set-file")
-	if i < 0 {
-		t.Fatalf("no --set-file in %q", args)
-	}
-	args[i+1] = "rules.webapp=" + badFile
+	args := withRulesFile(t, values, badFile)
 	out, err := runHelm(t, append([]string{"upgrade", "kgen", chart, "--namespace", release, "--wait", "--timeout", "2m"}, args...)...)
 	if err == nil {
 		t.Fatalf("helm upgrade with a rule that does not compile succeeded: %s", out)
@@ -629,6 +619,19 @@ func TestHelmUpgradeRefusesInvalidRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, cmGVR, ns, "shop-config", nil)
+}
+
+// withRulesFile returns the helm arguments of helmInstallWebApp with the
+// WebApp rules taken from file instead.
+func withRulesFile(t *testing.T, values []string, file string) []string {
+	t.Helper()
+	args := slices.Clone(values)
+	i := slices.Index(args, "--set-file")
+	if i < 0 {
+		t.Fatalf("no --set-file in %q", args)
+	}
+	args[i+1] = "rules.webapp=" + file
+	return args
 }
 
 // remoteChildRule writes a rule for WebApps in namespaces (a YAML list's

@@ -69,17 +69,18 @@ func TestChildFollowParentWithoutGenerationNotHeld(t *testing.T) {
 	}
 }
 
-// While a child's updates are spaced, the parent's Ready condition stays
-// True but does not claim every child applied (a review: it said "all
-// children are applied and ready" while an update was held): it names the
-// spaced child, and says the same whether this reconcile held an update or
-// made one, so that it is not rewritten every spacing.
-func TestChildFollowSpacedReady(t *testing.T) {
+// spacedReady is the Ready message of the parent of spacedChild.
+const spacedReady = "all children are ready; child config is updated at most once every 10s, as it follows its inputs or other children more than 10 times a minute"
+
+// spacedChild returns a parent whose child config follows its Deployment's
+// status.n, after 12 changes of it 100 ms apart: the 12th update of the
+// child is held (spaced), and res asks for a look when the spacing ends.
+func spacedChild(t *testing.T) (h *harness, res Result) {
+	t.Helper()
 	follow := strings.Replace(appRule, "      data: ${parent.spec.data}\n",
 		"      data: {n: \"${string(children.deploy.?status.?n.orValue(0))}\"}\n", 1)
-	h := newHarness(t, follow)
+	h = newHarness(t, follow)
 	h.converge(appParent(nil))
-	var res Result
 	for i := 1; i <= 12; i++ {
 		d := h.api.get(deployGVK, "team", "web")
 		d.Object["status"] = map[string]any{"n": int64(i)}
@@ -91,11 +92,21 @@ func TestChildFollowSpacedReady(t *testing.T) {
 		}
 		h.now = h.now.Add(100 * time.Millisecond)
 	}
+	return h, res
+}
+
+// While a child's updates are spaced, the parent's Ready condition stays
+// True but does not claim every child applied (a review: it said "all
+// children are applied and ready" while an update was held): it names the
+// spaced child, and says the same whether this reconcile held an update or
+// made one, so that it is not rewritten every spacing.
+func TestChildFollowSpacedReady(t *testing.T) {
+	h, res := spacedChild(t)
 	n, _, _ := unstructured.NestedString(h.api.get(cmGVK, "team", "web-config").Object, "data", "n")
 	if n == "12" || res.RequeueAfter <= 0 {
 		t.Fatalf("setup: the 12th update was not held (data.n %s, RequeueAfter %v)", n, res.RequeueAfter)
 	}
-	want := "all children are ready; child config is updated at most once every 10s, as it follows its inputs or other children more than 10 times a minute"
+	want := spacedReady
 	if c := h.ready(); c["status"] != "True" || c["message"] != want {
 		t.Errorf("Ready = %v %q while child config is held at data.n=%s (template renders 12), want True %q", c["status"], c["message"], n, want)
 	}
@@ -126,5 +137,43 @@ func TestChildFollowSpacedReady(t *testing.T) {
 	}
 	if c := h.ready(); c["status"] != "True" || c["message"] != "all children are applied and ready" {
 		t.Errorf("Ready = %v %q a minute after the child's last change, want True, all children applied", c["status"], c["message"])
+	}
+}
+
+// While a child's updates are spaced, Ready carries the spacing
+// note also on a reconcile that repairs the child (someone else set a
+// field back); a review found it flipped to "all children are applied and
+// ready" for that one reconcile and back at the next, each a status write.
+func TestSpacedNoteKeptOnRepair(t *testing.T) {
+	h, res := spacedChild(t)
+	h.now = h.now.Add(res.RequeueAfter)
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	want := spacedReady
+	if c := h.ready(); c["message"] != want {
+		t.Fatalf("setup: Ready %q, want %q", c["message"], want)
+	}
+	// Someone sets the child's data back; kgen repairs it, 1 s later.
+	h.now = h.now.Add(time.Second)
+	cm := h.api.get(cmGVK, "team", "web-config")
+	cm.Object["data"] = map[string]any{"n": "edited"}
+	cm.SetResourceVersion("")
+	h.api.add(cm)
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.api.get(cmGVK, "team", "web-config").Object["data"].(map[string]any)["n"]; n != "12" {
+		t.Fatalf("setup: child not repaired (data.n %v)", n)
+	}
+	if c := h.ready(); c["message"] != want {
+		t.Errorf("Ready %q after a repair of the still-spaced child, want %q (the next Keep reconcile says it again: a flip)", c["message"], want)
+	}
+	h.now = h.now.Add(time.Second)
+	if _, err := h.reconcile(h.api.get(appGVK, "team", "web")); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.ready(); c["message"] != want {
+		t.Errorf("Ready %q at the next reconcile, want %q", c["message"], want)
 	}
 }
