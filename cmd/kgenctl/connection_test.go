@@ -271,7 +271,7 @@ func TestConnectionFlagErrors(t *testing.T) {
 		{
 			name:    "an unknown output format, before any request",
 			args:    []string{"--kubeconfig", kubeconfig, "-o", "wide"},
-			wantErr: `unknown output format "wide": use one of table, name, json, yaml, kyaml, go-template, go-template-file, template, templatefile, jsonpath, jsonpath-as-json, jsonpath-file`,
+			wantErr: `unknown output format "wide": use one of table, name, json, yaml, kyaml, jsonpath, jsonpath-as-json, jsonpath-file`,
 		},
 	}
 	for _, tt := range tests {

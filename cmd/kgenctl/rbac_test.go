@@ -137,7 +137,7 @@ rules:
 		{
 			name:    "an unknown output format",
 			args:    []string{"-o", "table"},
-			wantErr: `unknown output format "table": use one of helm-values, json, yaml, kyaml, name, go-template, go-template-file, template, templatefile, jsonpath, jsonpath-as-json, jsonpath-file`,
+			wantErr: `unknown output format "table": use one of helm-values, json, yaml, kyaml, name, jsonpath, jsonpath-as-json, jsonpath-file`,
 		},
 		{
 			name:    "connection flags offline",

@@ -194,7 +194,7 @@ func TestRender(t *testing.T) {
 		{
 			name:    "unknown output format",
 			args:    webapp("-o", "table"),
-			wantErr: `unknown output format "table": use one of json, yaml, kyaml, name, go-template, go-template-file, template, templatefile, jsonpath, jsonpath-as-json, jsonpath-file`,
+			wantErr: `unknown output format "table": use one of json, yaml, kyaml, name, jsonpath, jsonpath-as-json, jsonpath-file`,
 		},
 		{
 			name:    "missing flags",

@@ -19,11 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/group"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	"k8s.io/apiserver/pkg/authentication/request/x509"
+	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
@@ -214,13 +216,6 @@ func (s *Server) secure(ctx context.Context, wg *sync.WaitGroup, next http.Handl
 	}
 	clientCA := s.clientCA(ctx, wg)
 
-	authnConfig := authenticatorfactory.DelegatingAuthenticatorConfig{
-		Anonymous:                &apiserver.AnonymousAuthConfig{Enabled: false},
-		TokenAccessReviewClient:  s.kube.AuthenticationV1(),
-		TokenAccessReviewTimeout: reviewTimeout,
-		WebhookRetryBackoff:      &reviewBackoff,
-		CacheTTL:                 tokenCacheTTL,
-	}
 	tlsConfig := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// HTTP/1.1 only, as kubebuilder's scaffold serves metrics: a
@@ -228,27 +223,21 @@ func (s *Server) secure(ctx context.Context, wg *sync.WaitGroup, next http.Handl
 		// flaws of its own (CVE-2023-44487, CVE-2023-39325).
 		NextProtos: []string{"http/1.1"},
 	}
+	// Client certificates first, then tokens, as the API server's
+	// delegating authenticator orders them (see review.go).
+	var authns []authenticator.Request
 	var caProvider dynamiccertificates.CAContentProvider
 	if clientCA != nil {
 		caProvider = clientCA
-		authnConfig.ClientCertificateCAContentProvider = clientCA
+		authns = append(authns, x509.NewDynamic(clientCA.VerifyOptions, x509.CommonNameUserConversion))
 		// Ask for a certificate without requiring one: the authenticator
 		// checks it, and tokens still work.
 		tlsConfig.ClientAuth = tls.RequestClientCert
 	}
-	authn, _, err := authnConfig.New()
-	if err != nil {
-		return nil, nil, fmt.Errorf("metrics authentication: %w", err)
-	}
-	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
-		SubjectAccessReviewClient: s.kube.AuthorizationV1(),
-		AllowCacheTTL:             allowCacheTTL,
-		DenyCacheTTL:              denyCacheTTL,
-		WebhookRetryBackoff:       &reviewBackoff,
-	}.New()
-	if err != nil {
-		return nil, nil, fmt.Errorf("metrics authorization: %w", err)
-	}
+	tokens := &tokenReviewer{client: s.kube.AuthenticationV1().TokenReviews(), backoff: reviewBackoff, timeout: reviewTimeout}
+	authns = append(authns, bearertoken.New(tokencache.New(tokens, false, tokenCacheTTL, tokenCacheTTL)))
+	authn := group.NewAuthenticatedGroupAdder(union.New(authns...))
+	authz := newAccessReviewer(s.kube.AuthorizationV1().SubjectAccessReviews(), reviewBackoff, reviewTimeout, allowCacheTTL, denyCacheTTL)
 
 	certs := dynamiccertificates.NewDynamicServingCertificateController(tlsConfig, caProvider, serving, nil, nil)
 	serving.AddListener(certs)

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
 	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
@@ -127,16 +128,15 @@ type reviews struct {
 }
 
 // client returns a Kubernetes client that reads objs and sends reviews to
-// r. The delegating authenticator and authorizer post reviews with a REST
-// client, which the fake clientset has not, so reviews go to an HTTP
-// server.
+// r, over HTTP: the reviews then go through client-go's encoding as they do
+// to an API server (review_test.go tests the reviewers with reactors).
 func (r *reviews) client(t *testing.T, objs ...runtime.Object) kubernetes.Interface {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /apis/authentication.k8s.io/v1/tokenreviews", func(w http.ResponseWriter, req *http.Request) {
 		r.tokenReviews.Add(1)
 		var review authenticationv1.TokenReview
-		if err := json.NewDecoder(req.Body).Decode(&review); err != nil {
+		if err := decodeReview(req, &review); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -150,7 +150,7 @@ func (r *reviews) client(t *testing.T, objs ...runtime.Object) kubernetes.Interf
 	mux.HandleFunc("POST /apis/authorization.k8s.io/v1/subjectaccessreviews", func(w http.ResponseWriter, req *http.Request) {
 		r.accessReviews.Add(1)
 		var review authorizationv1.SubjectAccessReview
-		if err := json.NewDecoder(req.Body).Decode(&review); err != nil {
+		if err := decodeReview(req, &review); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -179,6 +179,17 @@ func (c splitClient) AuthenticationV1() authenticationclient.AuthenticationV1Int
 	return c.authn
 }
 func (c splitClient) AuthorizationV1() authorizationclient.AuthorizationV1Interface { return c.authz }
+
+// decodeReview decodes a review as client-go's typed clients send it: as
+// protobuf by default, or JSON.
+func decodeReview(req *http.Request, into runtime.Object) error {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return err
+	}
+	_, _, err = scheme.Codecs.UniversalDeserializer().Decode(body, nil, into)
+	return err
+}
 
 func writeJSON(w http.ResponseWriter, obj any) {
 	w.Header().Set("Content-Type", "application/json")
