@@ -37,6 +37,10 @@ import (
 // certificates, the union of the authenticators) are still
 // k8s.io/apiserver's.
 
+// errReview marks a review that could not be made (kgen may not create
+// TokenReviews, the API server is down): the caller is not to blame.
+var errReview = errors.New("kgen could not review the caller")
+
 // maxReviewCache bounds the SubjectAccessReview answers kept, as the API
 // server's webhook authorizer bounds its cache.
 const maxReviewCache = 8192
@@ -66,7 +70,7 @@ func (r *tokenReviewer) AuthenticateToken(ctx context.Context, token string) (*a
 		result, err = r.client.Create(ctx, review, metav1.CreateOptions{})
 		return err
 	}); err != nil {
-		return nil, false, fmt.Errorf("TokenReview: %w", err)
+		return nil, false, fmt.Errorf("%w: TokenReview: %w", errReview, err)
 	}
 	status := result.Status
 	if !status.Authenticated {

@@ -63,8 +63,8 @@ func TestTokenReviewer(t *testing.T) {
 		{name: "authenticated", token: "good", wantUser: "prometheus", wantCalls: 1},
 		{name: "refused with the server's reason", token: "old", wantErr: "token expired", wantCalls: 1},
 		{name: "a server error is asked again", token: "good", errs: []error{serverError, throttled}, wantUser: "prometheus", wantCalls: 3},
-		{name: "a refusal of the review itself is not", token: "good", errs: []error{forbidden}, wantErr: "TokenReview: tokenreviews.authentication.k8s.io is forbidden", wantCalls: 1},
-		{name: "retries run out", token: "good", errs: []error{serverError, serverError, serverError, serverError, serverError, serverError}, wantErr: "TokenReview: Internal error occurred: etcd is down", wantCalls: 5},
+		{name: "a refusal of the review itself is not", token: "good", errs: []error{forbidden}, wantErr: "kgen could not review the caller: TokenReview: tokenreviews.authentication.k8s.io is forbidden", wantCalls: 1},
+		{name: "retries run out", token: "good", errs: []error{serverError, serverError, serverError, serverError, serverError, serverError}, wantErr: "kgen could not review the caller: TokenReview: Internal error occurred: etcd is down", wantCalls: 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

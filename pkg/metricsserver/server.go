@@ -304,6 +304,13 @@ func withAuth(authn authenticator.Request, authz authorizer.Authorizer, next htt
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		logger := klog.FromContext(r.Context())
 		res, ok, err := authn.AuthenticateRequest(r)
+		if !ok && errors.Is(err, errReview) {
+			// Answered 401, the caller would look for the fault in its
+			// own credentials.
+			logger.Error(err, "Could not authenticate a metrics request", "path", r.URL.Path, "remote", r.RemoteAddr)
+			http.Error(w, "authentication failed: "+errReview.Error()+"; see kgen's log", http.StatusInternalServerError)
+			return
+		}
 		if err != nil || !ok {
 			logger.V(2).Info("Refused an unauthenticated metrics request", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)

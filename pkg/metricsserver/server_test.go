@@ -122,6 +122,9 @@ func TestOff(t *testing.T) {
 // reviews is a fake API server's answers to TokenReviews and
 // SubjectAccessReviews, counting them.
 type reviews struct {
+	// forbidden refuses kgen every TokenReview, as the API server does
+	// when kgen's RBAC lacks the right.
+	forbidden                   bool
 	tokens                      map[string]string   // token → user
 	allowed                     map[string][]string // user → paths it may get
 	tokenReviews, accessReviews atomic.Int32
@@ -135,6 +138,13 @@ func (r *reviews) client(t *testing.T, objs ...runtime.Object) kubernetes.Interf
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /apis/authentication.k8s.io/v1/tokenreviews", func(w http.ResponseWriter, req *http.Request) {
 		r.tokenReviews.Add(1)
+		if r.forbidden {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,`+
+				`"message":"tokenreviews.authentication.k8s.io is forbidden: User \"kgen\" cannot create resource \"tokenreviews\""}`)
+			return
+		}
 		var review authenticationv1.TokenReview
 		if err := decodeReview(req, &review); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -300,6 +310,24 @@ func TestSecureWithoutClientCA(t *testing.T) {
 	}
 	if code, _ := get(t, httpsClient(ca.client(t, "cert-reader")), base+"/metrics", ""); code != http.StatusUnauthorized {
 		t.Errorf("with a client certificate: %d, want 401", code)
+	}
+}
+
+// A token kgen cannot review (its RBAC lacks the right) is kgen's fault,
+// not the caller's: 500 with what went wrong, not 401.
+func TestReviewFailureIsNotTheCallers(t *testing.T) {
+	r := &reviews{forbidden: true, tokens: map[string]string{"reader-token": "reader"}, allowed: map[string][]string{"reader": {"/metrics"}}}
+	s, err := New(Options{BindAddress: "127.0.0.1:0", Secure: true}, gatherer(), r.client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := start(t, s, "https")
+	code, body := get(t, httpsClient(nil), base+"/metrics", "reader-token")
+	if code != http.StatusInternalServerError || !strings.Contains(body, "kgen could not review the caller") {
+		t.Errorf("GET /metrics = %d %q, want 500 saying kgen could not review the caller", code, body)
+	}
+	if code, _ := get(t, httpsClient(nil), base+"/metrics", ""); code != http.StatusUnauthorized {
+		t.Errorf("without a token: %d, want 401", code)
 	}
 }
 
