@@ -2013,6 +2013,67 @@ func TestChangeWhileAChildFieldIsNotSet(t *testing.T) {
 	waitFor(t, gvr, ns, "n", isReady)
 }
 
+// Scenario (a live audit): a child reads an item of a list another
+// writer fills in, a LoadBalancer Service's
+// status.loadBalancer.ingress[0].ip. It waits for it, and a change of the
+// parent meanwhile reaches the Service; before, the render failed as the
+// rule's error (InvalidSpec) and the Service kept its old port.
+func TestChangeWhileAListItemOfAChildIsNotSet(t *testing.T) {
+	const group = "notsetitem.example.com"
+	ns := newNamespace(t)
+	gvr := newCRD(t, group, "Gadget", "gadgets")
+	startController(t, nil, gadgetRule(t, "notsetitem", group, `  children:
+  - id: service
+    template:
+      apiVersion: v1
+      kind: Service
+      metadata: {name: "${parent.metadata.name}"}
+      spec:
+        type: LoadBalancer
+        selector: {app: "${parent.metadata.name}"}
+        ports: [{name: http, port: "${parent.spec.port}"}]
+  - id: endpoint
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-endpoint"}
+      data: {ENDPOINT: "${children.service.status.loadBalancer.ingress[0].ip}:${string(parent.spec.port)}"}
+`)).waitReady(t)
+	create(t, gvr, gadget(group, ns, "lb", map[string]any{"port": int64(9090)}))
+	waiting := func(p *unstructured.Unstructured) error {
+		c := readyCondition(p)
+		if c == nil || c["status"] != "False" || c["reason"] != "WaitingForDependency" ||
+			!strings.Contains(fmt.Sprint(c["message"]), "child endpoint is waiting for children.service.status.loadBalancer.ingress[0].ip (not set yet)") {
+			return fmt.Errorf("Ready = %v", c)
+		}
+		return nil
+	}
+	svcGVR := schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	port := func(want int64) func(*unstructured.Unstructured) error {
+		return func(o *unstructured.Unstructured) error {
+			ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+			if len(ports) != 1 || ports[0].(map[string]any)["port"] != want {
+				return fmt.Errorf("ports = %v, want one of port %d", ports, want)
+			}
+			return nil
+		}
+	}
+	waitFor(t, svcGVR, ns, "lb", port(9090))
+	waitFor(t, gvr, ns, "lb", waiting)
+
+	patchSpec(t, gvr, ns, "lb", map[string]any{"port": int64(9091)})
+	waitFor(t, svcGVR, ns, "lb", port(9091))
+	waitFor(t, gvr, ns, "lb", waiting)
+
+	// The load balancer's controller (none runs here) sets the address.
+	if _, err := env.dynamic.Resource(svcGVR).Namespace(ns).Patch(t.Context(), "lb", types.MergePatchType,
+		[]byte(`{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.7"}]}}}`), metav1.PatchOptions{FieldManager: "lb-controller"}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, cmGVR, ns, "lb-endpoint", func(o *unstructured.Unstructured) error { return expect(o, "192.0.2.7:9091", "data", "ENDPOINT") })
+	waitFor(t, gvr, ns, "lb", isReady)
+}
+
 // Scenario: a rule whose only child is CreateOnly is renamed, and kgen
 // restarted twice. The child, whose content is never written again, is
 // the same object; the parent is still the renamed rule's: it follows its

@@ -580,7 +580,7 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 			// F" for a map key that is not set, F the path's last
 			// field (another error of an expression that also reads a
 			// field not set, in a branch not taken, is the rule's).
-			if p, ok := w.firstMissing(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 1 && missingKey(err, p) {
+			if p, ok := w.firstMissing(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 1 && missingKey(err, w.unset(p)) {
 				if id, ok := p.segs[0].(string); ok {
 					err = &NotSetError{Child: id, Path: p.String(), Err: err}
 				}
@@ -591,11 +591,19 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 	return out, nil
 }
 
-// missingKey reports whether an evaluation error is CEL's for the last
-// field of p not being set.
-func missingKey(err error, p fieldPath) bool {
-	last, ok := p.segs[len(p.segs)-1].(string)
-	return ok && strings.HasSuffix(err.Error(), "no such key: "+last)
+// missingKey reports whether an evaluation error is CEL's for seg, a
+// field or index of a path that is not set: "no such key: F" for a map's
+// key, "index out of bounds: I" (or "index 'I' out of range") for a
+// list's (a Service's status.loadBalancer.ingress[0] before it has one).
+func missingKey(err error, seg any) bool {
+	switch seg := seg.(type) {
+	case string:
+		return strings.HasSuffix(err.Error(), "no such key: "+seg)
+	case int64:
+		msg := err.Error()
+		return strings.HasSuffix(msg, fmt.Sprintf("index out of bounds: %d", seg)) || strings.Contains(msg, fmt.Sprintf("index '%d' out of range", seg))
+	}
+	return false
 }
 
 // NotSetError is the cause of an evaluation that failed reading a field

@@ -306,41 +306,56 @@ const (
 
 // lookup returns the value at a path.
 func (w *why) lookup(p fieldPath) (any, presence) {
+	v, st, _ := w.walk(p)
+	return v, st
+}
+
+// unset returns the segment of p, a path lookup finds missing, that is
+// not set: its first field or index that is not there. Nil when p is not
+// missing.
+func (w *why) unset(p fieldPath) any {
+	_, _, at := w.walk(p)
+	return at
+}
+
+// walk is lookup, and when p is missing, the segment that is not set
+// (nil for a root that is null).
+func (w *why) walk(p fieldPath) (any, presence, any) {
 	if w.shadow[p.root] > 0 {
-		return nil, unknown
+		return nil, unknown, nil
 	}
 	v, ok := w.act.ResolveName(p.root)
 	if !ok {
-		return nil, unknown
+		return nil, unknown, nil
 	}
 	for _, s := range p.segs {
 		switch s := s.(type) {
 		case string:
 			m, ok := v.(map[string]any)
 			if !ok {
-				return nil, unknown
+				return nil, unknown, nil
 			}
 			if v = m[s]; v == nil {
-				return nil, missing
+				return nil, missing, s
 			}
 		case int64:
 			l, ok := v.([]any)
 			if !ok {
-				return nil, unknown
+				return nil, unknown, nil
 			}
 			if s < 0 || s >= int64(len(l)) {
-				return nil, missing
+				return nil, missing, s
 			}
 			v = l[s]
 		}
 	}
 	if v == nil {
-		return nil, missing
+		return nil, missing, nil
 	}
 	if _, ok := v.(ref.Val); ok {
-		return nil, unknown
+		return nil, unknown, nil
 	}
-	return v, found
+	return v, found, nil
 }
 
 // pathOf returns the path an expression selects: a variable followed by

@@ -24,7 +24,9 @@ func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
 	for _, tc := range []struct {
 		name, child string
 		invalid     bool
-		set         bool // the deployment's status is set
+		set         bool           // the deployment's status is set
+		status      map[string]any // the deployment's status before, if not {replicas: 2}
+		want        string         // the wait's message, if not for availableReplicas
 	}{
 		{name: "template", child: `  - id: ep
     template:
@@ -41,6 +43,23 @@ func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
     forEach: [{c: "${children.deployment.status.conditions}"}]
     template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${parent.metadata.name}-${c.type}"}}
 `},
+		// A live audit: an index into a list that is not set (a Service's
+		// status.loadBalancer.ingress[0].ip) was the rule's error, and
+		// blocked a change of the parent from reaching the other children.
+		{name: "index", child: `  - id: ep
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-ep"}
+      data: {first: "${children.deployment.status.conditions[0].type}:${parent.spec.replicas}"}
+`, want: "waiting for children.deployment.status.conditions[0].type (not set yet)"},
+		{name: "index of an empty list", status: map[string]any{"conditions": []any{}}, child: `  - id: ep
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-ep"}
+      data: {first: "${children.deployment.status.conditions[0].type}"}
+`, want: "waiting for children.deployment.status.conditions[0].type (not set yet)"},
 		// An error of another cause, in an expression that also reads the
 		// field not set, in a branch not taken.
 		{name: "another error", invalid: true, child: `  - id: ep
@@ -62,6 +81,9 @@ func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
 			rule := parseRule(t, ruleFor("App", "", deployment+tc.child))
 			parent := object(t, app)
 			live := object(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: team-a}\nspec: {replicas: 2}\nstatus: {replicas: 2}\n")
+			if tc.status != nil {
+				live.Object["status"] = tc.status
+			}
 			observed := Observed{Children: map[string][]*unstructured.Unstructured{"deployment": {live}}}
 			if tc.invalid {
 				if tc.set {
@@ -83,6 +105,9 @@ func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
 			want := "waiting for children.deployment.status.availableReplicas (not set yet)"
 			if tc.name == "forEach" {
 				want = "waiting for children.deployment.status.conditions (not set yet)"
+			}
+			if tc.want != "" {
+				want = tc.want
 			}
 			if w := got.Waiting["ep"]; w.Reason != ReasonWaiting || w.Message != want || w.Child != "deployment" {
 				t.Errorf("Waiting[ep] = %+v, want %q", w, want)
