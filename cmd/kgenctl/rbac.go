@@ -32,6 +32,7 @@ type rbacOptions struct {
 	ruleObjects    bool
 	shards         bool
 	manageCRDs     bool
+	metricsSecure  bool
 }
 
 func newRBACCmd(out io.Writer) *cobra.Command {
@@ -46,7 +47,8 @@ list/watch on the inputs, events, get on the CustomResourceDefinition of each
 custom parent kind (kgen checks the rules against its schema), the ConfigMap
 kgen-state in kgen's namespace (its record of the rules' kinds), list/watch
 on CRDs and APIServices (to follow the cluster's kinds), and the
-leader-election Lease (with --shards, the shards' Leases). A rule limited to
+leader-election Lease (with --shards, the shards' Leases), and with
+--metrics-secure what reviewing the metrics port's callers takes. A rule limited to
 namespaces gets Roles in those namespaces; cluster-wide only get on the
 namespaces it names (to tell one that was deleted), and patch on its parent
 kind when its parents may hold kgen's finalizer (deleting a namespace
@@ -101,6 +103,7 @@ rbac.rules values of the Helm chart charts/kgen (-o helm-values).`,
 	f.StringVar(&o.stateName, "state-configmap", rbac.StateConfigMap, "name of kgen's record ConfigMap (kgenctl run --state-configmap), which the Role names (manifests)")
 	f.BoolVar(&o.ruleObjects, "rule-objects", true, "include the ClusterRole for serving Rule objects, as kgenctl run does by default (manifests)")
 	f.BoolVar(&o.shards, "shards", false, "for 'kgenctl run --shards': the Role for the shards' Leases instead of the leader-election one (manifests)")
+	f.BoolVar(&o.metricsSecure, "metrics-secure", false, "for 'kgenctl run --metrics-secure': create on TokenReviews and SubjectAccessReviews, and a RoleBinding in kube-system to read the cluster's client CA (manifests)")
 	f.BoolVar(&o.manageCRDs, "manage-crds", false, "also grant create and patch on the CRDs of the rules with spec.parent.schema, for kgenctl run --manage-crds (with -o helm-values: manageCRDs: true)")
 	_ = cmd.MarkFlagRequired("rules")
 	return cmd
@@ -165,7 +168,7 @@ func (o *rbacOptions) header() string {
 func (o *rbacOptions) printManifests(out io.Writer, printer printers.ResourcePrinter, policy *rbac.Policy) error {
 	manifests := policy.Manifests(rbac.ManifestOptions{
 		Name: o.name, Namespace: o.namespace, ServiceAccount: o.serviceAccount, NoLeaderElection: !o.leaderElect,
-		LeaseName: o.leaseName, StateName: o.stateName, NoRuleObjects: !o.ruleObjects, Sharding: o.shards,
+		LeaseName: o.leaseName, StateName: o.stateName, NoRuleObjects: !o.ruleObjects, Sharding: o.shards, MetricsSecure: o.metricsSecure,
 		Labels: map[string]string{"app.kubernetes.io/name": "kgen", "app.kubernetes.io/component": "rbac"},
 	})
 	objs := make([]unstructured.Unstructured, len(manifests))

@@ -130,6 +130,65 @@ rules:
 `,
 		},
 		{
+			// A live audit: without them a secure kgen could review no
+			// caller, and every scrape was refused.
+			name: "metrics-secure: the reviews, and the client CA's reader",
+			args: []string{"--crd", "../../examples/webapp/crd.yaml", "--metrics-secure"},
+			want: `kind: ClusterRole
+metadata:
+  labels:
+    app.kubernetes.io/component: rbac
+    app.kubernetes.io/name: kgen
+  name: kgen-metrics-auth
+rules:
+- apiGroups:
+  - authentication.k8s.io
+  resources:
+  - tokenreviews
+  verbs:
+  - create
+- apiGroups:
+  - authorization.k8s.io
+  resources:
+  - subjectaccessreviews
+  verbs:
+  - create
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  labels:
+    app.kubernetes.io/component: rbac
+    app.kubernetes.io/name: kgen
+  name: kgen-metrics-auth
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: kgen-metrics-auth
+subjects:
+- kind: ServiceAccount
+  name: kgen
+  namespace: kgen
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  labels:
+    app.kubernetes.io/component: rbac
+    app.kubernetes.io/name: kgen
+  name: kgen-metrics-auth-reader
+  namespace: kube-system
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: extension-apiserver-authentication-reader
+subjects:
+- kind: ServiceAccount
+  name: kgen
+  namespace: kgen
+`,
+		},
+		{
 			name: "a CRD kind offline without its CRD",
 			wantErr: `rule webapp: parent: unknown kind: kind WebApp (apiVersion example.com/v1alpha1) is not a built-in kind, and neither its CustomResourceDefinition nor its resource name was given
 (give each custom resource's CustomResourceDefinition with --crd FILE, or its resource with --resource KIND.GROUP=PLURAL:SCOPE, or resolve the kinds through the cluster with --offline=false)`,

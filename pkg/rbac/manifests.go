@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -31,6 +32,10 @@ type ManifestOptions struct {
 	// Sharding has the Role for the shards' Leases (ShardingRules) instead
 	// of the leader-election one.
 	Sharding bool
+	// MetricsSecure adds what 'kgenctl run --metrics-secure' needs: the
+	// ClusterRole NAME-metrics-auth (MetricsAuthRules) and a RoleBinding
+	// NAME-metrics-auth-reader in kube-system to MetricsAuthReaderRole.
+	MetricsSecure bool
 	// Labels are put on every object.
 	Labels map[string]string
 }
@@ -55,24 +60,29 @@ func (o ManifestOptions) withDefaults() ManifestOptions {
 // ServiceAccount: the ClusterRole and its binding (when the policy has
 // cluster rules), a Role and RoleBinding per namespace in name order, the
 // ClusterRoles of DiscoveryRules and (unless NoRuleObjects) RuleObjectRules,
-// the Role and RoleBinding of kgen's record (StateRules), and the
-// leader-election (or the shards') Role and RoleBinding. Each is a map ready
-// to be written as YAML or JSON.
+// the Role and RoleBinding of kgen's record (StateRules), the
+// leader-election (or the shards') Role and RoleBinding, and with
+// MetricsSecure the metrics reviews' ClusterRole and bindings. Each is a
+// map ready to be written as YAML or JSON.
 func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 	o = o.withDefaults()
 	subject := []any{map[string]any{"kind": "ServiceAccount", "name": o.ServiceAccount, "namespace": o.Namespace}}
 	var out []map[string]any
-	role := func(kind, name, namespace string, rules []rbacv1.PolicyRule) {
-		r := object(kind, name, namespace, o.Labels)
-		r["rules"] = policyRulesValue(rules)
+	bind := func(kind, role, name, namespace string) {
 		bindingKind := "RoleBinding"
-		if kind == "ClusterRole" {
+		if kind == "ClusterRole" && namespace == "" {
 			bindingKind = "ClusterRoleBinding"
 		}
 		b := object(bindingKind, name, namespace, o.Labels)
-		b["roleRef"] = map[string]any{"apiGroup": rbacv1.GroupName, "kind": kind, "name": name}
+		b["roleRef"] = map[string]any{"apiGroup": rbacv1.GroupName, "kind": kind, "name": role}
 		b["subjects"] = subject
-		out = append(out, r, b)
+		out = append(out, b)
+	}
+	role := func(kind, name, namespace string, rules []rbacv1.PolicyRule) {
+		r := object(kind, name, namespace, o.Labels)
+		r["rules"] = policyRulesValue(rules)
+		out = append(out, r)
+		bind(kind, name, name, namespace)
 	}
 	if len(p.Cluster) > 0 {
 		role("ClusterRole", o.Name, "", p.Cluster)
@@ -90,6 +100,10 @@ func (p *Policy) Manifests(o ManifestOptions) []map[string]any {
 		role("Role", o.Name+"-shards", o.Namespace, ShardingRules())
 	case !o.NoLeaderElection:
 		role("Role", o.Name+"-leader-election", o.Namespace, LeaderElectionRules(o.LeaseName))
+	}
+	if o.MetricsSecure {
+		role("ClusterRole", o.Name+"-metrics-auth", "", MetricsAuthRules())
+		bind("Role", MetricsAuthReaderRole, o.Name+"-metrics-auth-reader", metav1.NamespaceSystem)
 	}
 	return out
 }

@@ -134,6 +134,28 @@ func DiscoveryRules() []rbacv1.PolicyRule {
 	}}
 }
 
+// MetricsAuthRules are what 'kgenctl run --metrics-secure' needs,
+// cluster-wide, to review the callers of its metrics port: create on
+// TokenReviews and SubjectAccessReviews. To accept client certificates it
+// also reads the cluster's client CA, through the built-in Role
+// MetricsAuthReaderRole in kube-system.
+func MetricsAuthRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups: []string{"authentication.k8s.io"},
+		Resources: []string{"tokenreviews"},
+		Verbs:     []string{"create"},
+	}, {
+		APIGroups: []string{"authorization.k8s.io"},
+		Resources: []string{"subjectaccessreviews"},
+		Verbs:     []string{"create"},
+	}}
+}
+
+// MetricsAuthReaderRole is the built-in Role in kube-system that lets
+// aggregated API servers, and a secure kgen, read the cluster's client CA
+// (the ConfigMap extension-apiserver-authentication).
+const MetricsAuthReaderRole = "extension-apiserver-authentication-reader"
+
 // ShardingRules are what 'kgenctl run --shards' needs in the namespace of
 // the shards' Leases: each shard creates and renews its own Lease, lists
 // and watches the others', takes over one that expired (fencing its
