@@ -1594,6 +1594,28 @@ func TestLanguageInputOfOwnChildRefused(t *testing.T) {
 	if _, found := after.Object["data"].(map[string]any)["count"]; found {
 		t.Errorf("the child was written from its own input: data %v", after.Object["data"])
 	}
+
+	// The child is renamed, and its new object copies the old one's data
+	// through the input (a live audit: the old object, which kgen no longer
+	// writes, was still refused as one it writes, and the rename never
+	// happened). The old object is pruned once the new one exists; the
+	// reader then waits for its input.
+	applyRule(t, languageRuleText("owninput", group, []string{ns}, `  inputs:
+  - {id: mine, apiVersion: v1, kind: ConfigMap, name: "${parent.metadata.name}-cnt", namespace: "${parent.metadata.namespace}"}
+  children:
+  - id: counter
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-cnt2"}
+      data: {copied: "${inputs.mine.data.a}"}
+`))
+	waitFor(t, cmGVR, ns, "g-cnt2", func(o *unstructured.Unstructured) error { return expect(o, "x", "data", "copied") })
+	waitGone(t, cmGVR, ns, "g-cnt")
+	waitReason(t, gvr, ns, "g", reconcile.ReasonInputMissing, "input mine")
+	if got := get(t, cmGVR, ns, "g-cnt2"); got == nil {
+		t.Error("the renamed child was pruned while it waits for its input")
+	}
 }
 
 // Scenario: two parents whose children read each other through a selector

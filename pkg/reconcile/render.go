@@ -243,9 +243,6 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 			r.exists[c.ID] = false // until its objects are rendered
 		}
 	}
-	if err := r.checkInputs(); err != nil {
-		return nil, err
-	}
 	var inputs map[string]any
 	inputs, r.missingInputs = bindInputs(rule, parent, observed)
 	r.vars = rules.NewVars(parent.Object, r.present, nil).WithInputs(inputs)
@@ -327,6 +324,9 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 		}
 		out.Children = append(out.Children, rendered...)
 	}
+	if err := r.checkInputs(objects); err != nil {
+		return nil, err
+	}
 	if err := r.status(out, excluded); err != nil {
 		return nil, err
 	}
@@ -392,29 +392,41 @@ func bindInputs(rule *rules.Rule, parent *unstructured.Unstructured, observed Ob
 	return inputs, missing
 }
 
-// checkInputs refuses a named input that is the parent itself, or one of
-// its children: kgen writes those, so a value read from them would be
-// written back, and read again, in a loop that no load-time check can see
-// (a live audit: a child that read its own resourceVersion, or a counter
-// in its own data, through an input was written 400 times a second). The
-// rule reads them as parent and children.<id>. A list input (selector)
-// leaves them out instead (bindInputs).
-func (r *renderer) checkInputs() error {
-	var own map[types.UID]string
-	for _, in := range r.rule.Inputs {
-		if in.Selector != nil {
+// checkInputs refuses a named input that is the parent itself, or an
+// object a child renders (objects): kgen writes those, so a value read
+// from them would be written back, and read again, in a loop that no
+// load-time check can see (a live audit: a child that read its own
+// resourceVersion, or a counter in its own data, through an input was
+// written 400 times a second). The rule reads them as parent and
+// children.<id>. It compares names, not UIDs, so that nothing is written
+// when the object does not exist yet (a live audit: kgen created the
+// input as a child, and pruned the child it replaced, before the next
+// reconcile refused it), and an object kgen no longer renders, the old
+// object of a renamed child that waits to be pruned, may be read. A list
+// input (selector) leaves kgen's objects out instead (bindInputs).
+func (r *renderer) checkInputs(objects map[objectKey]Child) error {
+	if !slices.ContainsFunc(r.rule.Inputs, func(in *rules.Input) bool { return in.Selector == nil }) {
+		return nil
+	}
+	refs, err := r.rule.InputRefs(r.parent, r.scope)
+	if err != nil {
+		return &RenderError{Rule: r.rule.Name, Err: err}
+	}
+	for _, ref := range refs {
+		if ref.Name == "" {
 			continue
 		}
-		objs := r.observed.Inputs[in.ID]
-		if len(objs) == 0 || objs[0] == nil {
+		key := objectKey{GroupKind: ref.GroupVersionKind.GroupKind(), Namespace: ref.Namespace, Name: ref.Name}
+		parent := objectKey{GroupKind: r.parent.GroupVersionKind().GroupKind(), Namespace: r.parent.GetNamespace(), Name: r.parent.GetName()}
+		what, obj := "", (*unstructured.Unstructured)(nil)
+		if key == parent {
+			what, obj = "parent", r.parent
+		} else if c, ok := objects[key]; ok {
+			what, obj = "children."+c.ID, c.Object
+		} else {
 			continue
 		}
-		if own == nil {
-			own = ownWrites(r.parent, r.observed)
-		}
-		if what := own[objs[0].GetUID()]; what != "" {
-			return r.invalid("", "input %s is %s, which kgen writes: a value read from it would be written back in a loop; read it as %s", in.ID, describeChild(objs[0]), what)
-		}
+		return r.invalid("", "input %s is %s, which kgen writes: a value read from it would be written back in a loop; read it as %s", ref.ID, describeChild(obj), what)
 	}
 	return nil
 }

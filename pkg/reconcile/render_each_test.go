@@ -197,43 +197,67 @@ func TestRenderInputs(t *testing.T) {
 	}
 }
 
-// An input that is the parent, or one of its children, is refused: kgen
-// writes those, and a value read from them is written back in a loop (a
-// live audit: a child counting in its own data through an input was
-// written 400 times a second). A list input leaves them out.
+// A named input that is an object kgen writes for the parent, the parent
+// itself or an object a child renders, is the rule's error, whether or not
+// the object exists yet: a value read from it would be written back in a
+// loop. By name, not by labels: Endpoints copy their Service's labels. An
+// object of the parent that kgen no longer renders (a renamed child's old
+// object, waiting to be pruned) may be read. A selector input leaves out
+// the parent's objects.
 func TestRenderInputOfOwnWrites(t *testing.T) {
-	rule := parseRule(t, ruleFor("App", `  inputs:
-  - {id: mine, apiVersion: v1, kind: ConfigMap, name: "${parent.metadata.name}-cnt"}
+	ruleWith := func(kind, name string) *rules.Rule {
+		return parseRule(t, ruleFor("App", `  inputs:
+  - {id: mine, apiVersion: `+map[string]string{"ConfigMap": "v1", "App": "example.com/v1"}[kind]+`, kind: `+kind+`, name: "`+name+`"}
   - {id: all, apiVersion: v1, kind: ConfigMap, selector: {matchLabels: {team: a}}}
 `, `  - id: config
     template:
       apiVersion: v1
       kind: ConfigMap
       metadata: {name: "${parent.metadata.name}-cnt", labels: {team: a}}
-      data: {count: "${string(int(inputs.mine.?data.?count.orValue('0')) + 1)}", all: "${inputs.all.map(c, c.metadata.name).join(',')}"}
+      data: {all: "${inputs.all.map(c, c.metadata.name).join(',')}"}
+  - id: reader
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-reader"}
+      data: {count: "${string(int(inputs.mine.?data.?count.orValue('0')) + 1)}"}
 `))
+	}
 	parent := object(t, app)
 	other := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: team-a, uid: o-1, labels: {team: a}}\n")
 	own := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-cnt, namespace: team-a, uid: c-1, labels: {team: a, kgen.dev/parent-uid: 1111-2222, kgen.dev/child: config}}\ndata: {count: '3'}\n")
+	old := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-old, namespace: team-a, uid: c-0, labels: {team: a, kgen.dev/parent-uid: 1111-2222, kgen.dev/child: config}}\ndata: {count: '5'}\n")
 	copied := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: copy, namespace: team-a, uid: e-1, labels: {team: a, kgen.dev/parent-uid: 1111-2222, kgen.dev/child: config}}\ndata: {count: '7'}\n")
-	foreign := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-cnt, namespace: team-a, uid: f-1, labels: {team: a, kgen.dev/parent-uid: '9999', kgen.dev/child: config}}\ndata: {count: '3'}\n")
 	for _, tc := range []struct {
-		name string
-		mine *unstructured.Unstructured
-		want string // the error, or the child's data
+		name      string
+		kind, ref string // the input's kind and name
+		mine      *unstructured.Unstructured
+		observed  []*unstructured.Unstructured // the config child's objects
+		want      string                       // the error, or the child's data
 	}{
-		{"the parent's own child", own, `input mine is ConfigMap team-a/web-cnt, which kgen writes: a value read from it would be written back in a loop; read it as children.config`},
-		{"the parent itself", parent, `input mine is App team-a/web, which kgen writes: a value read from it would be written back in a loop; read it as parent`},
-		{"another parent's object", foreign, "map[all:copy,other,web-cnt count:4]"},
+		{"the parent's own child", "ConfigMap", "${parent.metadata.name}-cnt", own, []*unstructured.Unstructured{own},
+			`input mine is ConfigMap team-a/web-cnt, which kgen writes: a value read from it would be written back in a loop; read it as children.config`},
+		// A live audit: kgen created it as the child, and pruned the
+		// object it replaced, before the next reconcile refused it.
+		{"the child's object before it exists", "ConfigMap", "${parent.metadata.name}-cnt", nil, []*unstructured.Unstructured{old},
+			`input mine is ConfigMap team-a/web-cnt, which kgen writes: a value read from it would be written back in a loop; read it as children.config`},
+		{"the parent itself", "App", "${parent.metadata.name}", parent, []*unstructured.Unstructured{own},
+			`input mine is App team-a/web, which kgen writes: a value read from it would be written back in a loop; read it as parent`},
+		// A live audit: the rename never happened, the parent stuck.
+		{"a renamed child's old object", "ConfigMap", "web-old", old, []*unstructured.Unstructured{old}, "map[all:copy,other,web-cnt] map[count:6]"},
 		// Endpoints copy their Service's labels: not the child.
-		{"an object with the child's labels", copied, "map[all:copy,other,web-cnt count:8]"},
+		{"an object with the child's labels", "ConfigMap", "copy", copied, []*unstructured.Unstructured{own}, "map[all:copy,other,web-old] map[count:8]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Render(rule, parent, Observed{
-				Children: map[string][]*unstructured.Unstructured{"config": {own}},
+			mine := []*unstructured.Unstructured{tc.mine}
+			if tc.mine == nil {
+				mine = nil
+			}
+			got, err := Render(ruleWith(tc.kind, tc.ref), parent, Observed{
+				Children: map[string][]*unstructured.Unstructured{"config": tc.observed},
 				Inputs: map[string][]*unstructured.Unstructured{
-					"mine": {tc.mine},
-					"all":  {own, other, parent, foreign, copied},
+					"mine": mine,
+					"all":  {own, other, parent, old, copied},
 				}}, scoper(t))
 			if err != nil {
 				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -241,8 +265,12 @@ func TestRenderInputOfOwnWrites(t *testing.T) {
 				}
 				return
 			}
-			if len(got.Children) != 1 || fmt.Sprint(got.Children[0].Object.Object["data"]) != tc.want {
-				t.Errorf("Render() children %v, want data %s", got.Children, tc.want)
+			var data []string
+			for _, c := range got.Children {
+				data = append(data, fmt.Sprint(c.Object.Object["data"]))
+			}
+			if strings.Join(data, " ") != tc.want {
+				t.Errorf("Render() children's data %q, waiting %v, want %s", data, got.Waiting, tc.want)
 			}
 		})
 	}
