@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -246,5 +247,41 @@ func TestStatusNotWrittenBeforeTheRuleWasTried(t *testing.T) {
 	s.writeAll(ctx)
 	if n := statusWrites(); n != 2 {
 		t.Errorf("%d status writes once the new version was tried and waits, want 2", n)
+	}
+}
+
+// A file's rule that conflicts with another rule does not run, and counts
+// as an invalid file (a live audit: nothing but the log told).
+func TestInvalidFilesCountsConflicts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	write := func(file, doc string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(a, ruleDoc("a", "parent.spec.image"))
+	write(b, ruleDoc("b", "parent.spec.image"))
+	s, err := New(Config{Paths: []string{a, b}, Client: fakeClient(appCRD(t)), Resources: serveApps,
+		CRDs: &CRDs{Client: fakeClient(appCRD(t)), Resources: serveApps}, Apply: func([]*rules.Rule) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ReadFiles(ctx)
+	if got := s.InvalidFiles(); got != 0 {
+		t.Fatalf("InvalidFiles() = %d, want 0", got)
+	}
+	// b now selects a's parents too.
+	write(b, strings.Replace(ruleDoc("b", "parent.spec.image"), "namespaces: [b]", "namespaces: [a]", 1))
+	s.ReadFiles(ctx)
+	if got := s.InvalidFiles(); got != 1 {
+		t.Errorf("InvalidFiles() = %d while b conflicts with a, want 1", got)
+	}
+	write(b, ruleDoc("b", "parent.spec.image"))
+	s.ReadFiles(ctx)
+	if got := s.InvalidFiles(); got != 0 {
+		t.Errorf("InvalidFiles() = %d once the conflict is gone, want 0", got)
 	}
 }

@@ -158,7 +158,10 @@ type Set struct {
 	// fileWaits are those of them that do not run for it (not a running
 	// version kgen checked again).
 	fileWaits map[*rules.Rule]bool
-	kick      chan struct{}
+	// fileConflicts are the files of the rules the last recompute left out
+	// for a conflict with another rule.
+	fileConflicts map[string]bool
+	kick          chan struct{}
 	// kindsChanged wakes watchObjects while it waits for the Rule kind.
 	kindsChanged chan struct{}
 }
@@ -346,7 +349,8 @@ func (s *Set) ReadFiles(ctx context.Context) {
 // kgen does not run because it is invalid: it does not load (the previous
 // valid version of each keeps running), or a rule of it does not fit the
 // schemas of its kinds (and, at a start, no version of it ran before that
-// kgen could run instead: it waits). The log says why.
+// kgen could run instead: it waits), or a rule of it conflicts with another
+// rule (its previous version, if any, keeps running). The log says why.
 func (s *Set) InvalidFiles() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -358,6 +362,9 @@ func (s *Set) InvalidFiles() int {
 		if waits && s.applied[r.Name] == r {
 			files[s.fileOfLocked(r)] = true
 		}
+	}
+	for f := range s.fileConflicts {
+		files[f] = true
 	}
 	return len(files)
 }
@@ -1036,6 +1043,7 @@ func (s *Set) recompute(ctx context.Context) {
 	for _, o := range s.objects {
 		o.conflict = nil // found again below while it lasts
 	}
+	s.fileConflicts = nil // found again below while they last
 	// A conflict is blamed on the later rule of a pair, so the rules come
 	// in three tiers: the versions that run (at start: that a Rule
 	// object's status records as running), then new versions of rules
@@ -1101,10 +1109,16 @@ func (s *Set) recompute(ctx context.Context) {
 					klog.FromContext(ctx).Error(o.conflict, "Rule object conflicts with another rule; it does not run", "rule", bad)
 				}
 			}
-		} else if instead != nil {
-			klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; its previous version keeps running", "rule", bad)
 		} else {
-			klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; it does not run", "rule", bad)
+			if s.fileConflicts == nil {
+				s.fileConflicts = map[string]bool{}
+			}
+			s.fileConflicts[s.fileOfLocked(rejected)] = true
+			if instead != nil {
+				klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; its previous version keeps running", "rule", bad)
+			} else {
+				klog.FromContext(ctx).Error(errs[0], "Rule conflicts with another; it does not run", "rule", bad)
+			}
 		}
 		if instead != nil {
 			i, _ := slices.BinarySearchFunc(candidates, instead, order)
