@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -134,6 +135,12 @@ type Expression struct {
 	ast        *celast.AST     // as checked, for Why
 	program    cel.Program
 	costLimit  uint64
+	// env and checked build tracked, a program that records every node's
+	// value, on the first failure that needs it (failedAt).
+	env       *cel.Env
+	checked   *cel.Ast
+	trackOnce sync.Once
+	tracked   cel.Program
 }
 
 // String returns the expression as written: ${Source}.
@@ -251,7 +258,7 @@ func (c *compiler) compile(src string, pos Position, exact bool, w where, kind e
 		*errs = append(*errs, e.error(err))
 		return nil
 	}
-	e.program = prg
+	e.program, e.env, e.checked = prg, env, ast
 	return e
 }
 
@@ -580,7 +587,8 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 			// F" for a map key that is not set, F the path's last
 			// field (another error of an expression that also reads a
 			// field not set, in a branch not taken, is the rule's).
-			if p, ok := w.firstMissing(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 1 && missingKey(err, w.unset(p)) {
+			if p, at, ok := w.firstMissingNode(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 1 &&
+				missingKey(err, w.unset(p)) && e.failedAt(v, at.ID()) {
 				if id, ok := p.segs[0].(string); ok {
 					err = &NotSetError{Child: id, Path: p.String(), Err: err}
 				}
@@ -591,17 +599,40 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 	return out, nil
 }
 
+// failedAt reports whether evaluating the expression again, tracking the
+// value of every node, leaves an error at node id: whether the read of a
+// path not set is what failed, and not the same error elsewhere while the
+// read was in a branch not taken (a review: "index out of bounds: 0" of
+// the parent's list in the branch taken, beside an empty list of a
+// child's in the other). Only an evaluation that failed pays for it.
+func (e *Expression) failedAt(v *Vars, id int64) bool {
+	e.trackOnce.Do(func() {
+		e.tracked, _ = e.env.Program(e.checked, cel.CostLimit(e.costLimit), cel.EvalOptions(cel.OptTrackState))
+	})
+	if e.tracked == nil {
+		return false
+	}
+	_, details, _ := e.tracked.Eval(v.act)
+	if details == nil {
+		return false
+	}
+	val, ok := details.State().Value(id)
+	return ok && types.IsError(val)
+}
+
 // missingKey reports whether an evaluation error is CEL's for seg, a
 // field or index of a path that is not set: "no such key: F" for a map's
 // key, "index out of bounds: I" (or "index 'I' out of range") for a
-// list's (a Service's status.loadBalancer.ingress[0] before it has one).
+// list's (a Service's status.loadBalancer.ingress[0] before it has one),
+// "no such key: I" for an index of a list that is null.
 func missingKey(err error, seg any) bool {
 	switch seg := seg.(type) {
 	case string:
 		return strings.HasSuffix(err.Error(), "no such key: "+seg)
 	case int64:
 		msg := err.Error()
-		return strings.HasSuffix(msg, fmt.Sprintf("index out of bounds: %d", seg)) || strings.Contains(msg, fmt.Sprintf("index '%d' out of range", seg))
+		return strings.HasSuffix(msg, fmt.Sprintf("index out of bounds: %d", seg)) || strings.Contains(msg, fmt.Sprintf("index '%d' out of range", seg)) ||
+			strings.HasSuffix(msg, fmt.Sprintf("no such key: %d", seg)) // an index of a null
 	}
 	return false
 }

@@ -328,22 +328,27 @@ func (w *why) walk(p fieldPath) (any, presence, any) {
 	if !ok {
 		return nil, unknown, nil
 	}
-	for _, s := range p.segs {
+	for i, s := range p.segs {
 		switch s := s.(type) {
 		case string:
 			m, ok := v.(map[string]any)
 			if !ok {
 				return nil, unknown, nil
 			}
-			if v = m[s]; v == nil {
+			val, present := m[s]
+			if v = val; v == nil {
+				if present && i+1 < len(p.segs) {
+					// A null: CEL fails reading what follows it.
+					return nil, missing, p.segs[i+1]
+				}
 				return nil, missing, s
 			}
 		case int64:
 			l, ok := v.([]any)
-			if !ok {
-				return nil, unknown, nil
+			if !ok || s < 0 {
+				return nil, unknown, nil // a negative index is never set
 			}
-			if s < 0 || s >= int64(len(l)) {
+			if s >= int64(len(l)) {
 				return nil, missing, s
 			}
 			v = l[s]
@@ -454,31 +459,37 @@ func (w *why) tested(e celast.Expr) (fieldPath, bool) {
 // firstMissing returns the first path, in reading order, that the
 // expression reads and that is not set.
 func (w *why) firstMissing(e celast.Expr) (fieldPath, bool) {
+	p, _, ok := w.firstMissingNode(e)
+	return p, ok
+}
+
+// firstMissingNode is firstMissing, with the node that reads the path.
+func (w *why) firstMissingNode(e celast.Expr) (fieldPath, celast.Expr, bool) {
 	if p, ok := w.tested(e); ok {
 		// has(x.f) fails only when x is not set.
 		if _, st := w.lookup(fieldPath{root: p.root, segs: p.segs[:len(p.segs)-1]}); st == missing {
-			return p, true
+			return p, e, true
 		}
-		return fieldPath{}, false
+		return fieldPath{}, nil, false
 	}
 	if p, ok := w.pathOf(e); ok {
 		if _, st := w.lookup(p); st == missing {
-			return p, true
+			return p, e, true
 		}
-		return fieldPath{}, false
+		return fieldPath{}, nil, false
 	}
 	if e.Kind() == celast.ComprehensionKind {
-		if p, ok := w.firstMissing(e.AsComprehension().IterRange()); ok {
-			return p, true
+		if p, n, ok := w.firstMissingNode(e.AsComprehension().IterRange()); ok {
+			return p, n, true
 		}
 		defer w.enter(e.AsComprehension())()
 	}
 	for _, n := range operands(e) {
-		if p, ok := w.firstMissing(n); ok {
-			return p, true
+		if p, at, ok := w.firstMissingNode(n); ok {
+			return p, at, true
 		}
 	}
-	return fieldPath{}, false
+	return fieldPath{}, nil, false
 }
 
 // comparisons are the operators Why explains, as written.

@@ -70,7 +70,7 @@ var jsonPathFormats = []string{"jsonpath", "jsonpath-as-json", "jsonpath-file"}
 // refuses with errGoTemplate. A binary that can execute a text/template
 // keeps every exported method of every type it uses through an interface,
 // since the linker cannot tell which one a template calls: kgenctl, which
-// is also the operator, was 94 MB instead of 57 with them, and an idle
+// is also the operator, was 94 MB instead of 58 with them, and an idle
 // 'kgenctl run' had 13 MiB more of it in memory (TestNoReflectMethod keeps
 // it so).
 var goTemplateFormats = []string{"go-template", "go-template-file", "template", "templatefile"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -182,4 +183,23 @@ func TestAccessReviewerCacheTTLs(t *testing.T) {
 	if d := decide(); d != authorizer.DecisionAllow || calls != 2 {
 		t.Fatalf("within the allowance's TTL: %v after %d reviews, want the cached allowance", d, calls)
 	}
+}
+
+// While the reviews fail, any bearer token makes a 500: its error line is
+// logged once a minute, not once a request.
+func TestReviewFailureLoggedOnceAMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var e everyMinute
+		if !e.log() || e.log() {
+			t.Fatal("want the first failure logged, the next one not")
+		}
+		time.Sleep(59 * time.Second)
+		if e.log() {
+			t.Fatal("logged again within the minute")
+		}
+		time.Sleep(time.Second)
+		if !e.log() {
+			t.Fatal("not logged again after a minute")
+		}
+	})
 }

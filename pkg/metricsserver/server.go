@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -301,13 +302,19 @@ func (s *Server) clientCA(ctx context.Context, wg *sync.WaitGroup) *dynamiccerti
 // allows the request's verb (the lower-cased HTTP method) on its path, as
 // the API server authorises a non-resource URL.
 func withAuth(authn authenticator.Request, authz authorizer.Authorizer, next http.Handler) http.Handler {
+	failures := &everyMinute{}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		logger := klog.FromContext(r.Context())
 		res, ok, err := authn.AuthenticateRequest(r)
 		if !ok && errors.Is(err, errReview) {
 			// Answered 401, the caller would look for the fault in its
-			// own credentials.
-			logger.Error(err, "Could not authenticate a metrics request", "path", r.URL.Path, "remote", r.RemoteAddr)
+			// own credentials. Any bearer token gets here while the
+			// reviews fail: an error line a minute at most.
+			if failures.log() {
+				logger.Error(err, "Could not authenticate a metrics request", "path", r.URL.Path, "remote", r.RemoteAddr)
+			} else {
+				logger.V(2).Info("Could not authenticate a metrics request", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			}
 			http.Error(w, "authentication failed: "+errReview.Error()+"; see kgen's log", http.StatusInternalServerError)
 			return
 		}
@@ -330,6 +337,14 @@ func withAuth(authn authenticator.Request, authz authorizer.Authorizer, next htt
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// everyMinute says yes at most once a minute.
+type everyMinute struct{ last atomic.Int64 }
+
+func (e *everyMinute) log() bool {
+	now, last := time.Now().UnixNano(), e.last.Load()
+	return now-last >= int64(time.Minute) && e.last.CompareAndSwap(last, now)
 }
 
 // logWriter turns the lines net/http logs into log entries.

@@ -324,7 +324,7 @@ func Render(rule *rules.Rule, parent *unstructured.Unstructured, observed Observ
 		}
 		out.Children = append(out.Children, rendered...)
 	}
-	if err := r.checkInputs(objects); err != nil {
+	if err := r.checkInputs(objects, out.Waiting); err != nil {
 		return nil, err
 	}
 	if err := r.status(out, excluded); err != nil {
@@ -402,9 +402,10 @@ func bindInputs(rule *rules.Rule, parent *unstructured.Unstructured, observed Ob
 // when the object does not exist yet (a live audit: kgen created the
 // input as a child, and pruned the child it replaced, before the next
 // reconcile refused it), and an object kgen no longer renders, the old
-// object of a renamed child that waits to be pruned, may be read. A list
-// input (selector) leaves kgen's objects out instead (bindInputs).
-func (r *renderer) checkInputs(objects map[objectKey]Child) error {
+// object of a renamed child that waits to be pruned, may be read; the
+// object of a child that waits (kgen writes it once it renders) may not. A
+// list input (selector) leaves kgen's objects out instead (bindInputs).
+func (r *renderer) checkInputs(objects map[objectKey]Child, waiting map[string]Wait) error {
 	if !slices.ContainsFunc(r.rule.Inputs, func(in *rules.Input) bool { return in.Selector == nil }) {
 		return nil
 	}
@@ -423,12 +424,27 @@ func (r *renderer) checkInputs(objects map[objectKey]Child) error {
 			what, obj = "parent", r.parent
 		} else if c, ok := objects[key]; ok {
 			what, obj = "children."+c.ID, c.Object
+		} else if id, o := waitingObject(r.observed, waiting, key); o != nil {
+			what, obj = "children."+id, o
 		} else {
 			continue
 		}
 		return r.invalid("", "input %s is %s, which kgen writes: a value read from it would be written back in a loop; read it as %s", ref.ID, describeChild(obj), what)
 	}
 	return nil
+}
+
+// waitingObject returns the observed object at key of a child that waits,
+// and the child's id.
+func waitingObject(observed Observed, waiting map[string]Wait, key objectKey) (string, *unstructured.Unstructured) {
+	for id := range waiting {
+		for _, o := range observed.Children[id] {
+			if o != nil && (objectKey{GroupKind: o.GroupVersionKind().GroupKind(), Namespace: o.GetNamespace(), Name: o.GetName()}) == key {
+				return id, o
+			}
+		}
+	}
+	return "", nil
 }
 
 // ownWrites returns the objects kgen writes for a parent, by UID: the

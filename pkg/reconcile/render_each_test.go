@@ -284,3 +284,35 @@ func TestOrdinaryChildHasNoElements(t *testing.T) {
 		t.Errorf("Elements() = %v, %v", els, err)
 	}
 }
+
+// The object of a child that waits (here for a child that does not exist)
+// is one kgen writes again once it renders: an input naming it is refused
+// (a review), as the object of a child that renders.
+func TestRenderInputOfAWaitingChild(t *testing.T) {
+	rule := parseRule(t, ruleFor("App", `  inputs:
+  - {id: mine, apiVersion: v1, kind: ConfigMap, name: "${parent.metadata.name}-cnt"}
+`, `  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-cnt"}
+      data: {v: "${string(children.deployment.spec.replicas)}"}
+  - id: deployment
+    template: {apiVersion: apps/v1, kind: Deployment, metadata: {name: x}}
+  - id: reader
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-reader"}
+      data: {v: "${inputs.mine.data.v}"}
+`))
+	own := object(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-cnt, namespace: team-a, uid: c-1, labels: {kgen.dev/parent-uid: 1111-2222, kgen.dev/child: config}}\ndata: {v: '3'}\n")
+	got, err := Render(rule, object(t, app), Observed{
+		Children: map[string][]*unstructured.Unstructured{"config": {own}},
+		Inputs:   map[string][]*unstructured.Unstructured{"mine": {own}},
+	}, scoper(t))
+	const want = "input mine is ConfigMap team-a/web-cnt, which kgen writes: a value read from it would be written back in a loop; read it as children.config"
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Render() = %+v, %v; want %q", got, err, want)
+	}
+}

@@ -187,3 +187,55 @@ spec:
 		t.Errorf("Ready = %v, want True", c)
 	}
 }
+
+// A read of a child's list item counts as not set only where it failed
+// (a review): an index of the parent's list that fails in the branch taken,
+// beside the child's empty list in the other, is the rule's error; so is a
+// negative index, which is never set. An item of a list that is null waits.
+func TestRenderNotSetOnlyWhereItFailed(t *testing.T) {
+	deployment := `  - id: deployment
+    template:
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: "${parent.metadata.name}"}
+      spec: {replicas: "${parent.spec.replicas}"}
+`
+	ep := func(expr string) string {
+		return `  - id: ep
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-ep"}
+      data: {first: "` + expr + `"}
+`
+	}
+	for _, tc := range []struct {
+		name, expr  string
+		status      map[string]any
+		wantInvalid bool
+	}{
+		{name: "parent index in the branch taken", status: map[string]any{"conditions": []any{}}, wantInvalid: true,
+			expr: `${size(children.deployment.status.conditions) > 0 ? children.deployment.status.conditions[0].type : parent.spec.hosts[0]}`},
+		{name: "negative index", status: map[string]any{"conditions": []any{map[string]any{"type": "a"}}}, wantInvalid: true,
+			expr: `${children.deployment.status.conditions[-1].type}`},
+		{name: "null list", status: map[string]any{"conditions": nil}, wantInvalid: false,
+			expr: `${children.deployment.status.conditions[0].type}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rule := parseRule(t, ruleFor("App", "", deployment+ep(tc.expr)))
+			parent := object(t, app)
+			parent.Object["spec"].(map[string]any)["hosts"] = []any{}
+			live := object(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: team-a}\nspec: {replicas: 2}\n")
+			live.Object["status"] = tc.status
+			observed := Observed{Children: map[string][]*unstructured.Unstructured{"deployment": {live}}}
+			got, err := Render(rule, parent, observed, scoper(t))
+			if tc.wantInvalid != errors.Is(err, ErrInvalid) {
+				var w any
+				if got != nil {
+					w = got.Waiting["ep"]
+				}
+				t.Errorf("Render err = %v, waiting %+v; want invalid=%v", err, w, tc.wantInvalid)
+			}
+		})
+	}
+}
