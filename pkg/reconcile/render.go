@@ -413,12 +413,12 @@ func (r *renderer) checkInputs(objects map[objectKey]Child, waiting map[string]W
 	if err != nil {
 		return &RenderError{Rule: r.rule.Name, Err: err}
 	}
+	parent := keyOf(r.parent)
 	for _, ref := range refs {
 		if ref.Name == "" {
 			continue
 		}
 		key := objectKey{GroupKind: ref.GroupVersionKind.GroupKind(), Namespace: ref.Namespace, Name: ref.Name}
-		parent := objectKey{GroupKind: r.parent.GroupVersionKind().GroupKind(), Namespace: r.parent.GetNamespace(), Name: r.parent.GetName()}
 		what, obj := "", (*unstructured.Unstructured)(nil)
 		if key == parent {
 			what, obj = "parent", r.parent
@@ -439,7 +439,7 @@ func (r *renderer) checkInputs(objects map[objectKey]Child, waiting map[string]W
 func waitingObject(observed Observed, waiting map[string]Wait, key objectKey) (string, *unstructured.Unstructured) {
 	for id := range waiting {
 		for _, o := range observed.Children[id] {
-			if o != nil && (objectKey{GroupKind: o.GroupVersionKind().GroupKind(), Namespace: o.GetNamespace(), Name: o.GetName()}) == key {
+			if o != nil && keyOf(o) == key {
 				return id, o
 			}
 		}
@@ -688,12 +688,16 @@ type objectKey struct {
 	Namespace, Name string
 }
 
+func keyOf(obj *unstructured.Unstructured) objectKey {
+	return objectKey{GroupKind: obj.GroupVersionKind().GroupKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
+}
+
 // unique records a rendered object in objects, and fails when a child of
 // another id rendered the same object before. Two ids would each write
 // the object as theirs, over and over; the objects of one forEach child
 // are told apart in children already.
 func (r *renderer) unique(objects map[objectKey]Child, child Child) error {
-	key := objectKey{GroupKind: child.Object.GroupVersionKind().GroupKind(), Namespace: child.Object.GetNamespace(), Name: child.Object.GetName()}
+	key := keyOf(child.Object)
 	first, dup := objects[key]
 	if !dup {
 		objects[key] = child
