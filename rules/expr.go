@@ -583,10 +583,11 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 			err = &limitError{what: "evaluation cost", limit: int(e.costLimit)}
 		} else if e.ast != nil {
 			w := &why{act: v.act, info: e.ast.SourceInfo(), shadow: map[string]int{}}
-			// Only when that path is what failed: CEL says "no such key:
-			// F" for a map key that is not set, F the path's last
-			// field (another error of an expression that also reads a
-			// field not set, in a branch not taken, is the rule's).
+			// Only when that path is what failed: CEL's error is the
+			// one for the path's first segment that is not set
+			// (missingKey), and the path's node holds it (failedAt).
+			// Another error of an expression that also reads a field
+			// not set, in a branch not taken, is the rule's.
 			if p, at, ok := w.firstMissingNode(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 1 &&
 				missingKey(err, w.unset(p)) && e.failedAt(v, at.ID()) {
 				if id, ok := p.segs[0].(string); ok {
