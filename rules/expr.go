@@ -583,42 +583,91 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 			err = &limitError{what: "evaluation cost", limit: int(e.costLimit)}
 		} else if e.ast != nil {
 			w := &why{act: v.act, info: e.ast.SourceInfo(), shadow: map[string]int{}}
-			// Only when that path is what failed: CEL's error is the
-			// one for the path's first segment that is not set
-			// (missingKey), and the path's node holds it (failedAt).
-			// Another error of an expression that also reads a field
-			// not set, in a branch not taken, is the rule's.
-			if p, at, ok := w.firstMissingNode(e.ast.Expr()); ok && p.root == varChildren && len(p.segs) > 1 &&
-				missingKey(err, w.unset(p)) && e.failedAt(v, at.ID()) {
-				if id, ok := p.segs[0].(string); ok {
-					err = &NotSetError{Child: id, Path: p.String(), Err: err}
+			// Only when a read of a child's path not set is what failed:
+			// CEL's error is the one for the path's first segment that
+			// is not set (missingKey), and the path's nodes hold it
+			// (failedAt). Another error of an expression that also
+			// reads a field not set, in a branch not taken, is the
+			// rule's; so is a field of the parent that is not set.
+			var failed *evalState
+			tracked := false
+			w.eachMissing(e.ast.Expr(), func(p fieldPath, at celast.Expr) bool {
+				if p.root != varChildren || len(p.segs) < 2 || !missingKey(err, w.unset(p)) {
+					return false
 				}
-			}
+				if !tracked {
+					failed, tracked = e.track(v), true
+				}
+				id, ok := p.segs[0].(string)
+				if !ok || !failed.failedAt(pathNodes(at)) {
+					return false
+				}
+				err = &NotSetError{Child: id, Path: p.String(), Err: err}
+				return true
+			})
 		}
 		return nil, e.error(err)
 	}
 	return out, nil
 }
 
-// failedAt reports whether evaluating the expression again, tracking the
-// value of every node, leaves an error at node id: whether the read of a
-// path not set is what failed, and not the same error elsewhere while the
-// read was in a branch not taken (a review: "index out of bounds: 0" of
-// the parent's list in the branch taken, beside an empty list of a
-// child's in the other). Only an evaluation that failed pays for it.
-func (e *Expression) failedAt(v *Vars, id int64) bool {
+// evalState is the value of every node of an evaluation (track).
+type evalState struct{ state interpreter.EvalState }
+
+// track evaluates the expression again, recording the value of every
+// node: only an evaluation that failed pays for it. Nil if it cannot.
+func (e *Expression) track(v *Vars) *evalState {
 	e.trackOnce.Do(func() {
 		e.tracked, _ = e.env.Program(e.checked, cel.CostLimit(e.costLimit), cel.EvalOptions(cel.OptTrackState))
 	})
 	if e.tracked == nil {
-		return false
+		return nil
 	}
 	_, details, _ := e.tracked.Eval(v.act)
 	if details == nil {
+		return nil
+	}
+	return &evalState{details.State()}
+}
+
+// failedAt reports whether one of the nodes ids (those of a path's reads,
+// as pathNodes returns them: which one holds it depends on how CEL planned
+// the path) holds an error: whether the read of that path is what failed,
+// and not the same error elsewhere while the read was in a branch not
+// taken (a review: "index out of bounds: 0" of the parent's list in the
+// branch taken, beside an empty list of a child's in the other).
+func (s *evalState) failedAt(ids []int64) bool {
+	if s == nil {
 		return false
 	}
-	val, ok := details.State().Value(id)
-	return ok && types.IsError(val)
+	for _, id := range ids {
+		if val, ok := s.state.Value(id); ok && types.IsError(val) {
+			return true
+		}
+	}
+	return false
+}
+
+// pathNodes returns the ids of the nodes of a path's reads: e, a selection
+// or an index, and those of its operand, down to the variable.
+func pathNodes(e celast.Expr) []int64 {
+	var ids []int64
+	for e != nil {
+		ids = append(ids, e.ID())
+		switch e.Kind() {
+		case celast.SelectKind:
+			e = e.AsSelect().Operand()
+		case celast.CallKind:
+			if args := e.AsCall().Args(); len(args) > 0 {
+				e = args[0]
+			} else {
+				e = nil
+			}
+		default:
+			e = nil
+		}
+	}
+	return ids
 }
 
 // missingKey reports whether an evaluation error is CEL's for seg, a

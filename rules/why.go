@@ -459,37 +459,43 @@ func (w *why) tested(e celast.Expr) (fieldPath, bool) {
 // firstMissing returns the first path, in reading order, that the
 // expression reads and that is not set.
 func (w *why) firstMissing(e celast.Expr) (fieldPath, bool) {
-	p, _, ok := w.firstMissingNode(e)
-	return p, ok
+	var first fieldPath
+	found := w.eachMissing(e, func(p fieldPath, _ celast.Expr) bool {
+		first = p
+		return true
+	})
+	return first, found
 }
 
-// firstMissingNode is firstMissing, with the node that reads the path.
-func (w *why) firstMissingNode(e celast.Expr) (fieldPath, celast.Expr, bool) {
+// eachMissing calls yield, in reading order, with each path the expression
+// reads that is not set and the node that reads it, until yield returns
+// true; it reports whether one did.
+func (w *why) eachMissing(e celast.Expr, yield func(fieldPath, celast.Expr) bool) bool {
 	if p, ok := w.tested(e); ok {
 		// has(x.f) fails only when x is not set.
 		if _, st := w.lookup(fieldPath{root: p.root, segs: p.segs[:len(p.segs)-1]}); st == missing {
-			return p, e, true
+			return yield(p, e)
 		}
-		return fieldPath{}, nil, false
+		return false
 	}
 	if p, ok := w.pathOf(e); ok {
 		if _, st := w.lookup(p); st == missing {
-			return p, e, true
+			return yield(p, e)
 		}
-		return fieldPath{}, nil, false
+		return false
 	}
 	if e.Kind() == celast.ComprehensionKind {
-		if p, n, ok := w.firstMissingNode(e.AsComprehension().IterRange()); ok {
-			return p, n, true
+		if w.eachMissing(e.AsComprehension().IterRange(), yield) {
+			return true
 		}
 		defer w.enter(e.AsComprehension())()
 	}
 	for _, n := range operands(e) {
-		if p, at, ok := w.firstMissingNode(n); ok {
-			return p, at, true
+		if w.eachMissing(n, yield) {
+			return true
 		}
 	}
-	return fieldPath{}, nil, false
+	return false
 }
 
 // comparisons are the operators Why explains, as written.

@@ -67,7 +67,7 @@ func (o *outputFlags) allowed() []string {
 var jsonPathFormats = []string{"jsonpath", "jsonpath-as-json", "jsonpath-file"}
 
 // goTemplateFormats are kubectl's formats of a Go template, which kgenctl
-// refuses with errGoTemplate. A binary that can execute a text/template
+// refuses (errGoTemplate). A binary that can execute a text/template
 // keeps every exported method of every type it uses through an interface,
 // since the linker cannot tell which one a template calls: kgenctl, which
 // is also the operator, was 94 MB instead of 58 with them, and an idle
@@ -75,7 +75,15 @@ var jsonPathFormats = []string{"jsonpath", "jsonpath-as-json", "jsonpath-file"}
 // it so).
 var goTemplateFormats = []string{"go-template", "go-template-file", "template", "templatefile"}
 
-var errGoTemplate = errors.New("kgenctl prints no Go templates (they would make its binary, which is also the operator's, 60% larger); use jsonpath=TEMPLATE")
+// errGoTemplate is kubectlPrinter's error for a Go template format: it
+// names the jsonpath format to use instead.
+func errGoTemplate(format string) error {
+	instead := "jsonpath=TEMPLATE"
+	if strings.HasSuffix(format, "file") {
+		instead = "jsonpath-file=FILE"
+	}
+	return fmt.Errorf("output format %q: kgenctl prints no Go templates (they would make its binary, which is also the operator's, 60%% larger); use %s", format, instead)
+}
 
 // errUnknownFormat is kubectlPrinter's error for a format it does not know.
 var errUnknownFormat = errors.New("unknown output format")
@@ -101,7 +109,7 @@ func kubectlFormats() []string {
 // kubectl's name printer does; templates allow missing keys (there is no
 // --allow-missing-template-keys). The errors for a template are kubectl's,
 // down to naming --template for a file it cannot read. A Go template is
-// errGoTemplate.
+// refused (errGoTemplate).
 func kubectlPrinter(format string) (printers.ResourcePrinter, error) {
 	switch lower := strings.ToLower(format); {
 	case lower == "json":
@@ -115,7 +123,7 @@ func kubectlPrinter(format string) (printers.ResourcePrinter, error) {
 	}
 	name, template, _ := strings.Cut(format, "=")
 	if slices.Contains(goTemplateFormats, name) {
-		return nil, fmt.Errorf("output format %q: %w", name, errGoTemplate)
+		return nil, errGoTemplate(name)
 	}
 	if !slices.Contains(jsonPathFormats, name) {
 		return nil, errUnknownFormat

@@ -50,7 +50,7 @@ func TestOutputFormats(t *testing.T) {
 		{format: "jsonpath", wantErr: "template format specified but no template given"},
 		{format: "jsonpath=", wantErr: "template format specified but no template given"},
 		{format: "go-template={{.metadata.name}}", wantErr: `output format "go-template": kgenctl prints no Go templates (they would make its binary, which is also the operator's, 60% larger); use jsonpath=TEMPLATE`},
-		{format: "templatefile=testdata/output/name.jsonpath", wantErr: `output format "templatefile": kgenctl prints no Go templates (they would make its binary, which is also the operator's, 60% larger); use jsonpath=TEMPLATE`},
+		{format: "templatefile=testdata/output/name.jsonpath", wantErr: `output format "templatefile": kgenctl prints no Go templates (they would make its binary, which is also the operator's, 60% larger); use jsonpath-file=FILE`},
 		{format: "jsonpath={.metadata", wantErr: "error parsing jsonpath {.metadata, unclosed action"},
 		{format: "jsonpath-file=testdata/output/missing", wantErr: "error reading --template testdata/output/missing, open testdata/output/missing: no such file or directory"},
 		{format: "JSONPATH={.metadata.name}", wantErr: `unknown output format "JSONPATH={.metadata.name}": use one of json, yaml, kyaml, name, jsonpath, jsonpath-as-json, jsonpath-file`},

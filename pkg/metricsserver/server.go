@@ -326,8 +326,13 @@ func withAuth(authn authenticator.Request, authz authorizer.Authorizer, next htt
 		attrs := authorizer.AttributesRecord{User: res.User, Verb: strings.ToLower(r.Method), Path: r.URL.Path}
 		decision, reason, err := authz.Authorize(r.Context(), attrs)
 		if err != nil {
-			logger.Error(err, "Could not authorize a metrics request", "user", res.User.GetName(), "path", r.URL.Path)
-			http.Error(w, "authorization failed", http.StatusInternalServerError)
+			// As for authentication: once a minute at most.
+			if failures.log() {
+				logger.Error(err, "Could not authorize a metrics request", "user", res.User.GetName(), "path", r.URL.Path)
+			} else {
+				logger.V(2).Info("Could not authorize a metrics request", "user", res.User.GetName(), "path", r.URL.Path, "err", err)
+			}
+			http.Error(w, "authorization failed: kgen could not review the request; see kgen's log", http.StatusInternalServerError)
 			return
 		}
 		if decision != authorizer.DecisionAllow {

@@ -531,6 +531,12 @@ func (r *Reconciler) execute(ctx context.Context, rule *rules.Rule, mapping mapp
 				// child it waited for before.
 				waiting = now
 			}
+		} else if waits {
+			// It cannot render now that what it waited for exists (a
+			// field of the parent that is not set): another reconcile
+			// reports why, rather than the wait, which no event of
+			// kgen's own writes would end (a live check).
+			again = true
 		}
 	}
 	cond := r.readiness(rule, parent, waiting, outcomes, observedNow)

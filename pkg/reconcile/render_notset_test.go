@@ -53,6 +53,22 @@ func TestRenderWaitsForAChildFieldNotSet(t *testing.T) {
       metadata: {name: "${parent.metadata.name}-ep"}
       data: {first: "${children.deployment.status.conditions[0].type}:${parent.spec.replicas}"}
 `, want: "waiting for children.deployment.status.conditions[0].type (not set yet)"},
+		// A live check: in a branch of a conditional, it was the rule's
+		// error.
+		{name: "index in the branch taken", child: `  - id: ep
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-ep"}
+      data: {first: "${parent.metadata.name == 'web' ? children.deployment.status.conditions[0].type : 'x'}"}
+`, want: "waiting for children.deployment.status.conditions[0].type (not set yet)"},
+		{name: "index in the else branch taken", child: `  - id: ep
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-ep"}
+      data: {first: "${parent.metadata.name != 'web' ? 'x' : children.deployment.status.conditions[0].type}"}
+`, want: "waiting for children.deployment.status.conditions[0].type (not set yet)"},
 		{name: "index of an empty list", status: map[string]any{"conditions": []any{}}, child: `  - id: ep
     template:
       apiVersion: v1
@@ -218,6 +234,10 @@ func TestRenderNotSetOnlyWhereItFailed(t *testing.T) {
 			expr: `${size(children.deployment.status.conditions) > 0 ? children.deployment.status.conditions[0].type : parent.spec.hosts[0]}`},
 		{name: "negative index", status: map[string]any{"conditions": []any{map[string]any{"type": "a"}}}, wantInvalid: true,
 			expr: `${children.deployment.status.conditions[-1].type}`},
+		// A live check: the parent's list, empty too, is in the branch
+		// not taken; the child's read, in the branch taken, failed.
+		{name: "child index in the branch taken, parent index in the other", status: map[string]any{"conditions": []any{}}, wantInvalid: false,
+			expr: `${parent.metadata.name != 'web' ? parent.spec.hosts[0] : children.deployment.status.conditions[0].type}`},
 		{name: "null list", status: map[string]any{"conditions": nil}, wantInvalid: false,
 			expr: `${children.deployment.status.conditions[0].type}`},
 	} {
@@ -237,5 +257,45 @@ func TestRenderNotSetOnlyWhereItFailed(t *testing.T) {
 				t.Errorf("Render err = %v, waiting %+v; want invalid=%v", err, w, tc.wantInvalid)
 			}
 		})
+	}
+}
+
+// A child that waited for a child this reconcile created, and that cannot
+// render once it exists for the rule's fault (a field of the parent that
+// is not set), is not left saying it waits for that child (a live check:
+// WaitingForDependency for minutes, nothing logged, since no reconcile
+// follows kgen's own write): the reconcile asks for another, which reports
+// the rule's error.
+func TestReconcileAfterAWaitThatTurnsInvalid(t *testing.T) {
+	h := newHarness(t, `apiVersion: kgen.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  parent: {apiVersion: example.com/v1, kind: App}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-config"}
+  - id: reader
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${parent.metadata.name}-reader"}
+      data: {v: "${children.config.metadata.name + parent.spec.missing}"}
+`)
+	res, err := h.reconcile(appParent(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Again {
+		t.Errorf("Again = false, Ready = %v; want another reconcile, which reports the rule's error", h.ready())
+	}
+	if _, err := h.reconcile(appParent(nil)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("the next reconcile: %v, want the rule's error", err)
+	}
+	if c := h.ready(); c["reason"] != ReasonInvalid {
+		t.Errorf("Ready = %v, want %s", c, ReasonInvalid)
 	}
 }
