@@ -588,23 +588,36 @@ func (e *Expression) eval(v *Vars) (ref.Val, error) {
 			// is not set (missingKey), and the path's nodes hold it
 			// (failedAt). Another error of an expression that also
 			// reads a field not set, in a branch not taken, is the
-			// rule's; so is a field of the parent that is not set.
+			// rule's; so is one when a read of the parent, an input or
+			// self that is not set failed too with the same error (a
+			// review: "index out of bounds: 0" of both
+			// parent.spec.hosts[0] and a child's list).
 			var failed *evalState
 			tracked := false
+			var notSet *NotSetError
 			w.eachMissing(e.ast.Expr(), func(p fieldPath, at celast.Expr) bool {
-				if p.root != varChildren || len(p.segs) < 2 || !missingKey(err, w.unset(p)) {
+				child := p.root == varChildren && len(p.segs) >= 2
+				if !missingKey(err, w.unset(p)) || child && notSet != nil {
 					return false
 				}
 				if !tracked {
 					failed, tracked = e.track(v), true
 				}
-				id, ok := p.segs[0].(string)
-				if !ok || !failed.failedAt(pathNodes(at)) {
+				if !failed.failedAt(pathNodes(at)) {
 					return false
 				}
-				err = &NotSetError{Child: id, Path: p.String(), Err: err}
-				return true
+				if !child {
+					notSet = nil // another read not set failed too, with the same error: the rule's
+					return true
+				}
+				if id, ok := p.segs[0].(string); ok {
+					notSet = &NotSetError{Child: id, Path: p.String(), Err: err}
+				}
+				return false
 			})
+			if notSet != nil {
+				err = notSet
+			}
 		}
 		return nil, e.error(err)
 	}

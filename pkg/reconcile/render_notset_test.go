@@ -238,6 +238,33 @@ func TestRenderNotSetOnlyWhereItFailed(t *testing.T) {
 		// not taken; the child's read, in the branch taken, failed.
 		{name: "child index in the branch taken, parent index in the other", status: map[string]any{"conditions": []any{}}, wantInvalid: false,
 			expr: `${parent.metadata.name != 'web' ? parent.spec.hosts[0] : children.deployment.status.conditions[0].type}`},
+		// A review: a read of the parent not set fails with the same
+		// error as one of a child's, whose error is swallowed or comes
+		// second: the rule's error.
+		{name: "a child's error swallowed, the parent's index fails", status: map[string]any{"conditions": []any{}}, wantInvalid: true,
+			expr: `${(children.deployment.status.conditions[0].type == 'x' || true) ? parent.spec.hosts[0] : ''}`},
+		{name: "swallowed in exists", status: map[string]any{"conditions": []any{}}, wantInvalid: true,
+			expr: `${[0, 1].exists(i, i == 1 || children.deployment.status.conditions[0].type == 'a') ? parent.spec.hosts[0] : ''}`},
+		{name: "swallowed, the parent's key fails", status: map[string]any{}, wantInvalid: true,
+			expr: `${(children.deployment.status.replicas > 0 || true) ? string(parent.spec.x.replicas) : ''}`},
+		{name: "the index argument fails", status: map[string]any{"conditions": []any{}}, wantInvalid: true,
+			expr: `${children.deployment.status.conditions[parent.spec.hosts[0] == 'a' ? 0 : 1].type}`},
+		{name: "the parent's path in the branch taken", status: map[string]any{}, wantInvalid: true,
+			expr: `${parent.metadata.name != 'web' ? children.deployment.status.hosts : parent.spec.x.hosts}`},
+		{name: "a qualifier after a conditional, the parent's", status: map[string]any{"conditions": []any{}}, wantInvalid: true,
+			expr: `${(parent.metadata.name != 'web' ? children.deployment.status : parent.spec).hosts[0]}`},
+		{name: "waits: read twice, the second taken", status: map[string]any{"conditions": []any{}}, wantInvalid: false,
+			expr: `${parent.metadata.name != 'web' ? children.deployment.status.conditions[0].type : 'a' + children.deployment.status.conditions[0].type}`},
+		{name: "waits: in a comprehension", status: map[string]any{"conditions": []any{}}, wantInvalid: false,
+			expr: `${[1, 2].map(i, children.deployment.status.conditions[0].type + string(i)).join(',')}`},
+		{name: "waits: an optional read, then a plain one", status: map[string]any{}, wantInvalid: false,
+			expr: `${children.deployment.status.?ready.orValue(false) ? 'a' : children.deployment.status.conditions[0].type}`},
+		{name: "waits: has() of a path whose parent is not set", status: nil, wantInvalid: false,
+			expr: `${has(children.deployment.status.x) ? 'a' : 'b'}`},
+		{name: "the parent's and a child's index, the parent's first", status: map[string]any{"conditions": []any{}}, wantInvalid: true,
+			expr: `${parent.spec.hosts[0] + children.deployment.status.conditions[0].type}`},
+		{name: "the same, in sizes", status: map[string]any{"conditions": []any{}}, wantInvalid: true,
+			expr: `${string(size(parent.spec.hosts[0]) + size(children.deployment.status.conditions[0].type))}`},
 		{name: "null list", status: map[string]any{"conditions": nil}, wantInvalid: false,
 			expr: `${children.deployment.status.conditions[0].type}`},
 	} {
