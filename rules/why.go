@@ -311,15 +311,16 @@ func (w *why) lookup(p fieldPath) (any, presence) {
 }
 
 // unset returns the segment of p, a path lookup finds missing, that is
-// not set: its first field or index that is not there. Nil when p is not
-// missing.
+// not set: its first field or index that is not there, or the one after a
+// null (whose read is what fails). Nil when p is not missing, or when only
+// the value at its end is null.
 func (w *why) unset(p fieldPath) any {
 	_, _, at := w.walk(p)
 	return at
 }
 
-// walk is lookup, and when p is missing, the segment that is not set
-// (nil for a root that is null).
+// walk is lookup, and when p is missing, the segment that is not set (see
+// unset).
 func (w *why) walk(p fieldPath) (any, presence, any) {
 	if w.shadow[p.root] > 0 {
 		return nil, unknown, nil
